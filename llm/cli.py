@@ -1,0 +1,180 @@
+"""`tlc gen`: argument parsing and the top-level error policy (one line, no traceback).
+
+Reached from `tlc` through the `tlc.commands` entry point `gen = tlc_llm.cli:main`.
+Exit status: 0 done, 1 the run failed (message says why), 2 bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from tlc_llm.build import existing_artifacts
+from tlc_llm.checker import ToolchainError
+from tlc_llm.client import ProviderError
+from tlc_llm.output import OutputExists, ensure_writable
+from tlc_llm.request import RequestError, parse_request
+from tlc_llm.session import (
+    Endpoint, RunSettings, Session, SetupError, live_session, replay_session, transcript_path,
+)
+from tlc_llm.targets import target_facts
+from tlc_llm.transcript import TranscriptError, load, unique_path
+
+DEFAULT_TARGET = "sm_90"
+_FAILURES = (ProviderError, ToolchainError, OutputExists, RequestError, SetupError, TranscriptError)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tlc gen", description=(
+        "Ask an LLM for LLM-TL (sketch, then parameters), check and repair it with tlc, write and build it."))
+    p.add_argument("request", nargs="?", help='what to generate, e.g. "GQA, causal, head dim 128, bf16"')
+    p.add_argument("--target", help=f"GPU target, e.g. sm_80, sm_90, sm_90a (default {DEFAULT_TARGET})")
+    p.add_argument("-o", "--output", type=Path, help="output file (default: <variant>_<...>.tl in the current directory)")
+    p.add_argument("--force", action="store_true", help="overwrite existing output files")
+    p.add_argument("--translate", choices=("tlc", "llm"), help="who writes the CuTe: tlc's emitter (default) or the LLM")
+    p.add_argument("--vanilla", action="store_true", help="baseline: ask for CUDA directly, report compile/correct")
+    p.add_argument("--eval", type=int, metavar="N", help="N samples per variant; report the compile-and-correct rate")
+    p.add_argument("--replay", type=Path, metavar="TRANSCRIPT", help="rerun a recorded run offline")
+    p.add_argument("--transcript-dir", type=Path, help="where transcripts go (default: beside the output)")
+    p.add_argument("--max-rounds", type=int, help="repair rounds per stage after the first answer (default 3)")
+    p.add_argument("--no-build", action="store_true", help="write and check the .tl, do not build it")
+    p.add_argument("--build-dir", type=Path, help="where tlc build writes .cu/.cubin/.json (default: beside the .tl)")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE", help="parameter for the build")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. https://api.deepseek.com/v1 (or $TLC_LLM_BASE_URL)")
+    p.add_argument("--model", help="model name (or $TLC_LLM_MODEL)")
+    p.add_argument("--api-key", help="API key; prefer $TLC_LLM_API_KEY (a flag shows up in `ps`)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per HTTP request (default 120)")
+    p.add_argument("--retries", type=int, help="retries on 429/5xx/timeouts/malformed replies (default 3)")
+    p.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubled each time")
+    p.add_argument("--temperature", type=float, help="sampling temperature (default 0.2)")
+    p.add_argument("--seed", type=int, help="sampling seed, for endpoints that honour it")
+    p.add_argument("--max-tokens", type=int, help="cap on tokens per answer")
+    return p
+
+
+def _defines(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SetupError(f"-D expects NAME=VALUE, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _settings(args: argparse.Namespace) -> RunSettings:
+    if not args.request:
+        raise SetupError('missing request, e.g. tlc gen "GQA, causal, head dim 128, bf16" --target sm_90')
+    request = parse_request(args.request, args.target)
+    for name, value in (("--max-rounds", args.max_rounds), ("--retries", args.retries), ("--eval", args.eval)):
+        if value is not None and value < 0:
+            raise SetupError(f"{name} must be >= 0")
+    return RunSettings(
+        request=args.request, target=request.target or DEFAULT_TARGET,
+        mode="vanilla" if args.vanilla else "tl", translate=args.translate or "tlc",
+        max_rounds=3 if args.max_rounds is None else args.max_rounds,
+        temperature=0.2 if args.temperature is None else args.temperature, seed=args.seed,
+        max_tokens=args.max_tokens, max_retries=3 if args.retries is None else args.retries,
+        defines=_defines(args.defines), eval_samples=args.eval or 0,
+    )
+
+
+_REPLAYED = ("request", "target", "translate", "max_rounds", "temperature", "seed", "max_tokens", "retries", "eval")
+
+
+def _replay_conflicts(args: argparse.Namespace) -> list[str]:
+    named = [name for name in _REPLAYED if getattr(args, name, None)]
+    return named + (["vanilla"] if args.vanilla else []) + (["-D"] if args.defines else [])
+
+
+def _default_output(settings: RunSettings) -> Path:
+    request = parse_request(settings.request, settings.target)
+    suffix = ".vanilla.cu" if settings.mode == "vanilla" else ".tl"
+    return Path(request.slug() + suffix)
+
+
+def _run_single(args: argparse.Namespace, settings: RunSettings, session: Session, log) -> bool:
+    from tlc_llm.run_tl import RunPlan, run_tl
+
+    request = parse_request(settings.request, settings.target)
+    facts = target_facts(settings.target)
+    out_path = args.output or _default_output(settings)
+    build_dir = None if args.no_build else (args.build_dir or out_path.parent)
+    plan = RunPlan(settings, request, facts, out_path, build_dir, args.force)
+    if settings.mode == "vanilla":
+        from tlc_llm.vanilla import run_vanilla
+
+        return run_vanilla(session, plan, log)
+    return run_tl(session, plan, log)
+
+
+def _preflight(args: argparse.Namespace, settings: RunSettings) -> Path:
+    """Everything that can fail before spending a model call: target, output, artifacts."""
+    target_facts(settings.target)
+    out_path = args.output or _default_output(settings)
+    ensure_writable(out_path, args.force)
+    if settings.mode == "tl" and not args.no_build and not args.force:
+        clash = existing_artifacts(args.build_dir or out_path.parent, out_path.stem)
+        if clash:
+            raise OutputExists(f"{clash[0]} already exists (tlc build would replace it); pass --force or --no-build")
+    return out_path
+
+
+def run(argv: list[str], log) -> int:
+    args = _parser().parse_args(argv)
+    if args.replay is not None:
+        conflicts = _replay_conflicts(args)
+        if conflicts:
+            raise SetupError(f"--replay takes the request and options from the transcript; drop {', '.join(conflicts)}")
+        settings, session = replay_session(load(args.replay))
+        if settings.eval_samples:
+            raise SetupError("an --eval run is replayed one sample at a time: pass one sample's transcript")
+    else:
+        settings = _settings(args)
+        if settings.eval_samples:
+            from tlc_llm.evaluate import run_eval
+
+            endpoint = Endpoint.resolve(args.base_url, args.model, args.api_key, args.timeout)
+            return run_eval(args, settings, endpoint, log)
+        endpoint = Endpoint.resolve(args.base_url, args.model, args.api_key, args.timeout)
+        session = live_session(settings, endpoint, args.backoff)
+    out_path = _preflight(args, settings)
+    directory = args.transcript_dir or out_path.parent
+    record = unique_path(transcript_path(directory, out_path.name))
+    try:
+        ok = _run_single(args, settings, session, log)
+        session.finish_replay()
+    except ProviderError as exc:
+        session.transcript.outcome.update(status="failed", message=str(exc))
+        raise
+    finally:
+        session.transcript.write(record)
+        log(f"transcript: {record}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for `tlc gen`; every expected failure is one `tlc gen: error:` line."""
+    def log(message: str) -> None:
+        print(f"tlc gen: {message}", file=sys.stderr)
+
+    try:
+        return run(list(sys.argv[1:] if argv is None else argv), log)
+    except _FAILURES as exc:
+        log(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        log("error: interrupted")
+        return 130
+    except SystemExit as exc:  # argparse: usage errors already printed
+        return int(exc.code) if isinstance(exc.code, int) else 2
+    except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback
+        if os.environ.get("TLC_DEBUG"):
+            raise
+        log(f"error: internal error ({type(exc).__name__}: {exc}); rerun with TLC_DEBUG=1 for a traceback")
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

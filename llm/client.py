@@ -1,0 +1,140 @@
+"""Chat completions over a `Transport`: the request payload, bounded retries, the answer text.
+
+Retry policy (why): 429 and 5xx are the endpoint telling us to come back later, and a
+timeout or dropped connection is usually transient; a malformed 200 (truncated JSON, no
+choices) is most often a proxy hiccup, so it gets the same bounded retries. Anything else
+(400, 401, 404, …) will not get better by asking again and fails at once.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tlc_llm.transport import HttpReply, Transport, TransportError
+
+Message = dict[str, str]
+
+
+class ProviderError(Exception):
+    """The endpoint gave no usable answer; the message is one line and key-free."""
+
+
+class _Malformed(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    model: str
+    temperature: float = 0.2
+    seed: int | None = None
+    max_tokens: int | None = None
+    max_retries: int = 3
+    backoff_s: float = 1.0
+    backoff_max_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One HTTP attempt as the client saw it; the transcript stores exactly this."""
+
+    label: str
+    payload: dict[str, Any]
+    reply: HttpReply | None
+    error: TransportError | None
+
+
+Observer = Callable[[Attempt], None]
+
+
+def build_payload(settings: ChatSettings, messages: list[Message]) -> dict[str, Any]:
+    payload: dict[str, Any] = {"model": settings.model, "messages": messages, "temperature": settings.temperature}
+    if settings.seed is not None:
+        payload["seed"] = settings.seed
+    if settings.max_tokens is not None:
+        payload["max_tokens"] = settings.max_tokens
+    return payload
+
+
+def answer_text(body: str) -> str:
+    """The first choice's message content, or `_Malformed` saying what was wrong."""
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise _Malformed(f"reply is not valid JSON (truncated?) at char {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise _Malformed("reply is not a JSON object")
+    if "error" in data and "choices" not in data:
+        raise _Malformed(f"endpoint reported an error: {_short(json.dumps(data['error']))}")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _Malformed("reply has an empty choice list")
+    first = choices[0]
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str) or not content.strip():
+        raise _Malformed("reply's first choice has no message content")
+    return content
+
+
+def _short(text: str, limit: int = 160) -> str:
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+
+
+class ChatClient:
+    """Sends chat requests with bounded retries; every attempt is shown to `observer`."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        settings: ChatSettings,
+        observer: Observer | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.transport = transport
+        self.settings = settings
+        self.observer = observer
+        self.sleep = sleep
+        self.calls = 0  # HTTP attempts made, for the cost report
+
+    def complete(self, messages: list[Message], label: str) -> str:
+        payload = build_payload(self.settings, messages)
+        attempts = self.settings.max_retries + 1
+        problem = ""
+        for attempt in range(attempts):
+            reply, error = self._send(payload, label)
+            if error is not None:
+                problem = f"{error.kind}: {error.message}"
+            elif reply is not None and reply.status == 200:
+                try:
+                    return answer_text(reply.body)
+                except _Malformed as exc:
+                    problem = str(exc)
+            elif reply is not None and (reply.status == 429 or reply.status >= 500):
+                problem = f"HTTP {reply.status}: {_short(reply.body) or 'no body'}"
+            elif reply is not None:
+                raise ProviderError(f"{label}: endpoint refused the request: HTTP {reply.status}: {_short(reply.body)}")
+            if attempt + 1 < attempts:
+                self.sleep(self._delay(attempt, reply))
+        raise ProviderError(f"{label}: no usable answer after {attempts} attempt(s); last: {problem}")
+
+    def _send(self, payload: dict[str, Any], label: str) -> tuple[HttpReply | None, TransportError | None]:
+        self.calls += 1
+        reply: HttpReply | None = None
+        error: TransportError | None = None
+        try:
+            reply = self.transport.post(payload)
+        except TransportError as exc:
+            error = exc
+        if self.observer is not None:
+            self.observer(Attempt(label, payload, reply, error))
+        return reply, error
+
+    def _delay(self, attempt: int, reply: HttpReply | None) -> float:
+        backoff = self.settings.backoff_s * (2**attempt)
+        if reply is not None and reply.retry_after is not None:
+            backoff = max(backoff, reply.retry_after)
+        return min(backoff, self.settings.backoff_max_s)

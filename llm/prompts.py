@@ -1,0 +1,116 @@
+"""Render the prompt templates in llm/prompts/ for each stage of the workflow.
+
+Templates are `string.Template` files (strict `substitute`: a missing key is a bug here, not
+a silently empty prompt). The language reference is specs/LANGUAGE.md when the checkout has
+it, so the model is taught the language tlc actually parses; the packaged summary is only a
+fallback for installs without specs/.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from tlc_llm.request import GenRequest
+from tlc_llm.targets import TargetFacts
+
+PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
+_DTYPE_BYTES = {"bf16": 2, "fp16": 2}
+
+
+def template(name: str) -> Template:
+    return Template((PROMPT_DIR / name).read_text(encoding="utf-8"))
+
+
+def specs_dir() -> Path | None:
+    """specs/ beside the tlc package (a checkout), or $TLC_SPECS_DIR."""
+    env = os.environ.get("TLC_SPECS_DIR")
+    if env:
+        return Path(env)
+    try:
+        import tlc
+    except ImportError:
+        return None
+    candidate = Path(tlc.__file__).resolve().parent.parent / "specs"
+    return candidate if candidate.is_dir() else None
+
+
+def language_reference() -> str:
+    specs = specs_dir()
+    if specs is not None and (specs / "LANGUAGE.md").is_file():
+        return (specs / "LANGUAGE.md").read_text(encoding="utf-8").strip()
+    return (PROMPT_DIR / "language_fallback.txt").read_text(encoding="utf-8").strip()
+
+
+def example_program(variant: str) -> str:
+    """A spec of another variant (teaching by example without handing over the answer)."""
+    specs = specs_dir()
+    if specs is not None:
+        preferred = ["mha_fwd.tl", "gqa_fwd.tl"] if variant != "mha" else ["gqa_fwd.tl", "mqa_fwd.tl"]
+        for name in preferred:
+            if (specs / name).is_file():
+                return (specs / name).read_text(encoding="utf-8").strip()
+    return (PROMPT_DIR / "example_fallback.tl").read_text(encoding="utf-8").strip()
+
+
+def _causal_rule(request: GenRequest) -> str:
+    if not request.causal:
+        return "- The kernel is not causal: no mask.\n"
+    align = request.alignment or "top_left"
+    meaning = (
+        "query i sees keys j <= i, as PyTorch SDPA" if align == "top_left"
+        else "query i sees keys j <= i + seqlen_k - seqlen_q, as FlashAttention >= 2.1"
+    )
+    return f"- Apply the causal mask to S before the softmax, aligned {align} ({meaning}).\n"
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The fixed parts of one run's prompts: request, target facts, language, example."""
+
+    request: GenRequest
+    facts: TargetFacts
+
+    def system(self) -> str:
+        return (PROMPT_DIR / "system.txt").read_text(encoding="utf-8").strip()
+
+    def _common(self) -> dict[str, str]:
+        return {
+            "request_text": self.request.text,
+            "request_summary": self.request.describe(),
+            "d_qk": str(self.request.d_qk),
+            "d_v": str(self.request.d_v),
+            "dtype": self.request.dtype,
+            "arch": self.facts.name,
+            "target_facts": self.facts.render(self.request.dtype),
+        }
+
+    def sketch(self) -> str:
+        algorithm = (PROMPT_DIR / f"algorithm_{self.request.variant}.txt").read_text(encoding="utf-8").strip()
+        return template("sketch.txt").substitute(
+            self._common(), algorithm=algorithm, language=language_reference(),
+            example=example_program(self.request.variant),
+        ).strip()
+
+    def parameters(self, sketch: str) -> str:
+        return template("parameters.txt").substitute(
+            self._common(), sketch=sketch.strip(), smem_per_block=str(self.facts.smem_per_block),
+            dtype_bytes=str(_DTYPE_BYTES[self.request.dtype]), causal_rule=_causal_rule(self.request),
+        ).strip()
+
+    def translate(self, tl_code: str, launch_abi: str, cutlass_version: str) -> str:
+        return template("translate.txt").substitute(
+            self._common(), tl_code=tl_code.strip(), launch_abi=launch_abi.strip(), cutlass_version=cutlass_version,
+        ).strip()
+
+    def vanilla(self, vanilla_abi: str) -> str:
+        return template("vanilla.txt").substitute(self._common(), vanilla_abi=vanilla_abi.strip()).strip()
+
+
+def repair_prompt(filename: str, diagnostics: str) -> str:
+    return template("repair.txt").substitute(filename=filename, diagnostics=diagnostics.strip()).strip()
+
+
+def no_code_prompt() -> str:
+    return (PROMPT_DIR / "no_code.txt").read_text(encoding="utf-8").strip()

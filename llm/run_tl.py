@@ -1,0 +1,68 @@
+"""`tlc gen` in TL mode: two stages → checked `.tl` → tlc build → optional LLM translation."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tlc_llm.build import build_tl
+from tlc_llm.checker import Checker
+from tlc_llm.generate import generate_tl
+from tlc_llm.output import write_output
+from tlc_llm.prompts import PromptSet
+from tlc_llm.repair import StageFailed
+from tlc_llm.request import GenRequest
+from tlc_llm.session import RunSettings, Session
+from tlc_llm.targets import TargetFacts
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    settings: RunSettings
+    request: GenRequest
+    facts: TargetFacts
+    out_path: Path
+    build_dir: Path | None  # None: do not build
+    force: bool
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def run_tl(session: Session, plan: RunPlan, log: Log) -> bool:
+    """True when the `.tl` was written (and built, when asked); messages go to `log`."""
+    checker = Checker()
+    prompts = PromptSet(plan.request, plan.facts)
+    outcome = session.transcript.outcome
+    try:
+        generated = generate_tl(session.client, prompts, checker, filename=plan.out_path.name,
+                                max_rounds=plan.settings.max_rounds)
+    except StageFailed as exc:
+        outcome.update(status="failed", message=str(exc))
+        log(f"error: {exc}")
+        return False
+    write_output(plan.out_path, generated.text, plan.force)
+    outcome.update(
+        status="ok", output=plan.out_path.name, sha256=sha256(generated.text),
+        repair_rounds=generated.repair_rounds, remarks=list(generated.remarks),
+    )
+    for remark in generated.remarks:
+        log(remark.splitlines()[0])
+    log(f"wrote {plan.out_path} ({session.client.calls} LLM call(s), {generated.repair_rounds} repair round(s))")
+    if plan.build_dir is None:
+        return True
+    built = build_tl(generated.text, plan.out_path.name, plan.facts.name, plan.build_dir, plan.settings.defines)
+    if not built.ok:
+        log(f"error: {plan.out_path} passes tlc check, but tlc build failed: {built.message}")
+        return False
+    log(built.message)
+    if plan.settings.translate == "llm":
+        from tlc_llm.translate import translate_with_llm
+
+        translated = translate_with_llm(session, plan, prompts, generated.text, built.artifacts)
+        log(translated.message)
+    return True

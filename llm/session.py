@@ -1,0 +1,122 @@
+"""One `tlc gen` run's connection to a model: live (HTTP, recorded) or replayed from a transcript.
+
+Everything that changes what is sent to the model is in `RunSettings`, and a transcript
+stores it; `--replay` takes it from there, so the replayed run asks the same questions.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from tlc_llm.client import ChatClient, ChatSettings
+from tlc_llm.transcript import ReplayDivergence, ReplayTransport, Transcript, TranscriptError
+from tlc_llm.transport import HttpTransport, redact
+
+ENV_BASE_URL = "TLC_LLM_BASE_URL"
+ENV_MODEL = "TLC_LLM_MODEL"
+ENV_KEY = "TLC_LLM_API_KEY"
+
+
+class SetupError(Exception):
+    """The run cannot start (no endpoint, bad option); one-line message."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What determines the conversation; recorded in the transcript's `command`."""
+
+    request: str
+    target: str
+    mode: str = "tl"  # "tl" or "vanilla"
+    translate: str = "tlc"  # "tlc" or "llm"
+    max_rounds: int = 3
+    temperature: float = 0.2
+    seed: int | None = None
+    max_tokens: int | None = None
+    max_retries: int = 3
+    defines: dict[str, str] = field(default_factory=dict)
+    eval_samples: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSettings:
+        known = {f.name for f in fields(cls)}
+        missing = {"request", "target"} - set(data)
+        if missing:
+            raise TranscriptError(f"transcript command lacks {', '.join(sorted(missing))}")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    model: str
+    api_key: str | None
+    timeout_s: float
+
+    @classmethod
+    def resolve(cls, base_url: str | None, model: str | None, api_key: str | None, timeout_s: float) -> Endpoint:
+        base_url = base_url or os.environ.get(ENV_BASE_URL)
+        model = model or os.environ.get(ENV_MODEL)
+        api_key = api_key or os.environ.get(ENV_KEY) or None
+        if not base_url:
+            raise SetupError(f"no endpoint: pass --base-url or set {ENV_BASE_URL} (e.g. https://api.deepseek.com/v1)")
+        if not model:
+            raise SetupError(f"no model: pass --model or set {ENV_MODEL}")
+        if not base_url.startswith(("http://", "https://")):
+            raise SetupError(f"--base-url must start with http:// or https://, got {redact(base_url, api_key)!r}")
+        return cls(base_url, model, api_key, timeout_s)
+
+    def public(self) -> dict[str, str]:
+        """What a transcript may show: no key, and no key hidden in the URL either."""
+        return {"base_url": redact(self.base_url, self.api_key), "model": self.model}
+
+
+@dataclass
+class Session:
+    client: ChatClient
+    transcript: Transcript
+    replay: ReplayTransport | None = None
+
+    def finish_replay(self) -> None:
+        """A replay that left recorded requests unasked diverged from the original run."""
+        if self.replay is not None and self.replay.unused:
+            raise ReplayDivergence(
+                f"replay diverged: the run ended with {self.replay.unused} recorded request(s) not asked"
+            )
+
+
+def _chat_settings(settings: RunSettings, model: str, backoff_s: float) -> ChatSettings:
+    return ChatSettings(
+        model=model, temperature=settings.temperature, seed=settings.seed, max_tokens=settings.max_tokens,
+        max_retries=settings.max_retries, backoff_s=backoff_s,
+    )
+
+
+def live_session(settings: RunSettings, endpoint: Endpoint, backoff_s: float = 1.0,
+                 sleep: Callable[[float], None] = time.sleep) -> Session:
+    transcript = Transcript(settings.to_json(), endpoint.public())
+    transport = HttpTransport(endpoint.base_url, endpoint.api_key, endpoint.timeout_s)
+    client = ChatClient(transport, _chat_settings(settings, endpoint.model, backoff_s), transcript.record, sleep)
+    return Session(client, transcript)
+
+
+def replay_session(recorded: Transcript) -> tuple[RunSettings, Session]:
+    """Settings and model come from the transcript; retries do not sleep (nothing to wait for)."""
+    settings = RunSettings.from_json(recorded.command)
+    model = str(recorded.endpoint.get("model", ""))
+    if not model and recorded.exchanges:
+        model = str(recorded.exchanges[0].get("request", {}).get("model", ""))
+    transcript = Transcript(settings.to_json(), dict(recorded.endpoint))
+    transport = ReplayTransport(recorded)
+    client = ChatClient(transport, _chat_settings(settings, model, 0.0), transcript.record, lambda _s: None)
+    return settings, Session(client, transcript, transport)
+
+
+def transcript_path(directory: Path, stem: str) -> Path:
+    return directory / f"{stem}.transcript.json"

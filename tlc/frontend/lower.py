@@ -1,0 +1,568 @@
+"""AST → TL graph: name resolution, SSA renaming and the semantic checks of LANGUAGE.md.
+
+Each TL name has one current value per memory space; `Copy X from A to B` reads X's
+value in A and defines a new one in B, a Compute reads the newest value of a name in
+any space, and in-place forms (`get new S`) define new SSA versions. A name redefined
+inside a loop that existed before it becomes a loop-carried value.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tlc.diagnostics import DiagnosticSink, Loc, Note
+from tlc.frontend import ast as A
+from tlc.frontend.names import BUILTINS, identifier_problem
+from tlc.ir.graph import Graph
+from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
+                        ScalarOp, SoftmaxOp)
+from tlc.ir.types import DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Value
+
+COORD_KEYS = {"L": 0, "C": 1}
+ALIGNMENTS = ("top_left", "bottom_right")
+
+
+@dataclass
+class _Def:
+    value: Value
+    loc: Loc
+
+
+@dataclass
+class _Scope:
+    """Names visible in one region: name → space → definition, plus the newest space."""
+
+    defs: dict[str, dict[str, _Def]] = field(default_factory=dict)
+    newest: dict[str, str] = field(default_factory=dict)
+    exports: dict[str, _Def] = field(default_factory=dict)  # softmax statistics
+
+
+def _parse_define(value: str) -> Any:
+    low = value.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value.strip()
+
+
+class Lowerer:
+    def __init__(self, program: A.Program, defines: dict[str, str] | None, sketch: bool, sink: DiagnosticSink):
+        self.program = program
+        self.defines = dict(defines or {})
+        self.sketch = sketch
+        self.sink = sink
+        self.graph = Graph(program.file)
+        self.scopes: list[_Scope] = [_Scope()]
+        self.regions: list[Graph] = [self.graph]
+        self.versions: dict[str, int] = {}
+        self.param_locs: dict[str, Loc] = {}
+        self.loop_vars: list[str] = []
+        self.softmaxes: list[tuple[Graph, SoftmaxOp, str | None]] = []
+
+    # ------------------------------------------------------------ helpers
+    def err(self, msg: str, loc: Loc, *notes: Note) -> None:
+        self.sink.error(msg, loc, *notes)
+
+    def fresh(self, base: str, ty: TileType) -> Value:
+        n = self.versions.get(base, 0)
+        self.versions[base] = n + 1
+        return Value(base if n == 0 else f"{base}.{n}", ty, base)
+
+    def emit(self, op: Op) -> Op:
+        return self.regions[-1].add(op)
+
+    def check_ident(self, name: str, loc: Loc) -> bool:
+        problem = identifier_problem(name)
+        if problem:
+            self.err(problem, loc)
+        return problem is None
+
+    def lookup(self, name: str, space: str | None = None) -> _Def | None:
+        for scope in reversed(self.scopes):
+            if name in scope.defs:
+                spaces = scope.defs[name]
+                if space is None:
+                    want = scope.newest.get(name)
+                    return spaces.get(want) if want else None
+                if space in spaces:
+                    return spaces[space]
+        return None
+
+    def define(self, name: str, space: str, value: Value, loc: Loc) -> None:
+        scope = self.scopes[-1]
+        scope.defs.setdefault(name, {})[space] = _Def(value, loc)
+        scope.newest[name] = space
+
+    def scalar_names(self) -> set[str]:
+        return set(self.graph.params) | set(self.graph.inputs) | set(BUILTINS) | set(self.loop_vars)
+
+    def known_tile_names(self) -> list[str]:
+        names: set[str] = set()
+        for scope in self.scopes:
+            names |= set(scope.defs)
+        return sorted(names)
+
+    def check_expr(self, e: A.Expr, loc: Loc, what: str) -> None:
+        for n in sorted(A.expr_names(e)):
+            if n in self.scalar_names():
+                continue
+            if self.sketch:
+                continue
+            if self.lookup(n) is not None:
+                self.err(f"'{n}' is a tile, but {what} needs an integer or scalar expression", loc)
+                continue
+            self.err(f"undefined name '{n}' in {what}{self.suggest(n, self.scalar_names())}; "
+                     "declare it with 'Param' or 'Input'", loc)
+        if isinstance(e, A.Call) or any(isinstance(x, A.Call) for x in _subexprs(e)):
+            for c in (x for x in _subexprs(e) if isinstance(x, A.Call)):
+                if c.fn not in A.EXPR_FUNCTIONS:
+                    self.err(f"unknown function '{c.fn}' in {what}; use cdiv, min or max", loc)
+
+    @staticmethod
+    def suggest(name: str, candidates) -> str:
+        close = difflib.get_close_matches(name, list(candidates), n=1)
+        return f" (did you mean '{close[0]}'?)" if close else ""
+
+    def dtype(self, name: str | None, loc: Loc) -> str | None:
+        if name is None:
+            return None
+        if name in DTYPES:
+            return DTYPES[name]
+        if name in self.graph.params and str(self.graph.params[name]) in DTYPES:
+            return DTYPES[str(self.graph.params[name])]
+        self.err(f"unknown element type '{name}'; use bf16, fp16 or fp32", loc)
+        return None
+
+    def program_dtype(self) -> str | None:
+        v = self.graph.params.get("dtype")
+        return DTYPES.get(str(v)) if v is not None else None
+
+    def space(self, name: str, loc: Loc) -> str | None:
+        low = name.lower()
+        if low in SPACES:
+            return low
+        if low in ("registers", "reg", "rmem"):
+            hint = " (did you mean 'register'?)"
+        elif low in ("smem", "shmem", "sram"):
+            hint = " (did you mean 'shared'?)"
+        elif low in ("gmem", "hbm", "dram"):
+            hint = " (did you mean 'global'?)"
+        else:
+            hint = self.suggest(low, SPACES)
+        self.err(f"unknown memory space '{name}'{hint}; the spaces are global, shared and register", loc)
+        return None
+
+    # ------------------------------------------------------------ program
+    def run(self) -> Graph:
+        for stmt in self.program.body:
+            if isinstance(stmt, A.ParamStmt):
+                self.param(stmt)
+        for name in self.defines:
+            if name not in self.graph.params:
+                self.err(f"-D {name}: the program has no 'Param {name}'; known: "
+                         f"{', '.join(sorted(self.graph.params)) or 'none'}", Loc(self.program.file, 0, 0))
+        for name, value in self.graph.params.items():
+            if value is None and not self.sketch:
+                self.err(f"parameter '{name}' has no value; write 'Param {name} = …' or pass -D {name}=…",
+                         self.param_locs[name])
+        self.block(self.program.body)
+        self.finish_softmax()
+        drop_dead_carried(self.graph)
+        return self.graph
+
+    def param(self, s: A.ParamStmt) -> None:
+        if not self.check_ident(s.name, s.loc):
+            return
+        if s.name in self.graph.params:
+            self.err(f"parameter '{s.name}' is defined twice", s.loc,
+                     Note("first defined here", self.param_locs[s.name]))
+            return
+        if s.name in BUILTINS:
+            self.err(f"'{s.name}' is a built-in runtime index; choose another parameter name", s.loc)
+            return
+        value = _parse_define(self.defines[s.name]) if s.name in self.defines else s.value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        self.graph.params[s.name] = value
+        self.param_locs[s.name] = s.loc
+
+    def guarded_off(self, s: A.Stmt) -> bool:
+        if s.when is None:
+            return False
+        if s.when not in self.graph.params:
+            self.err(f"'when {s.when}': no boolean 'Param {s.when}' is defined", s.loc)
+            return True
+        v = self.graph.params[s.when]
+        if v is None and self.sketch:
+            return False
+        if not isinstance(v, bool):
+            self.err(f"'when {s.when}' needs a true/false parameter, but {s.when} = {v}", s.loc)
+            return True
+        return not v
+
+    def block(self, stmts) -> None:
+        for s in stmts:
+            if isinstance(s, A.ParamStmt) or self.guarded_off(s):
+                continue
+            handler = getattr(self, "stmt_" + type(s).__name__)
+            handler(s)
+
+    # ------------------------------------------------------------ statements
+    def stmt_InputStmt(self, s: A.InputStmt) -> None:
+        if s.kind not in ("int", "float"):
+            self.err(f"input type must be int or float, not '{s.kind}'", s.loc)
+        for n in s.names:
+            if not self.check_ident(n, s.loc):
+                continue
+            if n in self.graph.inputs or n in self.graph.params or n in BUILTINS:
+                self.err(f"'{n}' is already declared", s.loc)
+                continue
+            self.graph.inputs[n] = s.kind
+
+    def stmt_AllocateStmt(self, s: A.AllocateStmt) -> None:
+        space = self.space(s.space, s.space_loc)
+        if not self.check_ident(s.name, s.name_loc) or space is None:
+            return
+        for scope in self.scopes:
+            prev = scope.defs.get(s.name, {}).get(space)
+            if prev is not None and self.producer_is_alloc(prev.value):
+                self.err(f"'{s.name}' is already allocated in {space}", s.name_loc,
+                         Note("first allocated here", prev.loc))
+                return
+        for d in s.shape:
+            self.check_expr(d, s.loc, f"the shape of '{s.name}'")
+        if s.offset is not None:
+            self.check_expr(s.offset, s.loc, f"the offset of '{s.name}'")
+            if space != "global":
+                self.err("'with offset' selects a head of a global tensor; remove it from a "
+                         f"{space} allocation", s.loc)
+        dtype = self.dtype(s.dtype, s.loc) or (self.program_dtype() if space != "register" else "fp32")
+        ty = TileType(space, tuple(s.shape), dtype)
+        v = self.fresh(s.name, ty)
+        self.emit(AllocateOp((v,), (), name=s.name, space=space, shape=tuple(s.shape), dtype=dtype,
+                             offset=s.offset, loc=s.loc))
+        self.define(s.name, space, v, s.name_loc)
+
+    def producer_is_alloc(self, v: Value) -> bool:
+        op = self.regions[-1].producer(v)
+        return isinstance(op, AllocateOp)
+
+    def stmt_CopyStmt(self, s: A.CopyStmt) -> None:
+        src, dst = self.space(s.src, s.src_loc), self.space(s.dst, s.dst_loc)
+        if src is None or dst is None or not self.check_ident(s.name, s.name_loc):
+            return
+        if src == dst:
+            self.err(f"copy from {src} to {dst} does nothing; the spaces must differ", s.loc)
+            return
+        source = self.lookup(s.name, src)
+        if source is None:
+            if self.sketch and src == "global":
+                ty = TileType("global", None, self.program_dtype())
+                v = self.fresh(s.name, ty)
+                self.emit(AllocateOp((v,), (), name=s.name, space="global", shape=(), dtype=ty.dtype, loc=s.loc))
+                self.define(s.name, "global", v, s.name_loc)
+                source = self.lookup(s.name, src)
+            else:
+                elsewhere = self.lookup(s.name)
+                hint = (f"it is in {elsewhere.value.type.space} memory (defined at line {elsewhere.loc.line})"
+                        if elsewhere else "it is not defined")
+                fix = (f"add 'Allocate {s.name} in global (…)' before it" if src == "global"
+                       else f"copy it to {src} first")
+                self.err(f"'{s.name}' has no value in {src} memory to copy from: {hint}; {fix}", s.name_loc)
+                return
+        assert source is not None
+        for key, e in s.coord:
+            if key not in COORD_KEYS:
+                self.err(f"unknown coordinate '{key}'; use L (tile index along rows) or C (along columns)", s.loc)
+            self.check_expr(e, s.loc, "a coordinate")
+        if s.tile is not None:
+            for d in s.tile:
+                self.check_expr(d, s.loc, f"the tile shape of '{s.name}'")
+        if s.coord and s.tile is None:
+            self.err(f"a coordinate needs a tile shape: write 'Copy {s.name} (rows, cols) in coordinate […]'", s.loc)
+        operands: tuple[Value, ...] = (source.value,)
+        dtype = source.value.type.dtype
+        if dst == "global":
+            target = self.lookup(s.name, "global")
+            if target is None:
+                self.err(f"'{s.name}' is stored to global memory but never allocated there; add "
+                         f"'Allocate {s.name} in global (…)'", s.name_loc)
+                return
+            operands = (source.value, target.value)
+            dtype = target.value.type.dtype
+        elif src == "global" or dst == "shared":
+            dtype = source.value.type.dtype
+        ty = TileType(dst, tuple(s.tile) if s.tile is not None else None, dtype)
+        v = self.fresh(s.name, ty)
+        self.emit(CopyOp((v,), operands, src_space=src, dst_space=dst, tile=s.tile, coord=s.coord, loc=s.loc))
+        self.define(s.name, dst, v, s.name_loc)
+
+    def operand(self, name: str, loc: Loc, what: str) -> Value | None:
+        d = self.lookup(name)
+        if d is None:
+            self.err(f"undefined tile '{name}' used as {what}{self.suggest(name, self.known_tile_names())}; "
+                     "define it first (Allocate, Copy or Compute … and get)", loc)
+            return None
+        return d.value
+
+    def gemm_operand(self, op: A.Operand, role: str) -> Value | None:
+        v = self.operand(op.name, op.loc, f"the {role} operand of a GEMM")
+        if v is not None and v.type.space == "global":
+            self.err(f"GEMM operand '{op.name}' is in global memory; copy it to shared first "
+                     f"('Copy {op.name} (…) in coordinate […] from global to shared')", op.loc)
+            return None
+        return v
+
+    def stmt_GemmStmt(self, s: A.GemmStmt) -> None:
+        if not self.check_ident(s.out, s.out_loc):
+            return
+        a = self.gemm_operand(s.a, "A")
+        b = self.gemm_operand(s.b, "B")
+        operands: list[Value] = []
+        if s.accumulate:
+            acc = self.lookup(s.out)
+            if acc is None:
+                self.err(f"'accumulate {s.out}' needs an existing accumulator; add 'Allocate {s.out} in register "
+                         "(rows, cols)' before it (registers start at zero)", s.out_loc)
+                return
+            operands_acc = acc.value
+        if a is None or b is None:
+            return
+        operands = [a, b] + ([operands_acc] if s.accumulate else [])
+        v = self.fresh(s.out, TileType("register", None, "fp32"))
+        self.emit(GemmOp((v,), tuple(operands), trans_a=s.a.transposed, trans_b=s.b.transposed,
+                         accumulate=s.accumulate, loc=s.loc))
+        self.define(s.out, "register", v, s.out_loc)
+
+    def result_name(self, out: str | None, new: bool, default: str, loc: Loc) -> str | None:
+        name = out or default
+        if not self.check_ident(name, loc):
+            return None
+        if new and self.lookup(name) is None:
+            self.err(f"'get new {name}' replaces '{name}', which is not defined; write 'get {name}'", loc)
+            return None
+        return name
+
+    def stmt_ComputeStmt(self, s: A.ComputeStmt) -> None:
+        spec = ELEMENTWISE.get(s.op.lower())
+        if spec is None:
+            known = sorted({k.capitalize() for k in ELEMENTWISE} | {"GEMM", "Softmax", "Mask"})
+            self.err(f"unknown operation '{s.op}'{self.suggest(s.op.lower(), ELEMENTWISE)}; known: "
+                     + ", ".join(known), s.op_loc)
+            return
+        fn, arity = spec
+        if len(s.args) != arity:
+            self.err(f"'{s.op}' takes {arity} argument{'s' if arity > 1 else ''}, got {len(s.args)}", s.loc)
+            return
+        operands: list[Value] = []
+        for arg in s.args:
+            v = self.arg(arg)
+            if v is None:
+                return
+            operands.append(v)
+        if all(v.type.space == "scalar" for v in operands):
+            self.err(f"'{s.op}' needs at least one tile argument", s.loc)
+            return
+        name = self.result_name(s.out, s.new, s.out, s.loc)
+        if name is None:
+            return
+        tile = next(v for v in operands if v.type.space != "scalar")
+        v = self.fresh(name, TileType("register", None, tile.type.dtype))
+        self.emit(ElementwiseOp((v,), tuple(operands), fn=fn, loc=s.loc))
+        self.define(name, "register", v, s.loc)
+
+    def arg(self, arg: A.Arg) -> Value | None:
+        e = arg.expr
+        if isinstance(e, A.Name) and e.id not in self.scalar_names():
+            v = self.operand(e.id, arg.loc, "an argument")
+            if v is not None and v.type.space == "global":
+                self.err(f"'{e.id}' is in global memory; copy it to shared or registers first", arg.loc)
+                return None
+            return v
+        self.check_expr(e, arg.loc, "a Compute argument")
+        v = self.fresh(e.id if isinstance(e, A.Name) else "c", SCALAR)
+        self.emit(ScalarOp((v,), (), expr=e, loc=arg.loc))
+        return v
+
+    def stmt_SoftmaxStmt(self, s: A.SoftmaxStmt) -> None:
+        x = self.operand(s.x, s.x_loc, "the Softmax input")
+        name = self.result_name(s.out, s.new, s.x, s.loc)
+        if x is None or name is None:
+            return
+        mname, lname = s.max_name or f"{s.x}_max", s.sum_name or f"{s.x}_sum"
+        for n in (mname, lname):
+            if not self.check_ident(n, s.loc):
+                return
+        p = self.fresh(name, TileType("register", None, "fp32"))
+        m = self.fresh(mname, TileType("register", None, "fp32"))
+        l = self.fresh(lname, TileType("register", None, "fp32"))
+        op = self.emit(SoftmaxOp((p, m, l), (x,), normalized=True, loc=s.loc))
+        assert isinstance(op, SoftmaxOp)
+        self.softmaxes.append((self.regions[-1], op, s.sum_name))
+        self.define(name, "register", p, s.loc)
+        for n, v in ((mname, m), (lname, l)):
+            self.define(n, "register", v, s.loc)
+            self.scopes[-1].exports[n] = _Def(v, s.loc)
+
+    def stmt_MaskStmt(self, s: A.MaskStmt) -> None:
+        if s.alignment not in ALIGNMENTS:
+            self.err(f"causal alignment must be top_left (as SDPA) or bottom_right (as FlashAttention >= 2.1), "
+                     f"not '{s.alignment}'", s.alignment_loc)
+            return
+        x = self.operand(s.x, s.x_loc, "the Mask input")
+        name = self.result_name(s.out, s.new, s.x, s.loc)
+        if x is None or name is None:
+            return
+        v = self.fresh(name, TileType("register", None, x.type.dtype))
+        self.emit(MaskOp((v,), (x,), kind="causal", alignment=s.alignment, loc=s.loc))
+        self.define(name, "register", v, s.loc)
+
+    def stmt_ReshapeStmt(self, s: A.ReshapeStmt) -> None:
+        ok = True
+        for modes in (s.src_modes, s.dst_modes):
+            if modes[0] not in MMA_ROLE:
+                self.err(f"a Reshape layout starts with MMA_A, MMA_B or MMA_C, not '{modes[0]}'", s.loc)
+                ok = False
+        x = self.operand(s.x, s.x_loc, "the Reshape input")
+        if x is None or not ok:
+            return
+        dtype = self.dtype(s.dtype, s.loc) if s.dtype else self.program_dtype()
+        v = self.fresh(s.x, TileType("register", None, dtype, MMA_ROLE[s.dst_modes[0]]))
+        self.emit(ReshapeOp((v,), (x,), src_modes=s.src_modes, dst_modes=s.dst_modes, dtype=dtype, loc=s.loc))
+        self.define(s.x, "register", v, s.x_loc)
+
+    # ------------------------------------------------------------ loops
+    def stmt_ForStmt(self, s: A.ForStmt) -> None:
+        if not self.check_ident(s.var, s.loc):
+            return
+        if s.var in self.scalar_names():
+            self.err(f"loop variable '{s.var}' shadows a parameter, input or enclosing loop variable", s.loc)
+            return
+        self.check_expr(s.start, s.loc, "the loop start")
+        self.check_expr(s.stop, s.loc, "the loop bound")
+        assigned = _assigned_names(s.body)
+        carried: list[tuple[str, str, _Def]] = []
+        for name, spaces in assigned.items():
+            for space in sorted(spaces):
+                d = self.lookup(name, space)
+                if d is not None:
+                    carried.append((name, space, d))
+        iv = Value(s.var, TileType("scalar", (), "int"), s.var)
+        body = Graph(self.graph.file, parent=self.regions[-1])
+        scope = _Scope()
+        args = [iv]
+        for name, space, d in carried:
+            arg = self.fresh(name, d.value.type)
+            args.append(arg)
+            scope.defs.setdefault(name, {})[space] = _Def(arg, d.loc)
+        for name in {n for n, _, _ in carried}:
+            outer = self.lookup(name)
+            if outer is not None:
+                scope.newest[name] = outer.value.type.space if outer.value.type.space in SPACES else "register"
+        self.scopes.append(scope)
+        self.regions.append(body)
+        self.loop_vars.append(s.var)
+        try:
+            self.block(s.body)
+        finally:
+            self.loop_vars.pop()
+            self.regions.pop()
+            self.scopes.pop()
+        yields = [scope.defs[name][space].value for name, space, _ in carried]
+        results = [self.fresh(name, y.type) for (name, _, _), y in zip(carried, yields)]
+        exports = list(scope.exports.items())
+        ex_results = [self.fresh(n, d.value.type) for n, d in exports]
+        loop = LoopOp(tuple(results + ex_results), tuple(d.value for _, _, d in carried), var=s.var,
+                      start=s.start, stop=s.stop, body=body, args=tuple(args),
+                      yields=tuple(yields + [d.value for _, d in exports]), loc=s.loc)
+        self.emit(loop)
+        newest = {}
+        for (name, space, _), r in zip(carried, results):
+            self.define(name, space, r, s.loc)
+            newest[name] = scope.newest.get(name, space)
+        for name, want in newest.items():
+            if want in self.scopes[-1].defs.get(name, {}):
+                self.scopes[-1].newest[name] = want
+        for (n, _), r in zip(exports, ex_results):
+            self.define(n, "register", r, s.loc)
+            self.scopes[-1].exports[n] = _Def(r, s.loc) if len(self.scopes) > 1 else _Def(r, s.loc)
+        if len(self.scopes) == 1:
+            self.scopes[0].exports.clear()
+
+    # ------------------------------------------------------------ softmax normalisation
+    def finish_softmax(self) -> None:
+        """A softmax whose named sum divides something after its loop is unnormalised."""
+        divisors = {op.operands[1].base for _, op in self.graph.walk()
+                    if isinstance(op, ElementwiseOp) and op.fn == "div" and len(op.operands) == 2}
+        for region, op, sum_name in self.softmaxes:
+            if sum_name is not None and sum_name in divisors:
+                region.replace(op, replace(op, normalized=False))
+
+
+def _subexprs(e: A.Expr):
+    yield e
+    if isinstance(e, A.BinOp):
+        yield from _subexprs(e.lhs)
+        yield from _subexprs(e.rhs)
+    elif isinstance(e, A.Neg):
+        yield from _subexprs(e.operand)
+    elif isinstance(e, A.Call):
+        for a in e.args:
+            yield from _subexprs(a)
+
+
+def _assigned_names(stmts) -> dict[str, set[str]]:
+    """name → spaces that a loop body (recursively) assigns."""
+    out: dict[str, set[str]] = {}
+
+    def add(name: str | None, space: str) -> None:
+        if name:
+            out.setdefault(name, set()).add(space)
+
+    for s in stmts:
+        if isinstance(s, A.CopyStmt):
+            add(s.name, s.dst.lower())
+        elif isinstance(s, A.GemmStmt):
+            add(s.out, "register")
+        elif isinstance(s, A.ComputeStmt):
+            add(s.out, "register")
+        elif isinstance(s, (A.SoftmaxStmt, A.MaskStmt)):
+            add(s.out or s.x, "register")
+        elif isinstance(s, A.ReshapeStmt):
+            add(s.x, "register")
+        elif isinstance(s, A.ForStmt):
+            for k, v in _assigned_names(s.body).items():
+                out.setdefault(k, set()).update(v)
+    return out
+
+
+def drop_dead_carried(graph: Graph) -> None:
+    """Remove loop-carried values that nothing reads (a shared buffer refilled each trip)."""
+    used = {v.uid for _, op in graph.walk() for v in op.operands}
+    used |= {v.uid for _, op in graph.walk() if isinstance(op, LoopOp) for v in op.yields}
+    for region, op in list(graph.walk()):
+        if not isinstance(op, LoopOp):
+            continue
+        n = len(op.operands)
+        keep = [i for i in range(n) if op.results[i].uid in used or op.args[i + 1].uid in used]
+        if len(keep) == n:
+            continue
+        region.replace(op, replace(
+            op, operands=tuple(op.operands[i] for i in keep),
+            args=(op.args[0],) + tuple(op.args[i + 1] for i in keep),
+            yields=tuple(op.yields[i] for i in keep) + op.yields[n:],
+            results=tuple(op.results[i] for i in keep) + op.results[n:]))
+
+
+def lower_program(program: A.Program, defines: dict[str, str] | None = None, sketch: bool = False) -> Graph:
+    sink = DiagnosticSink()
+    graph = Lowerer(program, defines, sketch, sink).run()
+    sink.raise_if_errors()
+    return graph

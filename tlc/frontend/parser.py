@@ -1,0 +1,422 @@
+"""TL text → AST, with exact `file:line:col` diagnostics.
+
+Each line is parsed on its own by the LALR grammar in `tl.lark`; loops are assembled
+here from `for … end` and from `for … in …:` + indentation. Per-line parsing lets one
+run report every bad line, keeps columns exact, and never recurses on deep nesting.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, DiagnosticSink, Loc, Note, TlcError, error
+from tlc.frontend import ast as A
+
+MAX_SOURCE_BYTES = 1_000_000
+MAX_ERRORS = 25
+STATEMENT_WORDS = ("Param", "Input", "Allocate", "Copy", "Compute", "Reshape", "for", "end")
+
+_TERMINAL_WORDS = {
+    "NAME": "a name", "NUMBER": "a number", "COMMA": "','", "LPAR": "'('", "RPAR": "')'",
+    "EQUAL": "'='", "COLON": "':'", "LSQB": "'['", "RSQB": "']'", "PLUS": "'+'", "MINUS": "'-'",
+    "STAR": "'*'", "SLASH": "'/'", "PERCENT": "'%'", "$END": "the end of the line",
+    "TRANSPOSE": "'.T'", "GEMM_MODE": "'get' or 'accumulate'", "NEW": "'new'",
+}
+
+
+def _word(terminal: str) -> str:
+    if terminal in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[terminal]
+    if terminal.startswith("_") and terminal[1:].isalpha():
+        return f"'{terminal[1:].lower()}'"
+    return terminal.lower()
+
+
+@functools.lru_cache(maxsize=1)
+def _lark() -> Lark:
+    path = Path(__file__).with_name("tl.lark")
+    return Lark(path.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+# ------------------------------------------------------------------ line → statement
+
+
+class _ToAst(Transformer):
+    """lark tree of one line → one `ast.Stmt`; positions become `Loc`s on `lineno`."""
+
+    def __init__(self, file: str, lineno: int):
+        super().__init__()
+        self.file, self.lineno = file, lineno
+
+    def _loc(self, meta_or_tok) -> Loc:
+        col = getattr(meta_or_tok, "column", 0) or 0
+        end = getattr(meta_or_tok, "end_column", col + 1) or col + 1
+        return Loc(self.file, self.lineno, col, end)
+
+    # expressions
+    def number(self, items):
+        text = str(items[0])
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+        return A.Num(value)
+
+    def name(self, items):
+        return A.Name(str(items[0]))
+
+    def call(self, items):
+        return A.Call(str(items[0]), tuple(items[1:]))
+
+    def neg(self, items):
+        (x,) = items
+        if isinstance(x, A.Num):
+            return A.Num(-x.value)
+        return A.Neg(x)
+
+    def _bin(op):  # noqa: N805 - small factory for the four operators
+        return lambda self, items: A.BinOp(op, items[0], items[1])
+
+    add, sub, mul, div, mod = _bin("+"), _bin("-"), _bin("*"), _bin("/"), _bin("%")
+
+    def shape(self, items):
+        return tuple(items)
+
+    def modes(self, items):
+        return tuple(str(t) for t in items)
+
+    def value(self, items):
+        v = items[0]
+        return v.value if isinstance(v, A.Num) else str(v)
+
+    def as_dtype(self, items):
+        return str(items[0])
+
+    def offset(self, items):
+        return ("offset", items[0])
+
+    def coord_item(self, items):
+        return (str(items[0]), items[1])
+
+    def coord(self, items):
+        return ("coord", tuple(items))
+
+    def stats(self, items):
+        return ("stats", str(items[0]), str(items[1]))
+
+    def result(self, items):
+        new = any(isinstance(t, Token) and t.type == "NEW" for t in items)
+        name = items[-1]
+        return ("result", str(name), new, self._loc(name))
+
+    def operand(self, items):
+        return A.Operand(str(items[0]), len(items) > 1, self._loc(items[0]))
+
+    # statements (meta gives the whole line's span)
+    @v_args(meta=True)
+    def param(self, meta, items):
+        value = items[1] if len(items) > 1 else None
+        return A.ParamStmt(str(items[0]), value, loc=self._loc(meta))
+
+    def input_kind(self, items):
+        return ("kind", str(items[0]))
+
+    @v_args(meta=True)
+    def input(self, meta, items):  # noqa: A003 - grammar rule name
+        kind = items.pop()[1] if isinstance(items[-1], tuple) else "int"
+        return A.InputStmt(tuple(str(t) for t in items), kind, loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def allocate(self, meta, items):
+        name, space, shape = items[0], items[1], items[2]
+        dtype, offset = None, None
+        for extra in items[3:]:
+            if isinstance(extra, tuple) and extra[:1] == ("offset",):
+                offset = extra[1]
+            else:
+                dtype = extra
+        return A.AllocateStmt(str(name), str(space), shape, dtype, offset, name_loc=self._loc(name),
+                              space_loc=self._loc(space), loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def copy(self, meta, items):
+        name = items[0]
+        tile, coord = None, ()
+        rest = list(items[1:])
+        if rest and isinstance(rest[0], tuple) and rest[0][:1] != ("coord",):
+            tile = rest.pop(0)
+        if rest and isinstance(rest[0], tuple) and rest[0][:1] == ("coord",):
+            coord = rest.pop(0)[1]
+        src, dst = rest
+        return A.CopyStmt(str(name), tile, coord, str(src), str(dst), name_loc=self._loc(name),
+                          src_loc=self._loc(src), dst_loc=self._loc(dst), loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def gemm(self, meta, items):
+        a, b, mode, out = items
+        return A.GemmStmt(a, b, str(mode).lower() == "accumulate", str(out), out_loc=self._loc(out),
+                          loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def softmax(self, meta, items):
+        x = items[0]
+        mx = sm = out = None
+        new = False
+        for extra in items[1:]:
+            if extra[0] == "stats":
+                mx, sm = extra[1], extra[2]
+            else:
+                out, new = extra[1], extra[2]
+        return A.SoftmaxStmt(str(x), mx, sm, out, new, x_loc=self._loc(x), loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def mask(self, meta, items):
+        x, align = items[0], items[1]
+        out, new = (items[2][1], items[2][2]) if len(items) > 2 else (None, False)
+        return A.MaskStmt(str(x), str(align), out, new, x_loc=self._loc(x), alignment_loc=self._loc(align),
+                          loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def compute(self, meta, items):
+        op = items[0]
+        args = tuple(items[1:-1])
+        _, out, new, _ = items[-1]
+        return A.ComputeStmt(str(op), args, out, new, op_loc=self._loc(op), loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def arg(self, meta, items):
+        return A.Arg(items[0], self._loc(meta))
+
+    @v_args(meta=True)
+    def reshape(self, meta, items):
+        x, src, dst = items[0], items[1], items[2]
+        dtype = items[3] if len(items) > 3 else None
+        return A.ReshapeStmt(str(x), src, dst, dtype, x_loc=self._loc(x), to_loc=self._loc(meta), loc=self._loc(meta))
+
+    @v_args(meta=True)
+    def for_eq(self, meta, items):
+        return ("for", str(items[0]), items[1], items[2], False, self._loc(meta))
+
+    @v_args(meta=True)
+    def for_in(self, meta, items):
+        return ("for", str(items[0]), items[1], items[2], True, self._loc(meta))
+
+    @v_args(meta=True)
+    def end(self, meta, items):
+        return ("end", self._loc(meta))
+
+    def start(self, items):
+        stmt = items[0]
+        when = str(items[1]) if len(items) > 1 else None
+        if when is not None:
+            if isinstance(stmt, tuple):
+                raise _LineError("'when' cannot guard a loop header or 'end'", items[1])
+            stmt = replace(stmt, when=when)
+        return stmt
+
+
+class _LineError(Exception):
+    def __init__(self, message: str, token):
+        super().__init__(message)
+        self.token = token
+
+
+def _parse_line(text: str, file: str, lineno: int):
+    tree = _lark().parse(text)
+    tr = _ToAst(file, lineno)
+    tr._line = text
+    return tr.transform(tree)
+
+
+# ------------------------------------------------------------------ friendly errors
+
+
+def _hint(text: str, exc: UnexpectedInput) -> str:
+    first = text.split()[0] if text.split() else ""
+    col = getattr(exc, "column", 1) or 1
+    bad = text[col - 1 : col + 12].split()[0] if text[col - 1 :].strip() else ""
+    if first and col <= len(text) - len(text.lstrip()) + 1 and first.lower() not in {w.lower() for w in STATEMENT_WORDS}:
+        return f"unknown statement '{first}'; a statement starts with " + ", ".join(STATEMENT_WORDS)
+    if bad.startswith("^") or bad.startswith("'"):
+        return "write a transpose as '.T' after the name, e.g. 'Compute GEMM Q, K.T and get S'"
+    if bad.startswith(".") and not bad.startswith(".T"):
+        return f"unexpected '{bad}': only '.T' (transpose) may follow a name"
+    if isinstance(exc, UnexpectedCharacters):
+        return f"unexpected character {text[col - 1]!r}"
+    if isinstance(exc, (UnexpectedToken, UnexpectedEOF)):
+        expected = sorted({_word(t) for t in exc.expected if not t.startswith("__")})
+        got = "the end of the line" if isinstance(exc, UnexpectedEOF) or getattr(exc.token, "type", "") == "$END" else f"'{exc.token}'"
+        lead = first.lower()
+        shape_hint = {
+            "copy": " (form: Copy X [(tile)] [in coordinate [L = expr]] from SPACE to SPACE)",
+            "allocate": " (form: Allocate X in SPACE (dims) [as dtype] [with offset expr])",
+            "reshape": " (form: Reshape X from (MMA_C, ...) to (MMA_A, ...) [as dtype])",
+            "for": " (form: 'for n = 0:N' … 'end', or 'for n in 0:N:' with an indented body)",
+            "param": " (form: Param NAME = value)",
+        }.get(lead, "")
+        second = text.split()[1].lower() if len(text.split()) > 1 else ""
+        if lead == "compute" and ("'get' or 'accumulate'" in expected or second == "gemm"):
+            shape_hint = " (form: Compute GEMM A, B[.T] and get|accumulate C)"
+        elif lead == "compute" and "'and'" in expected:
+            shape_hint = " (an elementwise Compute ends with 'and get [new] NAME')"
+        return f"expected {_join(expected)} but found {got}{shape_hint}"
+    return "syntax error"
+
+
+def _join(words: list[str]) -> str:
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+# ------------------------------------------------------------------ blocks
+
+
+@dataclass
+class _Block:
+    var: str
+    start: A.Expr
+    stop: A.Expr
+    indented: bool
+    indent: int
+    loc: Loc
+    body: list = field(default_factory=list)
+    body_indent: int | None = None
+    broken: bool = False  # header failed to parse: already reported, stay quiet
+
+
+def _decode(data: bytes | str, file: str, sink: DiagnosticSink) -> str | None:
+    if isinstance(data, str):
+        text = data
+    else:
+        if len(data) > MAX_SOURCE_BYTES:
+            sink.error(f"file is {len(data)} bytes; a TL program is at most {MAX_SOURCE_BYTES} bytes — "
+                       "pass a TL source file, not data", Loc(file, 0, 0))
+            return None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+            sink.error(f"byte 0x{data[exc.start]:02x} is not valid UTF-8; save the file as UTF-8 text",
+                       Loc(file, line, col))
+            return None
+    if len(text) > MAX_SOURCE_BYTES:
+        sink.error(f"source is {len(text)} characters; a TL program is at most {MAX_SOURCE_BYTES}", Loc(file, 0, 0))
+        return None
+    if "\x00" in text:
+        idx = text.index("\x00")
+        line = text.count("\n", 0, idx) + 1
+        col = idx - (text.rfind("\n", 0, idx) + 1) + 1
+        sink.error("NUL byte in the source; TL files are plain text", Loc(file, line, col))
+        return None
+    return text.lstrip("\ufeff")
+
+
+def _strip_comment(line: str) -> str:
+    idx = line.find("#")
+    return (line if idx < 0 else line[:idx]).rstrip()
+
+
+_INDENT_RE = re.compile(r"^[ \t]*")
+
+
+def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
+    """Parse TL source; raises `TlcError` with every syntax error found (up to MAX_ERRORS)."""
+    sink = DiagnosticSink()
+    text = _decode(data, file, sink)
+    if text is None:
+        sink.raise_if_errors()
+    assert text is not None
+    GLOBAL_SOURCES.add(file, text)
+    top: list = []
+    stack: list[_Block] = []
+
+    def body() -> list:
+        return stack[-1].body if stack else top
+
+    def close_top(end_loc: Loc | None = None) -> None:
+        blk = stack.pop()
+        stmt = A.ForStmt(blk.var, blk.start, blk.stop, tuple(blk.body), blk.indented, loc=blk.loc)
+        body().append(stmt)
+
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if len(sink.errors) >= MAX_ERRORS:
+            sink.error(f"too many errors; stopping after {MAX_ERRORS}", Loc(file, lineno, 1))
+            break
+        line = _strip_comment(raw)
+        if not line.strip():
+            continue
+        lead = _INDENT_RE.match(line).group(0)
+        if " " in lead and "\t" in lead and any(b.indented for b in stack):
+            sink.error("indentation mixes tabs and spaces; use spaces only", Loc(file, lineno, 1, len(lead) + 1))
+            continue
+        indent = len(lead.expandtabs(4))
+        # dedent closes indentation-delimited loops
+        while stack and stack[-1].indented and stack[-1].body_indent is not None and indent < stack[-1].body_indent:
+            if indent > stack[-1].indent:
+                sink.error(f"indentation does not match any enclosing block (loop at line {stack[-1].loc.line})",
+                           Loc(file, lineno, 1, len(lead) + 1))
+            close_top()
+        if stack and stack[-1].indented and stack[-1].body_indent is None:
+            if indent <= stack[-1].indent:
+                if not stack[-1].broken:
+                    sink.error(f"loop '{stack[-1].var}' has an empty body; indent its statements under the header",
+                           stack[-1].loc)
+                close_top()
+            else:
+                stack[-1].body_indent = indent
+        try:
+            item = _parse_line(line, file, lineno)
+        except UnexpectedInput as exc:
+            col = getattr(exc, "column", 0) or 0
+            if isinstance(exc, UnexpectedEOF) or col <= 0:
+                col = len(line) + 1
+            sink.error(_hint(line, exc), Loc(file, lineno, col, col + 1))
+            if line.strip().lower().startswith("for") and line.rstrip().endswith(":"):
+                stack.append(_Block("?", A.Num(0), A.Num(0), True, indent, Loc(file, lineno, 1), broken=True))
+            continue
+        except VisitError as exc:
+            orig = exc.orig_exc
+            tok = getattr(orig, "token", None)
+            col = getattr(tok, "column", 1) or 1
+            sink.error(str(orig), Loc(file, lineno, col, (getattr(tok, "end_column", col + 1) or col + 1)))
+            continue
+        if isinstance(item, tuple) and item[0] == "for":
+            _, var, start, stop, indented, loc = item
+            stack.append(_Block(var, start, stop, indented, indent, replace(loc, col=indent + 1)))
+        elif isinstance(item, tuple) and item[0] == "end":
+            if not stack:
+                sink.error("'end' without an open loop; remove it or add a 'for' header above", item[1])
+            else:
+                close_top(item[1])
+        else:
+            body().append(item)
+    while stack:
+        blk = stack[-1]
+        if blk.broken:
+            pass
+        elif not blk.indented:
+            sink.error(f"loop '{blk.var}' opened here is never closed; add 'end' after its body", blk.loc)
+        elif blk.body_indent is None:
+            sink.error(f"loop '{blk.var}' has an empty body; indent its statements under the header", blk.loc)
+        close_top()
+    if not top and not sink.errors:
+        sink.error("the program is empty; a TL program needs at least one statement "
+                   "(Allocate, Copy, Compute, …)", Loc(file, 1, 1))
+    sink.raise_if_errors()
+    return A.Program(file, tuple(top))
+
+
+def parse_file(path: str | Path) -> A.Program:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise TlcError(error(f"cannot read '{p}': {exc.strerror or exc}", Loc(str(p), 0, 0)))
+    return parse_text(data, str(p))
+
+
+__all__ = ["parse_text", "parse_file", "Diagnostic", "Note"]

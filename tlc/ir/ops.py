@@ -1,0 +1,266 @@
+"""TL-graph ops: one frozen dataclass per statement kind, plus the explicit forms that
+passes introduce (row reductions, scaled exp2, fills).
+
+Every op has `results`, `operands`, a `loc` pointing at its `.tl` line and a `verify()`
+for structure. Attributes are the other fields; the printer and IR parser handle every
+op generically through `attrs()`, so adding an op is adding a class.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tlc.diagnostics import UNKNOWN_LOC, Loc
+from tlc.frontend.ast import Expr
+from tlc.ir.types import SPACES, Value
+
+if TYPE_CHECKING:
+    from tlc.ir.graph import Graph
+
+_STRUCTURAL = {"results", "operands", "loc", "body", "args", "yields"}
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    results: tuple[Value, ...]
+    operands: tuple[Value, ...]
+    loc: Loc = field(default=UNKNOWN_LOC, kw_only=True)
+
+    mnemonic: ClassVar[str] = "op"
+    has_effect: ClassVar[bool] = False
+    n_operands: ClassVar[tuple[int, ...] | None] = None
+    n_results: ClassVar[tuple[int, ...] | None] = (1,)
+
+    def attrs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _STRUCTURAL}
+
+    @property
+    def result(self) -> Value:
+        return self.results[0]
+
+    def verify(self) -> list[str]:
+        msgs = []
+        if self.n_operands is not None and len(self.operands) not in self.n_operands:
+            msgs.append(f"'{self.mnemonic}' takes {' or '.join(map(str, self.n_operands))} operands, "
+                        f"got {len(self.operands)}")
+        if self.n_results is not None and len(self.results) not in self.n_results:
+            msgs.append(f"'{self.mnemonic}' has {' or '.join(map(str, self.n_results))} results, got {len(self.results)}")
+        return msgs
+
+
+@dataclass(frozen=True, eq=False)
+class AllocateOp(Op):
+    """`Allocate Q in global (seqlen_q, HeadDim) [as bf16] [with offset head_idx / group]`.
+
+    Global: binds the runtime tensor of that name (one (rows, cols) slice per batch and
+    head, the head chosen by `offset`). Shared: a buffer. Register: a zero-filled tile."""
+
+    name: str = ""
+    space: str = "register"
+    shape: tuple[Expr, ...] = ()
+    dtype: str | None = None
+    offset: Expr | None = None
+    mnemonic: ClassVar[str] = "allocate"
+    n_operands: ClassVar[tuple[int, ...] | None] = (0,)
+
+    @property
+    def has_effect(self) -> bool:  # type: ignore[override]
+        return self.space != "register"
+
+    def verify(self) -> list[str]:
+        msgs = super().verify()
+        if self.space not in SPACES:
+            msgs.append(f"unknown memory space '{self.space}'")
+        return msgs
+
+
+@dataclass(frozen=True, eq=False)
+class CopyOp(Op):
+    """`Copy K (BN, HeadDim) in coordinate [L = n] from global to shared`.
+
+    `oob` says what a load does past the tensor's end: `absent` (the language's meaning:
+    those elements do not exist) or `zero` (the kernel's: zero-filled, masked later)."""
+
+    src_space: str = "global"
+    dst_space: str = "shared"
+    tile: tuple[Expr, ...] | None = None
+    coord: tuple[tuple[str, Expr], ...] = ()
+    oob: str = "absent"
+    mnemonic: ClassVar[str] = "copy"
+    has_effect: ClassVar[bool] = True
+    n_operands: ClassVar[tuple[int, ...] | None] = (1, 2)
+
+    def verify(self) -> list[str]:
+        msgs = super().verify()
+        for s in (self.src_space, self.dst_space):
+            if s not in SPACES:
+                msgs.append(f"unknown memory space '{s}'")
+        if self.oob not in ("absent", "zero"):
+            msgs.append(f"oob must be absent or zero, not '{self.oob}'")
+        if self.dst_space == "global" and len(self.operands) != 2:
+            msgs.append("a store to global takes the tile and the global tensor")
+        return msgs
+
+
+@dataclass(frozen=True, eq=False)
+class ScalarOp(Op):
+    """A scalar from an expression over params and runtime inputs (`scale`, `30.0`)."""
+
+    expr: Expr | None = None
+    mnemonic: ClassVar[str] = "scalar"
+    n_operands: ClassVar[tuple[int, ...] | None] = (0,)
+
+
+@dataclass(frozen=True, eq=False)
+class GemmOp(Op):
+    """`Compute GEMM A, B[.T] and get|accumulate C`: C (+)= op(A) · op(B)."""
+
+    trans_a: bool = False
+    trans_b: bool = False
+    accumulate: bool = False
+    mnemonic: ClassVar[str] = "gemm"
+    n_operands: ClassVar[tuple[int, ...] | None] = (2, 3)
+
+    def verify(self) -> list[str]:
+        msgs = super().verify()
+        if self.accumulate != (len(self.operands) == 3):
+            msgs.append("an accumulating gemm takes the accumulator as its third operand")
+        return msgs
+
+
+ELEMENTWISE = {  # TL spelling (lower case) → (ir fn, arity)
+    "add": ("add", 2), "subtract": ("sub", 2), "sub": ("sub", 2), "multiply": ("mul", 2), "mul": ("mul", 2),
+    "divide": ("div", 2), "div": ("div", 2), "max": ("max", 2), "maximum": ("max", 2), "min": ("min", 2),
+    "minimum": ("min", 2), "exp": ("exp", 1), "exp2": ("exp2", 1), "log": ("log", 1), "tanh": ("tanh", 1),
+    "relu": ("relu", 1), "negate": ("neg", 1), "neg": ("neg", 1), "abs": ("abs", 1), "sqrt": ("sqrt", 1),
+    "square": ("square", 1),
+}
+IR_FNS = {fn: arity for fn, arity in ELEMENTWISE.values()}
+
+
+@dataclass(frozen=True, eq=False)
+class ElementwiseOp(Op):
+    """`Compute Multiply S, scale and get new S`; row vectors broadcast along columns.
+    Division by zero gives 0 (a fully masked row divided by its zero sum is 0)."""
+
+    fn: str = "add"
+    mnemonic: ClassVar[str] = "elementwise"
+
+    def verify(self) -> list[str]:
+        msgs = super().verify()
+        if self.fn not in IR_FNS:
+            msgs.append(f"unknown elementwise function '{self.fn}'")
+        elif len(self.operands) != IR_FNS[self.fn]:
+            msgs.append(f"'{self.fn}' takes {IR_FNS[self.fn]} operands, got {len(self.operands)}")
+        return msgs
+
+
+@dataclass(frozen=True, eq=False)
+class SoftmaxOp(Op):
+    """`Compute Softmax S [with max m, sum l] [and get P]` over the enclosing loop's whole
+    domain. Results: P, the row max m and the row sum l of exp(S - m) over the domain.
+    `normalized`: P = exp(S - m) / l; otherwise P = exp(S - m) and the program divides."""
+
+    normalized: bool = True
+    mnemonic: ClassVar[str] = "softmax"
+    n_operands: ClassVar[tuple[int, ...] | None] = (1,)
+    n_results: ClassVar[tuple[int, ...] | None] = (3,)
+
+
+@dataclass(frozen=True, eq=False)
+class MaskOp(Op):
+    """`Compute Mask S causal top_left` — sets masked scores to -inf.
+
+    kind `causal`: key col > query row (+ seqlen_k - seqlen_q when bottom_right).
+    kind `bounds`: col >= `limit` (explicit form of absent elements, from the mask pass)."""
+
+    kind: str = "causal"
+    alignment: str = "top_left"
+    limit: Expr | None = None
+    mnemonic: ClassVar[str] = "mask"
+    n_operands: ClassVar[tuple[int, ...] | None] = (1,)
+
+    def verify(self) -> list[str]:
+        msgs = super().verify()
+        if self.kind not in ("causal", "bounds"):
+            msgs.append(f"unknown mask kind '{self.kind}'")
+        if self.kind == "causal" and self.alignment not in ("top_left", "bottom_right"):
+            msgs.append(f"causal alignment must be top_left or bottom_right, not '{self.alignment}'")
+        return msgs
+
+
+@dataclass(frozen=True, eq=False)
+class ReshapeOp(Op):
+    """`Reshape P from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N) as bf16`: the same
+    values in another fragment layout and element type."""
+
+    src_modes: tuple[str, ...] = ()
+    dst_modes: tuple[str, ...] = ()
+    dtype: str | None = None
+    mnemonic: ClassVar[str] = "reshape"
+    n_operands: ClassVar[tuple[int, ...] | None] = (1,)
+
+
+@dataclass(frozen=True, eq=False)
+class FullOp(Op):
+    """A register tile or row vector filled with one value (running max starts at -inf)."""
+
+    value: float = 0.0
+    shape: tuple[Expr, ...] = ()
+    dtype: str | None = "fp32"
+    mnemonic: ClassVar[str] = "full"
+    n_operands: ClassVar[tuple[int, ...] | None] = (0,)
+
+
+@dataclass(frozen=True, eq=False)
+class RowReduceOp(Op):
+    """Row max or row sum of a tile → a row vector (absent elements ignored)."""
+
+    fn: str = "max"
+    mnemonic: ClassVar[str] = "row_reduce"
+    n_operands: ClassVar[tuple[int, ...] | None] = (1,)
+
+
+@dataclass(frozen=True, eq=False)
+class ScaledExpOp(Op):
+    """exp2(x·s − m·s) with m a row vector and s a scalar (FlashAttention's scale folded
+    with log2 e). Where m = −inf (row fully masked so far) the subtrahend is 0, so the
+    result is 0, never NaN."""
+
+    mnemonic: ClassVar[str] = "scaled_exp2"
+    n_operands: ClassVar[tuple[int, ...] | None] = (3,)
+
+
+@dataclass(frozen=True, eq=False)
+class LoopOp(Op):
+    """`for n = 0:N` … `end`. The trip count is ceil(N) - start (division in a bound
+    rounds up, so a partial last tile runs). `args` = (n, carried…); `yields` feed the
+    next iteration; `results` are the carried values after the loop."""
+
+    var: str = "n"
+    start: Expr | None = None
+    stop: Expr | None = None
+    body: "Graph | None" = None
+    args: tuple[Value, ...] = ()
+    yields: tuple[Value, ...] = ()
+    mnemonic: ClassVar[str] = "loop"
+    n_results: ClassVar[tuple[int, ...] | None] = None
+
+    @property
+    def has_effect(self) -> bool:  # type: ignore[override]
+        return self.body is not None and any(op.has_effect for op in self.body.ops())
+
+    def verify(self) -> list[str]:
+        msgs = super().verify()
+        carried = len(self.args) - 1
+        if not (len(self.operands) == len(self.yields) == len(self.results) == carried):
+            msgs.append(f"loop '{self.var}' carries {carried} values but has {len(self.operands)} inits, "
+                        f"{len(self.yields)} yields and {len(self.results)} results")
+        return msgs
+
+
+OP_CLASSES: dict[str, type[Op]] = {
+    cls.mnemonic: cls
+    for cls in (AllocateOp, CopyOp, ScalarOp, GemmOp, ElementwiseOp, SoftmaxOp, MaskOp, ReshapeOp, FullOp,
+                RowReduceOp, ScaledExpOp, LoopOp)
+}
