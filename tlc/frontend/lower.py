@@ -412,6 +412,8 @@ class Lowerer:
             self.scopes[-1].exports[n] = _Def(v, s.loc)
 
     def stmt_MaskStmt(self, s: A.MaskStmt) -> None:
+        if s.alignment in self.graph.params:  # `causal Align` with `Param Align = top_left`
+            s = replace(s, alignment=str(self.graph.params[s.alignment]))
         if s.alignment not in ALIGNMENTS:
             self.err(f"causal alignment must be top_left (as SDPA) or bottom_right (as FlashAttention >= 2.1), "
                      f"not '{s.alignment}'", s.alignment_loc)

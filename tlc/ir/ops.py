@@ -235,7 +235,9 @@ class ScaledExpOp(Op):
 class LoopOp(Op):
     """`for n = 0:N` … `end`. The trip count is ceil(N) - start (division in a bound
     rounds up, so a partial last tile runs). `args` = (n, carried…); `yields` feed the
-    next iteration; `results` are the carried values after the loop."""
+    next iteration; `results` are the carried values after the loop. Yields and results
+    past the carried ones are exports: a softmax's domain statistics, the same in every
+    iteration, visible after the loop."""
 
     var: str = "n"
     start: Expr | None = None
@@ -253,7 +255,7 @@ class LoopOp(Op):
     def verify(self) -> list[str]:
         msgs = super().verify()
         carried = len(self.args) - 1
-        if not (len(self.operands) == len(self.yields) == len(self.results) == carried):
+        if not (len(self.operands) == carried and len(self.yields) == len(self.results) >= carried):
             msgs.append(f"loop '{self.var}' carries {carried} values but has {len(self.operands)} inits, "
                         f"{len(self.yields)} yields and {len(self.results)} results")
         return msgs

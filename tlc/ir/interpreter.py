@@ -1,0 +1,396 @@
+"""CPU reference interpreter of the TL graph, following specs/LANGUAGE.md literally.
+
+Tiles are float64 torch tensors carrying the global row/column index of every element
+and a validity mask: elements past a tensor's end are *absent* (no score, no
+contribution), which is what the language means and what the `mask` pass must
+reproduce explicitly. A Softmax inside a loop is normalised over the loop's whole
+domain (a first sweep gathers the statistics), so every pass that turns it into the
+online form is checked against this meaning, not against itself.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+import torch
+
+from tlc.frontend.ast import ExprError, eval_expr
+from tlc.ir.graph import Graph
+from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
+                        RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
+
+NEG_INF = float("-inf")
+
+
+class InterpError(Exception):
+    """The program did something the language forbids at run time (shape clash, layout)."""
+
+    def __init__(self, message: str, op: Op | None = None):
+        where = f"{op.loc}: " if op is not None and op.loc.line > 0 else ""
+        super().__init__(f"{where}{message}")
+        self.op = op
+
+
+@dataclass
+class Tile:
+    data: torch.Tensor            # float64, 1-D (row vector) or 2-D
+    valid: torch.Tensor           # bool, same shape
+    rows: torch.Tensor | None = None  # global row index per row
+    cols: torch.Tensor | None = None  # global column index per column
+    role: str = "none"
+
+    def t(self) -> "Tile":
+        return Tile(self.data.T, self.valid.T, self.cols, self.rows, self.role)
+
+
+@dataclass
+class GlobalRef:
+    name: str
+    slice: torch.Tensor  # (rows, cols) view into the output or input tensor
+
+
+def _rows_any(valid: torch.Tensor) -> torch.Tensor:
+    return valid.any(dim=-1) if valid.dim() == 2 else valid
+
+
+class Interpreter:
+    def __init__(self, graph: Graph, tensors: Mapping[str, torch.Tensor], scalars: Mapping[str, Any],
+                 *, check_layouts: bool = False):
+        self.graph = graph
+        self.tensors = tensors
+        self.check_layouts = check_layouts
+        self.base_env: dict[str, Any] = {k: v for k, v in graph.params.items() if isinstance(v, (int, float))}
+        self.base_env.update(scalars)
+
+    # ------------------------------------------------------------ driver
+    def run(self) -> None:
+        heads = [t.shape[1] for t in self.tensors.values()]
+        batch = next(iter(self.tensors.values())).shape[0]
+        num_heads, num_kv = max(heads), min(heads)
+        if num_heads % num_kv:
+            raise InterpError(f"{num_heads} query heads are not a multiple of {num_kv} KV heads")
+        env = dict(self.base_env, group=num_heads // num_kv, num_heads=num_heads)
+        blocks = self.grid_blocks(env)
+        for b in range(batch):
+            for h in range(num_heads):
+                for blk in range(blocks):
+                    self.region(self.graph, {}, dict(env, batch_idx=b, head_idx=h, block_idx=blk))
+
+    def grid_blocks(self, env: dict[str, Any]) -> int:
+        """block_idx covers the tiles of every tensor copied at [L = block_idx]."""
+        n = 1
+        for _, op in self.graph.walk():
+            if isinstance(op, CopyOp) and op.tile and any(k == "L" and str(e) == "block_idx" for k, e in op.coord):
+                g = op.operands[-1] if op.dst_space == "global" else op.operands[0]
+                rows = self.tensors[g.base].shape[2]
+                n = max(n, -(-rows // int(self.eval(op.tile[0], env, op))))
+        return n
+
+    def eval(self, e, env, op: Op | None, *, ceil: bool = False):
+        try:
+            return eval_expr(e, env, ceil_div=ceil)
+        except ExprError as exc:
+            raise InterpError(str(exc), op) from None
+
+    def region(self, g: Graph, vals: dict[Any, Any], env: dict[str, Any]) -> None:
+        for op in g.ops():
+            self.execute(op, vals, env)
+
+    def get(self, vals: dict[int, Any], v) -> Any:
+        if v.uid not in vals:
+            raise InterpError(f"{v} has no value (read before it is defined)")
+        return vals[v.uid]
+
+    # ------------------------------------------------------------ ops
+    def execute(self, op: Op, vals: dict[int, Any], env: dict[str, Any]) -> None:
+        handler = getattr(self, "op_" + type(op).__name__, None)
+        if handler is None:
+            raise InterpError(f"the interpreter has no meaning for '{op.mnemonic}'", op)
+        out = handler(op, [self.get(vals, v) for v in op.operands], vals, env)
+        if out is not None:
+            outs = out if isinstance(out, tuple) else (out,)
+            for r, o in zip(op.results, outs):
+                vals[r.uid] = o
+
+    def op_AllocateOp(self, op: AllocateOp, args, vals, env):
+        if op.space == "global":
+            if op.name not in self.tensors:
+                raise InterpError(f"no tensor named '{op.name}' was given", op)
+            t = self.tensors[op.name]
+            h = int(self.eval(op.offset, env, op)) if op.offset is not None else int(env["head_idx"])
+            if not 0 <= h < t.shape[1]:
+                raise InterpError(f"offset {op.offset} selects head {h} of '{op.name}', which has {t.shape[1]}", op)
+            view = t[int(env["batch_idx"]), h]
+            for axis, d in enumerate(op.shape):
+                want = self.eval(d, env, op)
+                if want != view.shape[axis]:
+                    raise InterpError(f"'{op.name}' dimension {axis} is {view.shape[axis]}, but the program "
+                                      f"declares {d} = {want}", op)
+            return GlobalRef(op.name, view)
+        if op.space == "shared":
+            return None
+        shape = tuple(int(self.eval(d, env, op)) for d in op.shape)
+        z = torch.zeros(shape, dtype=torch.float64)
+        return Tile(z, torch.ones(shape, dtype=torch.bool))
+
+    def op_CopyOp(self, op: CopyOp, args, vals, env):
+        src = args[0]
+        if op.src_space == "global":
+            return self.load(op, src, env)
+        if op.dst_space == "global":
+            return self.store(op, src, args[1], env)
+        if src is None:
+            raise InterpError("copy reads a shared buffer that holds no tile", op)
+        return src
+
+    def _index(self, op: CopyOp, env, extent: tuple[int, int]):
+        tile = [int(self.eval(d, env, op)) for d in op.tile] if op.tile else list(extent)
+        coord = {k: int(self.eval(e, env, op)) for k, e in op.coord}
+        rows = coord.get("L", 0) * tile[0] + torch.arange(tile[0])
+        cols = coord.get("C", 0) * tile[1] + torch.arange(tile[1])
+        return rows, cols
+
+    def load(self, op: CopyOp, ref: GlobalRef, env) -> Tile:
+        t = ref.slice
+        rows, cols = self._index(op, env, tuple(t.shape))
+        inside = (rows < t.shape[0])[:, None] & (cols < t.shape[1])[None, :]
+        data = torch.full((len(rows), len(cols)), float("nan"), dtype=torch.float64)
+        r_in, c_in = rows[rows < t.shape[0]], cols[cols < t.shape[1]]
+        data[: len(r_in), : len(c_in)] = t[r_in][:, c_in].to(torch.float64)
+        if op.oob == "zero":
+            return Tile(torch.where(inside, data, torch.zeros_like(data)), torch.ones_like(inside), rows, cols)
+        return Tile(data, inside, rows, cols)
+
+    def store(self, op: CopyOp, tile: Tile, ref: GlobalRef, env) -> GlobalRef:
+        t = ref.slice
+        rows, cols = self._index(op, env, tuple(t.shape))
+        if tile.data.shape != (len(rows), len(cols)):
+            raise InterpError(f"stores a {tuple(tile.data.shape)} tile into a {(len(rows), len(cols))} window", op)
+        keep = (rows < t.shape[0])[:, None] & (cols < t.shape[1])[None, :] & tile.valid
+        for i in range(len(rows)):
+            if rows[i] >= t.shape[0]:
+                continue
+            sel = keep[i]
+            t[rows[i], cols[sel]] = tile.data[i, sel].to(t.dtype)
+        return ref
+
+    def op_ScalarOp(self, op: ScalarOp, args, vals, env):
+        return self.eval(op.expr, env, op)
+
+    def op_GemmOp(self, op: GemmOp, args, vals, env):
+        a, b = args[0], args[1]
+        if not isinstance(a, Tile) or not isinstance(b, Tile):
+            raise InterpError("GEMM operands must be tiles", op)
+        if self.check_layouts:
+            self._check_roles(op, a, b)
+        a = a.t() if op.trans_a else a
+        b = b.t() if op.trans_b else b
+        if a.data.dim() != 2 or b.data.dim() != 2 or a.data.shape[1] != b.data.shape[0]:
+            raise InterpError(f"GEMM inner dimensions differ: {tuple(a.data.shape)} · {tuple(b.data.shape)}", op)
+        ad = torch.where(a.valid, a.data, torch.zeros_like(a.data))
+        bd = torch.where(b.valid, b.data, torch.zeros_like(b.data))
+        prod = ad @ bd
+        valid = a.valid.any(dim=1)[:, None] & b.valid.any(dim=0)[None, :]
+        out = Tile(prod, valid, a.rows, b.cols, "acc")
+        if op.accumulate:
+            acc = args[2]
+            if acc.data.shape != prod.shape:
+                raise InterpError(f"accumulates a {tuple(prod.shape)} product into a {tuple(acc.data.shape)} tile", op)
+            out = Tile(acc.data + prod, acc.valid & valid, a.rows if a.rows is not None else acc.rows,
+                       b.cols if b.cols is not None else acc.cols, "acc")
+        return out
+
+    def _check_roles(self, op: GemmOp, a: Tile, b: Tile) -> None:
+        if a.role == "acc":
+            raise InterpError("layout: an accumulator reaches the A operand of a GEMM without a Reshape "
+                              "to MMA_A", op)
+        if a.role == "B":
+            raise InterpError("layout: the A operand of a GEMM is in the MMA_B layout", op)
+        if b.role in ("acc", "A"):
+            raise InterpError(f"layout: the B operand of a GEMM is in the {b.role} layout", op)
+
+    def op_ElementwiseOp(self, op: ElementwiseOp, args, vals, env):
+        tiles = [a for a in args if isinstance(a, Tile)]
+        ref = max(tiles, key=lambda t: t.data.dim())
+        datas, valids = [], []
+        for a in args:
+            if isinstance(a, Tile):
+                d, v = a.data, a.valid
+                if d.dim() == 1 and ref.data.dim() == 2:
+                    d, v = d[:, None], v[:, None]
+                datas.append(d)
+                valids.append(v)
+            else:
+                datas.append(torch.tensor(float(a), dtype=torch.float64))
+        try:
+            data = _apply(op.fn, datas)
+        except RuntimeError as exc:
+            raise InterpError(f"'{op.fn}' on tiles of different shapes: {exc}", op) from None
+        valid = valids[0]
+        for v in valids[1:]:
+            valid = valid & v
+        valid = valid.expand(data.shape)
+        return Tile(data, valid, ref.rows, ref.cols if ref.data.dim() == 2 else None, ref.role)
+
+    def op_MaskOp(self, op: MaskOp, args, vals, env):
+        x: Tile = args[0]
+        if x.cols is None or (op.kind == "causal" and x.rows is None):
+            raise InterpError("mask needs a tile whose rows and columns come from sequence positions", op)
+        if op.kind == "causal":
+            shift = 0 if op.alignment == "top_left" else int(env["seqlen_k"]) - int(env["seqlen_q"])
+            masked = x.cols[None, :] > x.rows[:, None] + shift
+        else:
+            masked = (x.cols >= int(self.eval(op.limit, env, op)))[None, :].expand(x.data.shape)
+        return replace(x, data=torch.where(masked, torch.full_like(x.data, NEG_INF), x.data))
+
+    def op_ReshapeOp(self, op: ReshapeOp, args, vals, env):
+        x: Tile = args[0]
+        role = {"MMA_A": "A", "MMA_B": "B", "MMA_C": "acc"}[op.dst_modes[0]]
+        return replace(x, role=role)
+
+    def op_SoftmaxOp(self, op: SoftmaxOp, args, vals, env):
+        stats = vals.get(("stats", id(op)))
+        x: Tile = args[0]
+        if stats is None:
+            stats = _softmax_stats([x])
+        m, l = stats
+        p = _exp_sub(x, m)
+        if op.normalized:
+            p = replace(p, data=_safe_div(p.data, l.data[:, None]))
+        return p, m, l
+
+    def op_FullOp(self, op: FullOp, args, vals, env):
+        shape = tuple(int(self.eval(d, env, op)) for d in op.shape)
+        return Tile(torch.full(shape, float(op.value), dtype=torch.float64), torch.ones(shape, dtype=torch.bool))
+
+    def op_RowReduceOp(self, op: RowReduceOp, args, vals, env):
+        x: Tile = args[0]
+        if op.fn == "max":
+            data = torch.where(x.valid, x.data, torch.full_like(x.data, NEG_INF)).amax(dim=1)
+        else:
+            data = torch.where(x.valid, x.data, torch.zeros_like(x.data)).sum(dim=1)
+        return Tile(data, _rows_any(x.valid), x.rows, None)
+
+    def op_ScaledExpOp(self, op: ScaledExpOp, args, vals, env):
+        x, m, s = args
+        scale = float(s)
+        md = m.data[:, None] if (x.data.dim() == 2 and m.data.dim() == 1) else m.data
+        mv = m.valid[:, None] if (x.data.dim() == 2 and m.valid.dim() == 1) else m.valid
+        msafe = torch.where(torch.isneginf(md), torch.zeros_like(md), md)
+        data = torch.exp2(x.data * scale - msafe * scale)
+        return Tile(data, (x.valid & mv).expand(data.shape), x.rows, x.cols, x.role)
+
+    def op_LoopOp(self, op: LoopOp, args, vals, env):
+        start = int(self.eval(op.start, env, op))
+        stop = int(math.ceil(self.eval(op.stop, env, op, ceil=True)))
+        body = op.body
+        assert body is not None
+        softmaxes = [o for o in body.ops() if isinstance(o, SoftmaxOp)]
+        inner = dict(vals)
+        if softmaxes:
+            self._domain_stats(op, softmaxes, args, inner, env, start, stop)
+        carried = list(args)
+        last: list[Any] = list(carried)
+        for n in range(start, stop):
+            local = dict(inner)
+            local[op.args[0].uid] = n
+            for a, v in zip(op.args[1:], carried):
+                local[a.uid] = v
+            self.region(body, local, dict(env, **{op.var: n}))
+            last = [self.get(local, y) for y in op.yields]
+            carried = last[: len(carried)]
+        if stop <= start:
+            last = list(carried) + [self._empty_stats(op, inner, k) for k in range(len(op.yields) - len(carried))]
+        return tuple(last)
+
+    def _empty_stats(self, op: LoopOp, inner, k):
+        raise InterpError("a loop with no iterations leaves its softmax statistics undefined", op)
+
+    def _domain_stats(self, op: LoopOp, softmaxes, args, inner, env, start, stop) -> None:
+        """First sweep: the scores every Softmax sees over the whole loop domain."""
+        loop_carried = {a.uid for a in op.args[1:]}
+        for sm in softmaxes:
+            if _depends_on(op.body, sm.operands[0], loop_carried):
+                raise InterpError("the scores of a Softmax may not depend on loop-carried values", sm)
+        seen: dict[int, list[Tile]] = {id(sm): [] for sm in softmaxes}
+        targets = {sm.operands[0].uid for sm in softmaxes}
+        for n in range(start, stop):
+            local = dict(inner)
+            local[op.args[0].uid] = n
+            for a, v in zip(op.args[1:], args):
+                local[a.uid] = v
+            for o in op.body.ops():
+                if all(t in local for t in targets):
+                    break
+                self.execute(o, local, dict(env, **{op.var: n}))
+            for sm in softmaxes:
+                seen[id(sm)].append(self.get(local, sm.operands[0]))
+        for sm in softmaxes:
+            if seen[id(sm)]:
+                inner[("stats", id(sm))] = _softmax_stats(seen[id(sm)])
+
+
+def _depends_on(body: Graph, value, sources: set[int]) -> bool:
+    producers = {r.uid: o for o in body.ops() for r in o.results}
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if v.uid in sources:
+            return True
+        if v.uid in seen:
+            continue
+        seen.add(v.uid)
+        o = producers.get(v.uid)
+        if o is not None:
+            stack.extend(o.operands)
+    return False
+
+
+def _softmax_stats(tiles: list[Tile]) -> tuple[Tile, Tile]:
+    data = torch.cat([torch.where(t.valid, t.data, torch.full_like(t.data, NEG_INF)) for t in tiles], dim=1)
+    valid = torch.cat([t.valid for t in tiles], dim=1)
+    m = data.amax(dim=1)
+    msafe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    l = torch.exp(data - msafe[:, None]).sum(dim=1)
+    rows = tiles[0].rows
+    return Tile(m, _rows_any(valid), rows), Tile(l, _rows_any(valid), rows)
+
+
+def _exp_sub(x: Tile, m: Tile) -> Tile:
+    msafe = torch.where(torch.isneginf(m.data), torch.zeros_like(m.data), m.data)
+    return Tile(torch.exp(x.data - msafe[:, None]), x.valid & m.valid[:, None], x.rows, x.cols, x.role)
+
+
+def _safe_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    b = b.expand(a.shape) if b.dim() == a.dim() else b
+    zero = b == 0
+    return torch.where(zero, torch.zeros_like(a), a / torch.where(zero, torch.ones_like(b), b))
+
+
+def _apply(fn: str, d: list[torch.Tensor]) -> torch.Tensor:
+    if fn == "add":
+        return d[0] + d[1]
+    if fn == "sub":
+        return d[0] - d[1]
+    if fn == "mul":
+        return d[0] * d[1]
+    if fn == "div":
+        a, b = torch.broadcast_tensors(d[0], d[1])
+        return _safe_div(a, b)
+    if fn == "max":
+        return torch.maximum(d[0], d[1])
+    if fn == "min":
+        return torch.minimum(d[0], d[1])
+    one = {"exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "tanh": torch.tanh, "relu": torch.relu,
+           "neg": torch.neg, "abs": torch.abs, "sqrt": torch.sqrt, "square": torch.square}
+    return one[fn](d[0])
+
+
+def run_program(graph: Graph, tensors: Mapping[str, torch.Tensor], scalars: Mapping[str, Any] | None = None,
+                *, check_layouts: bool = False) -> dict[str, torch.Tensor]:
+    """Run `graph` on float tensors laid out (batch, heads, rows, cols); returns every
+    tensor (stored outputs updated). Outputs must be passed in (poisoned, e.g. NaN)."""
+    out = {k: v.clone() for k, v in tensors.items()}
+    Interpreter(graph, out, dict(scalars or {}), check_layouts=check_layouts).run()
+    return out

@@ -1,0 +1,104 @@
+"""Pipeline strings, the default TL pipeline and the pass manager
+(`--print-after`, `--print-after-all`, `--verify-each`, `--time-passes`)."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import time
+from typing import IO, Any
+
+from tlc.diagnostics import TlcError, error
+from tlc.ir.graph import Graph
+from tlc.ir.printer import print_graph
+from tlc.ir.verify import verify_structure
+from tlc.passes.base import Pass, PassContext
+from tlc.passes.registry import REGISTRY, lookup
+
+DEFAULT_PIPELINE = [
+    "verify",             # structure first: names, spaces, arity — later passes may assume them
+    "infer-shapes",       # shapes, dtypes and fragment roles feed every repair below
+    "resolve-transpose",  # needs shapes to decide which reading of `.T` is meant
+    "insert-reshape",     # needs roles (accumulator vs A operand) and the resolved GEMM operands
+    "online-softmax",     # after reshapes, so P's Reshape sits after the explicit exp2
+    "mask",               # after online softmax: masks go on the scores the exp2 reads
+    "verify-final",       # the paper's rules, checked on the repaired program
+]
+
+_ITEM = re.compile(r"\s*([a-z0-9-]+)\s*(?:\{([^}]*)\})?\s*(?:,|$)")
+
+
+def _option(cls: type[Pass], key: str, raw: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if key not in fields:
+        raise TlcError(error(f"pass '{cls.name}' has no option '{key}'; options: "
+                             f"{', '.join(fields) or 'none'}"))
+    low = raw.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(raw)
+    except ValueError:
+        return raw.strip()
+
+
+def parse_pipeline(text: str) -> list[Pass]:
+    """`"verify,insert-reshape{strict=true}"` → pass instances."""
+    passes: list[Pass] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _ITEM.match(text, pos)
+        if not m or m.end() == pos:
+            raise TlcError(error(f"bad pipeline string at '{text[pos:pos + 20]}'; "
+                                 "write 'pass-a,pass-b{opt=value}'"))
+        name, opts = m.group(1), m.group(2)
+        cls = lookup(name)
+        if cls is None:
+            raise TlcError(error(f"unknown pass '{name}'; known: {', '.join(sorted(REGISTRY))}"))
+        kwargs = {}
+        for item in filter(None, (o.strip() for o in (opts or "").split(","))):
+            key, _, raw = item.partition("=")
+            kwargs[key.strip()] = _option(cls, key.strip(), raw)
+        passes.append(cls(**kwargs))
+        pos = m.end()
+    return passes
+
+
+@dataclasses.dataclass
+class PassManager:
+    passes: list[Pass]
+    print_after: set[str] = dataclasses.field(default_factory=set)
+    print_after_all: bool = False
+    verify_each: bool = True
+    time_passes: bool = False
+    out: IO[str] = sys.stdout
+    timings: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+    def run(self, graph: Graph, ctx: PassContext | None = None) -> PassContext:
+        ctx = ctx or PassContext()
+        for p in self.passes:
+            t0 = time.perf_counter()
+            p.apply(ctx, graph)
+            self.timings.append((p.name, time.perf_counter() - t0))
+            ctx.sink.raise_if_errors()
+            if self.verify_each:
+                problems = verify_structure(graph)
+                if problems:
+                    raise TlcError([error(f"after pass '{p.name}': {msg}", loc) for msg, loc in problems])
+            if self.print_after_all or p.name in self.print_after:
+                self.out.write(f"// -----// IR after {p.name} //----- //\n")
+                self.out.write(print_graph(graph))
+        if self.time_passes:
+            total = sum(t for _, t in self.timings) or 1e-9
+            self.out.write("// pass timings\n")
+            for name, t in self.timings:
+                self.out.write(f"//   {t * 1e3:8.2f} ms  {100 * t / total:5.1f}%  {name}\n")
+        return ctx
+
+
+def run_pipeline(graph: Graph, pipeline: str | list[str] | None = None, **kw: Any) -> PassContext:
+    text = ",".join(DEFAULT_PIPELINE) if pipeline is None else (
+        pipeline if isinstance(pipeline, str) else ",".join(pipeline))
+    ctx = kw.pop("ctx", None)
+    return PassManager(parse_pipeline(text), **kw).run(graph, ctx)
