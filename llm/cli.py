@@ -84,7 +84,7 @@ _REPLAYED = ("request", "target", "translate", "max_rounds", "temperature", "see
 
 
 def _replay_conflicts(args: argparse.Namespace) -> list[str]:
-    named = [name for name in _REPLAYED if getattr(args, name, None)]
+    named = [name for name in _REPLAYED if getattr(args, name, None) is not None]
     return named + (["vanilla"] if args.vanilla else []) + (["-D"] if args.defines else [])
 
 
@@ -95,6 +95,7 @@ def _default_output(settings: RunSettings) -> Path:
 
 
 def _run_single(args: argparse.Namespace, settings: RunSettings, session: Session, log) -> bool:
+    """Run one generation; True when it fully succeeded."""
     from tlc_llm.run_tl import RunPlan, run_tl
 
     request = parse_request(settings.request, settings.target)
@@ -105,8 +106,8 @@ def _run_single(args: argparse.Namespace, settings: RunSettings, session: Sessio
     if settings.mode == "vanilla":
         from tlc_llm.vanilla import run_vanilla
 
-        return run_vanilla(session, plan, log)
-    return run_tl(session, plan, log)
+        return run_vanilla(session, plan, log).ok
+    return run_tl(session, plan, log).ok
 
 
 def _preflight(args: argparse.Namespace, settings: RunSettings) -> Path:
@@ -157,6 +158,8 @@ def run(argv: list[str], log) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point for `tlc gen`; every expected failure is one `tlc gen: error:` line."""
     def log(message: str) -> None:
+        if message.startswith("error: "):
+            message = " ".join(message.split())  # an error is one line, whatever it quotes
         print(f"tlc gen: {message}", file=sys.stderr)
 
     try:

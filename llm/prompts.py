@@ -72,8 +72,10 @@ class PromptSet:
     request: GenRequest
     facts: TargetFacts
 
-    def system(self) -> str:
-        return (PROMPT_DIR / "system.txt").read_text(encoding="utf-8").strip()
+    def system(self, language: str = "tl") -> str:
+        """`tl` for the two TL stages, `cuda` for vanilla and translation."""
+        name = "system.txt" if language == "tl" else "system_cuda.txt"
+        return (PROMPT_DIR / name).read_text(encoding="utf-8").strip()
 
     def _common(self) -> dict[str, str]:
         return {
@@ -114,3 +116,27 @@ def repair_prompt(filename: str, diagnostics: str) -> str:
 
 def no_code_prompt() -> str:
     return (PROMPT_DIR / "no_code.txt").read_text(encoding="utf-8").strip()
+
+
+def repair_cpp_prompt(filename: str, diagnostics: str) -> str:
+    lines = diagnostics.strip().splitlines()
+    if len(lines) > 60:  # an NVRTC log can run to thousands of lines of template noise
+        lines = lines[:60] + [f"... ({len(lines) - 60} more lines)"]
+    return template("repair_cpp.txt").substitute(filename=filename, diagnostics="\n".join(lines)).strip()
+
+
+def no_code_cpp_prompt() -> str:
+    return (PROMPT_DIR / "no_code_cpp.txt").read_text(encoding="utf-8").strip()
+
+
+def vanilla_abi(request: GenRequest) -> str:
+    elem = "__nv_bfloat16" if request.dtype == "bf16" else "__half"
+    if not request.causal:
+        mask = "Not causal: every query attends to every key."
+    elif (request.alignment or "top_left") == "top_left":
+        mask = "Causal, top-left aligned: query i attends to keys j <= i (as torch SDPA)."
+    else:
+        mask = "Causal, bottom-right aligned: query i attends to keys j <= i + seqlen_k - seqlen_q; a row with no key gives 0."
+    return template("vanilla_abi.txt").substitute(
+        elem=elem, d_qk=str(request.d_qk), d_v=str(request.d_v), mask_rule=mask,
+    ).strip()

@@ -12,7 +12,7 @@ from typing import Callable, Protocol
 
 from tlc_llm.checker import Check
 from tlc_llm.client import Message
-from tlc_llm.extract import candidates, pick_best
+from tlc_llm.extract import Candidate, candidates, pick_best
 from tlc_llm.prompts import no_code_prompt, repair_prompt
 
 
@@ -37,6 +37,21 @@ class StageResult:
 
 
 CheckFn = Callable[[str], Check]
+ExtractFn = Callable[[str], list[Candidate]]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What a stage asks for: how to find the code in an answer and how to ask again."""
+
+    extract: ExtractFn
+    repair: Callable[[str, str], str]  # (filename, diagnostics) -> next prompt
+    no_code: str
+    what: str = "TL"
+
+
+def tl_dialect() -> Dialect:
+    return Dialect(candidates, repair_prompt, no_code_prompt())
 
 
 def first_error_line(rendered: str) -> str:
@@ -55,18 +70,20 @@ def run_stage(
     label: str,
     filename: str,
     max_rounds: int,
+    dialect: Dialect | None = None,
 ) -> StageResult:
     """Ask once, then up to `max_rounds` repair rounds; return the first answer tlc accepts."""
+    dialect = dialect or tl_dialect()
     base: list[Message] = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
     messages = base
     problems: list[str] = []
     details = ""
     for round_no in range(max_rounds + 1):
         answer = client.complete(messages, f"{label}/round-{round_no}")
-        found = candidates(answer)
+        found = dialect.extract(answer)
         if not found:
-            problems.append("the answer contains no TL code block")
-            details, feedback = "", no_code_prompt()
+            problems.append(f"the answer contains no {dialect.what} code block")
+            details, feedback = "", dialect.no_code
         else:
             chosen = pick_best(found, check, key=lambda c: (not c.ok, c.errors))
             assert chosen is not None  # found is non-empty
@@ -75,10 +92,10 @@ def run_stage(
                 return StageResult(candidate.text, result, round_no + 1, tuple(problems))
             problems.append(first_error_line(result.rendered))
             details = result.rendered
-            feedback = repair_prompt(filename, result.rendered or "error: the program was rejected")
+            feedback = dialect.repair(filename, result.rendered or "error: the program was rejected")
         messages = base + [{"role": "assistant", "content": answer}, {"role": "user", "content": feedback}]
     answers = max_rounds + 1
     raise StageFailed(
-        f"{label}: no valid TL after {answers} answer(s) ({max_rounds} repair round(s)); last problem: {problems[-1]}",
+        f"{label}: no valid {dialect.what} after {answers} answer(s) ({max_rounds} repair round(s)); last problem: {problems[-1]}",
         details,
     )

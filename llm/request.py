@@ -62,11 +62,11 @@ class GenRequest:
 
 
 def _variant(t: str) -> str:
-    if re.search(r"\bmla\b|multi[- ]?head latent|latent attention", t):
-        return "mla_decode" if re.search(r"\bdecod", t) else "mla_prefill"
-    if re.search(r"\bmqa\b|multi[- ]?query", t):
+    if re.search(r"\bmla(?:\b|_)|multi[- ]?head latent|latent attention", t):
+        return "mla_decode" if re.search(r"decod", t) else "mla_prefill"
+    if re.search(r"\bmqa(?:\b|_)|multi[- ]?query", t):
         return "mqa"
-    if re.search(r"\bgqa\b|grouped[- ]?query", t):
+    if re.search(r"\bgqa(?:\b|_)|grouped[- ]?query", t):
         return "gqa"
     return "mha"
 

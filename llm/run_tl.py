@@ -29,12 +29,25 @@ class RunPlan:
     force: bool
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """What one run achieved; `None` means "not attempted" (--no-build, no GPU), not failure."""
+
+    written: bool
+    compiled: bool | None = None
+    correct: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.written and self.compiled is not False and self.correct is not False
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def run_tl(session: Session, plan: RunPlan, log: Log) -> bool:
-    """True when the `.tl` was written (and built, when asked); messages go to `log`."""
+def run_tl(session: Session, plan: RunPlan, log: Log) -> RunResult:
+    """Generate, write, build (unless --no-build) and optionally translate; messages go to `log`."""
     checker = Checker()
     prompts = PromptSet(plan.request, plan.facts)
     outcome = session.transcript.outcome
@@ -44,7 +57,7 @@ def run_tl(session: Session, plan: RunPlan, log: Log) -> bool:
     except StageFailed as exc:
         outcome.update(status="failed", message=str(exc))
         log(f"error: {exc}")
-        return False
+        return RunResult(False)
     write_output(plan.out_path, generated.text, plan.force)
     outcome.update(
         status="ok", output=plan.out_path.name, sha256=sha256(generated.text),
@@ -54,15 +67,15 @@ def run_tl(session: Session, plan: RunPlan, log: Log) -> bool:
         log(remark.splitlines()[0])
     log(f"wrote {plan.out_path} ({session.client.calls} LLM call(s), {generated.repair_rounds} repair round(s))")
     if plan.build_dir is None:
-        return True
+        return RunResult(True)
     built = build_tl(generated.text, plan.out_path.name, plan.facts.name, plan.build_dir, plan.settings.defines)
     if not built.ok:
         log(f"error: {plan.out_path} passes tlc check, but tlc build failed: {built.message}")
-        return False
+        return RunResult(True, compiled=False)
     log(built.message)
     if plan.settings.translate == "llm":
         from tlc_llm.translate import translate_with_llm
 
         translated = translate_with_llm(session, plan, prompts, generated.text, built.artifacts)
         log(translated.message)
-    return True
+    return RunResult(True, compiled=True)

@@ -1,0 +1,104 @@
+"""`tlc gen --eval N`: N samples per variant against a live endpoint; the compile-and-correct rate.
+
+Each sample is an ordinary single run (own seed, own `.tl` and transcript, replayable alone
+with `--replay`), so an evaluation is just a loop plus a summary (printed, and `eval.json`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from tlc_llm.client import ProviderError
+from tlc_llm.output import ensure_writable
+from tlc_llm.request import VARIANTS, GenRequest, parse_request
+from tlc_llm.run_tl import RunResult
+from tlc_llm.session import Endpoint, RunSettings, live_session, transcript_path
+from tlc_llm.targets import target_facts
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Tally:
+    variant: str
+    samples: int = 0
+    compiled: int = 0
+    correct: int = 0
+    unchecked: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def add(self, result: RunResult, messages: list[str]) -> None:
+        """Compiled means built by tlc (or by NVRTC, vanilla); --no-build counts the check only."""
+        if result.written and result.compiled is not False:
+            self.compiled += 1
+            if result.correct is True:
+                self.correct += 1
+            elif result.correct is None:
+                self.unchecked += 1
+        if not result.ok:
+            self.failures.append(next((m for m in messages if m.startswith("error")), "failed"))
+
+    def line(self) -> str:
+        rate = f"{self.correct}/{self.samples} compile-and-correct"
+        extra = f", {self.unchecked} compiled but correctness not checked" if self.unchecked else ""
+        return f"{self.variant}: {self.compiled}/{self.samples} compile, {rate}{extra}"
+
+
+def eval_requests(settings: RunSettings) -> list[GenRequest]:
+    """The request's variant, or every variant when the request says `all`."""
+    request = parse_request(settings.request, settings.target)
+    if not re.search(r"\ball\b", settings.request.lower()):
+        return [request]
+    out = []
+    for variant in VARIANTS:
+        text = re.sub(r"\ball(\s+variants?)?\b", variant, settings.request, flags=re.IGNORECASE)
+        out.append(parse_request(text, settings.target))
+    return out
+
+
+def run_eval(args: argparse.Namespace, settings: RunSettings, endpoint: Endpoint, log: Log) -> int:
+    from tlc_llm.run_tl import RunPlan, run_tl
+    from tlc_llm.vanilla import run_vanilla
+
+    out_dir: Path = args.transcript_dir or Path("tlc-gen-eval")
+    requests = eval_requests(settings)
+    suffix = ".vanilla.cu" if settings.mode == "vanilla" else ".tl"
+    plans = []
+    for request in requests:
+        for i in range(settings.eval_samples):
+            out_path = out_dir / f"{request.slug()}-s{i}{suffix}"
+            ensure_writable(out_path, args.force)
+            sample = replace(settings, request=request.describe(), seed=(settings.seed or 0) + i, eval_samples=0)
+            build_dir = None if args.no_build else out_dir
+            plans.append(RunPlan(sample, request, target_facts(settings.target), out_path, build_dir, args.force))
+    tallies = {r.variant: Tally(r.variant) for r in requests}
+    calls = 0
+    for plan in plans:
+        tally = tallies[plan.request.variant]
+        tally.samples += 1
+        session = live_session(plan.settings, endpoint, args.backoff)
+        messages: list[str] = []
+        try:
+            runner = run_vanilla if plan.settings.mode == "vanilla" else run_tl
+            result = runner(session, plan, messages.append)
+        except ProviderError as exc:
+            session.transcript.outcome.update(status="failed", message=str(exc))
+            messages.append(f"error: {exc}")
+            result = RunResult(False)
+        finally:
+            session.transcript.write(transcript_path(out_dir, plan.out_path.name))
+            calls += session.client.calls
+        tally.add(result, messages)
+        status = "ok" if result.ok else "failed"
+        log(f"{plan.out_path.name}: {status}" + (f" ({messages[-1]})" if messages else ""))
+    for tally in tallies.values():
+        log(tally.line())
+    summary = {"settings": settings.to_json(), "model": endpoint.model, "llm_calls": calls,
+               "variants": {t.variant: {k: v for k, v in vars(t).items() if k != "variant"} for t in tallies.values()}}
+    (out_dir / "eval.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    log(f"{calls} LLM call(s); summary in {out_dir / 'eval.json'}")
+    return 0

@@ -1,0 +1,188 @@
+"""Correctness of a model-written kernel on the GPU, in a child process.
+
+A faulting kernel poisons its CUDA context (or kills the process), so the launch and the
+comparison run in `python gpucheck.py <dir>`, never in tlc gen's own process. The parent
+writes the cubin and a JSON spec into a temp dir and reads one JSON line back. This file
+has no tlc/tlc_llm imports in the child path so it runs by file name.
+
+Tolerance is FlashAttention's rule (DESIGN §8): pass iff max|out − ref| ≤ 2·max|lowp − ref|
++ 2·noise, with ref in fp32 from the test-dtype inputs, lowp in the test dtype with the
+scale applied to K, noise = max|(ref + 0.3 − 0.3) − ref| in the test dtype.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CHILD_TIMEOUT_S = 300
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Div: operator.floordiv}
+
+
+@dataclass(frozen=True)
+class CorrectnessResult:
+    correct: bool | None  # None: not checked (no GPU), which is not a failure
+    summary: str
+
+
+def _int_expr(text: str) -> int | None:
+    """Evaluate `64 * 2`-style integer constants; anything else is not ours to guess."""
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError(text)
+    try:
+        return ev(ast.parse(text.replace("u", "").strip(), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError):
+        return None
+
+
+def launch_constants(source: str) -> dict[str, int] | str:
+    """BLOCK_M, NUM_THREADS, SMEM_BYTES from the source, or why they cannot be read."""
+    found: dict[str, int] = {}
+    for name in ("BLOCK_M", "NUM_THREADS", "SMEM_BYTES"):
+        m = re.search(rf"\b(?:constexpr\s+(?:static\s+)?[\w:]+|#define)\s+{name}\b\s*=?\s*([^;\n]+)", source)
+        value = _int_expr(m.group(1).rstrip(";")) if m else None
+        if value is None or value < 0:
+            return f"the source does not define {name} as an integer constant"
+        found[name] = value
+    if found["BLOCK_M"] <= 0 or not 0 < found["NUM_THREADS"] <= 1024:
+        return "BLOCK_M must be positive and NUM_THREADS in 1..1024"
+    return found
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def cases_for(variant: str, causal: bool) -> list[dict[str, int]]:
+    """Odd sizes on purpose: partial tiles are where hand-written kernels go wrong."""
+    heads = {"gqa": (4, 2), "mqa": (4, 1)}.get(variant, (2, 2))
+    if variant == "mla_decode":
+        return [dict(batch=2, hq=4, hkv=4, sq=1, sk=777), dict(batch=1, hq=2, hkv=2, sq=2, sk=130)]
+    shapes = [(128, 128), (200, 333), (333, 200)] if not causal else [(128, 128), (200, 333), (97, 97)]
+    return [dict(batch=2, hq=heads[0], hkv=heads[1], sq=sq, sk=sk) for sq, sk in shapes]
+
+
+def check_vanilla_on_gpu(source: str, cubin: bytes, request: Any) -> CorrectnessResult:
+    if not gpu_available():
+        return CorrectnessResult(None, "not checked (no CUDA GPU here)")
+    constants = launch_constants(source)
+    if isinstance(constants, str):
+        return CorrectnessResult(False, f"cannot launch: {constants}")
+    spec = {
+        "dtype": request.dtype, "d_qk": request.d_qk, "d_v": request.d_v, "causal": request.causal,
+        "alignment": request.alignment or "top_left", "cases": cases_for(request.variant, request.causal),
+        **constants,
+    }
+    with tempfile.TemporaryDirectory(prefix="tlc-gpucheck-") as tmp:
+        Path(tmp, "kernel.cubin").write_bytes(cubin)
+        Path(tmp, "spec.json").write_text(json.dumps(spec))
+        try:
+            proc = subprocess.run([sys.executable, __file__, tmp], capture_output=True, text=True,
+                                  timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return CorrectnessResult(False, f"kernel did not finish within {CHILD_TIMEOUT_S} s")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        return CorrectnessResult(False, f"kernel run failed in the child process: {tail}")
+    report = json.loads(lines[-1])
+    return CorrectnessResult(bool(report["correct"]), report["summary"])
+
+
+# ---- child process -------------------------------------------------------------------------
+
+def _reference(q, k, v, scale: float, causal: bool, alignment: str, dtype):
+    """(ref, lowp): fp32 attention from the inputs, and the test-dtype one with the scale on K."""
+    import torch
+
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    sq, sk = q.shape[2], k.shape[2]
+    mask = None
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        mask = j <= i + (sk - sq if alignment == "bottom_right" else 0)
+
+    def attend(qq, kk, vv, lowp: bool):
+        s = qq @ (kk * scale).transpose(-1, -2) if lowp else (qq @ kk.transpose(-1, -2)) * scale
+        s = s.float()
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # fully masked rows give 0
+        return (p.to(vv.dtype) @ vv).float() if lowp else p @ vv
+
+    ref = attend(q.float(), k.float(), v.float(), lowp=False)
+    lowp = attend(q, k, v, lowp=True)
+    return ref, lowp
+
+
+def _child(directory: str) -> None:
+    import ctypes
+
+    import torch
+    from cuda.bindings import driver as cu
+
+    spec = json.loads(Path(directory, "spec.json").read_text())
+    dtype = torch.bfloat16 if spec["dtype"] == "bf16" else torch.float16
+    torch.zeros(1, device="cuda")  # makes torch's primary context current for the driver API
+    err, module = cu.cuModuleLoadData(Path(directory, "kernel.cubin").read_bytes())
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise SystemExit(f"cuModuleLoadData failed: {err}")
+    err, func = cu.cuModuleGetFunction(module, b"attention_fwd")
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise SystemExit("the cubin has no extern \"C\" attention_fwd kernel")
+    smem = int(spec["SMEM_BYTES"])
+    if smem > 48 * 1024:
+        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        (err,) = cu.cuFuncSetAttribute(func, attr, smem)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise SystemExit(f"cannot raise dynamic shared memory to {smem} bytes: {err}")
+    torch.manual_seed(0)
+    worst = ""
+    for case in spec["cases"]:
+        b, hq, hkv, sq, sk = case["batch"], case["hq"], case["hkv"], case["sq"], case["sk"]
+        q = torch.randn(b, hq, sq, spec["d_qk"], device="cuda", dtype=dtype)
+        k = torch.randn(b, hkv, sk, spec["d_qk"], device="cuda", dtype=dtype)
+        v = torch.randn(b, hkv, sk, spec["d_v"], device="cuda", dtype=dtype)
+        o = torch.full((b, hq, sq, spec["d_v"]), float("nan"), device="cuda", dtype=dtype)  # poisoned
+        scale = spec["d_qk"] ** -0.5
+        args = ((q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), b, hq, hkv, sq, sk, scale),
+                (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 5 + (ctypes.c_float,))
+        grid = (-(-sq // spec["BLOCK_M"]), hq, b)
+        stream = torch.cuda.current_stream().cuda_stream
+        (err,) = cu.cuLaunchKernel(func, *grid, spec["NUM_THREADS"], 1, 1, smem, stream, args, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise SystemExit(f"launch failed: {err}")
+        torch.cuda.synchronize()
+        ref, lowp = _reference(q, k, v, scale, spec["causal"], spec["alignment"], dtype)
+        noise = ((ref.to(dtype) + 0.3 - 0.3).float() - ref).abs().max().item()
+        err_out = (o.float() - ref).abs().max().item()
+        bound = 2 * (lowp - ref).abs().max().item() + 2 * noise
+        shape = f"B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}"
+        if not err_out <= bound:  # NaN (never written) fails here too
+            print(json.dumps({"correct": False, "summary": f"wrong at {shape}: max error {err_out:.3g} > {bound:.3g}"}))
+            return
+        worst = f"max error {err_out:.3g} <= {bound:.3g} at {shape}"
+    print(json.dumps({"correct": True, "summary": f"correct on {len(spec['cases'])} shapes ({worst})"}))
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])

@@ -1,0 +1,109 @@
+"""A real OpenAI-compatible chat-completions server on 127.0.0.1, replaying a script.
+
+Each POST to /v1/chat/completions takes the next scripted `Reply`: a chat answer, a raw
+body (garbage, truncated JSON), an HTTP status (429, 500), a delay (slow server), or a
+dropped connection. Requests are kept for assertions (headers included).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int = 200
+    body: str = ""
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    drop: bool = False  # close the connection without answering
+
+
+def completion(content: str, *, finish_reason: str = "stop") -> str:
+    return json.dumps({
+        "id": "chatcmpl-test", "object": "chat.completion", "model": "scripted",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                     "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    })
+
+
+def answer(content: str) -> Reply:
+    return Reply(200, completion(content))
+
+
+def fenced(code: str, tag: str = "tl", chatter: str = "Here is the program.") -> Reply:
+    return answer(f"{chatter}\n\n```{tag}\n{code.rstrip()}\n```\n\nIt follows the rules.")
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+
+
+class ScriptedServer:
+    def __init__(self, script: list[Reply] | None = None) -> None:
+        self.script: list[Reply] = list(script or [])
+        self.received: list[Received] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except json.JSONDecodeError:
+                    body = None
+                with server._lock:
+                    server.received.append(Received(self.path, dict(self.headers), body))
+                    reply = server.script.pop(0) if server.script else Reply(500, '{"error": "script exhausted"}')
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    reply = Reply(404, '{"error": "not found"}')
+                if reply.delay_s:
+                    server._stop.wait(reply.delay_s)
+                if reply.drop:
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                data = reply.body.encode("utf-8")
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for key, value in reply.headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> ScriptedServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
