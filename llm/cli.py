@@ -18,11 +18,11 @@ from tlc_llm.request import RequestError, parse_request
 from tlc_llm.session import (
     Endpoint, RunSettings, Session, SetupError, live_session, replay_session, transcript_path,
 )
-from tlc_llm.targets import target_facts
+from tlc_llm.targets import TargetError, target_facts
 from tlc_llm.transcript import TranscriptError, load, unique_path
 
 DEFAULT_TARGET = "sm_90"
-_FAILURES = (ProviderError, ToolchainError, OutputExists, RequestError, SetupError, TranscriptError)
+_FAILURES = (ProviderError, ToolchainError, OutputExists, RequestError, SetupError, TargetError, TranscriptError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,7 +64,7 @@ def _defines(items: list[str]) -> dict[str, str]:
 
 
 def _settings(args: argparse.Namespace) -> RunSettings:
-    if not args.request:
+    if args.request is None:
         raise SetupError('missing request, e.g. tlc gen "GQA, causal, head dim 128, bf16" --target sm_90')
     request = parse_request(args.request, args.target)
     for name, value in (("--max-rounds", args.max_rounds), ("--retries", args.retries), ("--eval", args.eval)):

@@ -31,6 +31,7 @@ class Candidate:
 
 def fenced_blocks(answer: str) -> list[tuple[str, str]]:
     """(tag, body) for each fenced block; an unclosed last fence (a cut-off answer) runs to the end."""
+    answer = answer.replace("\r\n", "\n").replace("\r", "\n")
     blocks: list[tuple[str, str]] = []
     pos = 0
     while True:

@@ -11,6 +11,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 
+class TargetError(ValueError):
+    """An unknown target name; the message lists the known ones."""
+
+
 @dataclass(frozen=True)
 class TargetFacts:
     name: str  # the --target spelling, e.g. sm_90
@@ -110,5 +114,5 @@ def _from_tlc(name: str) -> TargetFacts | None:
 def target_facts(name: str) -> TargetFacts:
     facts = _from_tlc(name) or TABLE.get(name)
     if facts is None:
-        raise KeyError(f"unknown target {name!r}: expected one of {', '.join(TABLE)}")
+        raise TargetError(f"unknown target {name!r}: expected one of {', '.join(TABLE)}")
     return facts

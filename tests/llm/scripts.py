@@ -1,0 +1,49 @@
+"""Scripted model answers built from the real specs/*.tl, read at test time (never copied)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+
+
+def spec_files() -> list[Path]:
+    return sorted(SPECS.glob("*.tl"))
+
+
+def spec_text(name: str = "mha_fwd.tl") -> str:
+    return (SPECS / name).read_text(encoding="utf-8")
+
+
+def request_for(spec: Path) -> str:
+    """`mla_decode_fwd.tl` → "mla decode": what a user would type for that spec."""
+    stem = re.sub(r"_(fwd|forward)$", "", spec.stem)
+    return stem.replace("_", " ")
+
+
+def sketch_of(program: str) -> str:
+    """A stage-1 answer: the program without its comments (a full program is a valid sketch)."""
+    keep = [ln for ln in program.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    return "\n".join(keep) + "\n"
+
+
+def without_reshape(program: str) -> str:
+    out = [ln for ln in program.splitlines() if not re.match(r"\s*reshape\b", ln, re.IGNORECASE)]
+    assert len(out) < len(program.splitlines()), "the spec has no Reshape to drop"
+    return "\n".join(out) + "\n"
+
+
+def wrong_transpose(program: str) -> str:
+    bad, n = re.subn(r"(Compute GEMM \w+, )(\w+)\.T\b", r"\1\2", program, count=1, flags=re.IGNORECASE)
+    assert n == 1, "the spec has no `X, K.T` GEMM"
+    return bad
+
+
+def syntax_error(program: str) -> tuple[str, int]:
+    """Break the first tile shape of a Copy (drop its `)`); returns the text and the 1-based line."""
+    lines = program.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\s*copy\s+\w+\s*\(", line, re.IGNORECASE):
+            lines[i] = line.replace(")", "", 1)
+            return "\n".join(lines) + "\n", i + 1
+    raise AssertionError("the spec has no Copy with a tile shape")
