@@ -40,7 +40,8 @@ def _word(terminal: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
     path = Path(__file__).with_name("tl.lark")
-    return Lark(path.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
+    return Lark(path.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False,
+                start=["start", "expr"])
 
 
 # ------------------------------------------------------------------ line → statement
@@ -223,8 +224,13 @@ class _LineError(Exception):
         self.token = token
 
 
+def parse_expr(text: str) -> A.Expr:
+    """One integer/scalar expression (used by the IR text parser and `-D` checks)."""
+    return _ToAst("<expr>", 1).transform(_lark().parse(text, start="expr"))
+
+
 def _parse_line(text: str, file: str, lineno: int):
-    tree = _lark().parse(text)
+    tree = _lark().parse(text, start="start")
     tr = _ToAst(file, lineno)
     tr._line = text
     return tr.transform(tree)

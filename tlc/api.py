@@ -1,0 +1,84 @@
+"""The Python entry points: check TL text, lower it, run the passes, interpret it.
+
+Everything the CLI and the LLM workflow do goes through here, so both see the same
+diagnostics. Nothing here raises anything but `TlcError` for bad input.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, DiagnosticSink, TlcError, error
+from tlc.frontend.format import format_program
+from tlc.frontend.lower import lower_program
+from tlc.frontend.parser import parse_text
+from tlc.ir.graph import Graph
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    formatted: str | None = None
+    graph: Graph | None = None
+
+    @property
+    def rendered(self) -> str:
+        return "\n".join(d.render(GLOBAL_SOURCES) for d in self.diagnostics)
+
+
+def lower_source(text: str | bytes, filename: str = "<input>", *, sketch: bool = False,
+                 defines: Mapping[str, str] | None = None) -> Graph:
+    return lower_program(parse_text(text, filename), dict(defines or {}), sketch)
+
+
+def compile_graph(text: str | bytes, filename: str = "<input>", *, sketch: bool = False,
+                  defines: Mapping[str, str] | None = None, pipeline: str | None = None,
+                  run_passes: bool = True, **pm_options: Any) -> tuple[Graph, list[Diagnostic]]:
+    """Parse, lower and (unless a sketch) run the TL pipeline; returns graph and remarks."""
+    graph = lower_source(text, filename, sketch=sketch, defines=defines)
+    if sketch or not run_passes:
+        return graph, []
+    from tlc.passes.base import PassContext
+    from tlc.passes.pipeline import run_pipeline
+
+    ctx = PassContext(sink=DiagnosticSink(), sketch=sketch)
+    run_pipeline(graph, pipeline, ctx=ctx, **pm_options)
+    return graph, [d for d in ctx.sink.items if d.severity != "error"]
+
+
+def check_source(text: str | bytes, filename: str = "<input>", *, sketch: bool = False,
+                 defines: Mapping[str, str] | None = None, run_passes: bool = True) -> CheckResult:
+    """Diagnostics for TL text: errors (ok=False) or remarks such as an inserted Reshape."""
+    try:
+        program = parse_text(text, filename)
+        graph, remarks = compile_graph(text, filename, sketch=sketch, defines=defines, run_passes=run_passes)
+    except TlcError as exc:
+        return CheckResult(False, exc.diagnostics)
+    return CheckResult(True, remarks, format_program(program), graph)
+
+
+def check_file(path: str | Path, **kw: Any) -> CheckResult:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        return CheckResult(False, [error(f"cannot read '{p}': {exc.strerror or exc}")])
+    return check_source(data, str(p), **kw)
+
+
+def default_scalars(graph: Graph, tensors: Mapping[str, Any], scale: float | None = None) -> dict[str, Any]:
+    """Runtime inputs an attention-shaped program declares, taken from the tensors."""
+    out: dict[str, Any] = {}
+    first = tensors.get("Q", tensors.get("A"))
+    second = tensors.get("K", tensors.get("B"))
+    for name in graph.inputs:
+        if name == "seqlen_q" and first is not None:
+            out[name] = int(first.shape[2])
+        elif name == "seqlen_k" and second is not None:
+            out[name] = int(second.shape[2])
+        elif name == "scale":
+            out[name] = scale if scale is not None else 1.0 / math.sqrt(int(first.shape[-1]))
+    return out

@@ -1,0 +1,240 @@
+"""`tlc` command line: check, fmt, show, interp, test, build, gen.
+
+Every failure is a diagnostic on stderr and exit status 1; a Python traceback only
+with TLC_DEBUG=1. `tlc gen` lives in the optional LLM package and is reached through
+the `tlc.commands` entry point, so tlc never imports it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+from tlc.diagnostics import GLOBAL_SOURCES, TlcError
+
+
+def _defines(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise TlcError(_err(f"-D {item}: write -D NAME=VALUE"))
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _err(msg: str):
+    from tlc.diagnostics import error
+
+    return error(msg)
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise TlcError(_err(f"cannot read '{path}': {exc.strerror or exc}"))
+
+
+def cmd_check(args) -> int:
+    from tlc.api import check_source
+
+    status = 0
+    for path in args.files:
+        try:
+            data = _read(path)
+        except TlcError as exc:
+            print(exc.render(), file=sys.stderr)
+            status = 1
+            continue
+        res = check_source(data, path, sketch=args.sketch, defines=_defines(args.define),
+                           run_passes=not args.no_passes)
+        if res.diagnostics:
+            print(res.rendered, file=sys.stderr)
+        if not res.ok:
+            status = 1
+        elif not args.quiet:
+            print(f"{path}: ok")
+    return status
+
+
+def cmd_fmt(args) -> int:
+    from tlc.frontend.format import format_program
+    from tlc.frontend.parser import parse_text
+
+    data = _read(args.file)
+    text = format_program(parse_text(data, args.file))
+    if not args.in_place:
+        sys.stdout.write(text)
+        return 0
+    if b"#" in data and not args.force:
+        raise TlcError(_err(f"{args.file} has comments, which fmt drops; rerun with --force to overwrite "
+                            "it anyway, or without -i to print"))
+    tmp = Path(args.file + ".tlc-fmt.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, args.file)
+    return 0
+
+
+def cmd_show(args) -> int:
+    from tlc.api import compile_graph, lower_source
+    from tlc.ir.printer import print_graph
+
+    data = _read(args.file)
+    defines = _defines(args.define)
+    if not (args.print_after or args.print_after_all or args.pipeline or args.time_passes):
+        graph = lower_source(data, args.file, defines=defines, sketch=args.sketch)
+        sys.stdout.write(print_graph(graph, with_locs=not args.no_locs))
+        return 0
+    _, remarks = compile_graph(data, args.file, defines=defines, pipeline=args.pipeline,
+                               print_after=set(args.print_after or []), print_after_all=args.print_after_all,
+                               time_passes=args.time_passes, verify_each=not args.no_verify_each)
+    for d in remarks:
+        print(d.render(GLOBAL_SOURCES), file=sys.stderr)
+    return 0
+
+
+def cmd_interp(args) -> int:
+    from tlc.api import compile_graph
+    from tlc.interp_check import DEFAULT_SIZES, check_interpreter
+
+    data = _read(args.file)
+    sizes = DEFAULT_SIZES
+    if args.sizes:
+        sizes = tuple(tuple(int(x) for x in s.split("x")) for s in args.sizes.split(","))  # type: ignore[misc]
+    graph, _ = compile_graph(data, args.file, defines=_defines(args.define), run_passes=args.passes)
+    worst = 0.0
+    for r in check_interpreter(graph, sizes, seed=args.seed):
+        print(f"{args.file}: seqlen_q={r.seqlen_q} seqlen_k={r.seqlen_k} max relative error {r.max_rel_error:.3e}"
+              f" at (batch, head, row) = {r.where}")
+        worst = max(worst, r.max_rel_error)
+    if worst > args.tolerance:
+        print(f"{args.file}: error: max relative error {worst:.3e} exceeds {args.tolerance:g}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_test(args) -> int:
+    from tlc.testing.runner import run_tl_test
+
+    return run_tl_test(args.file, examples=args.examples, seed=args.seed, gpu=args.gpu, arch=args.arch,
+                       defines=_defines(args.define))
+
+
+def cmd_build(args) -> int:
+    from tlc.build import build_files
+
+    return build_files(args.files, arch=args.arch, out_dir=args.output, defines=_defines(args.define),
+                       jobs=args.jobs)
+
+
+def _plugin(name: str) -> Callable[[list[str]], int] | None:
+    try:
+        eps = metadata.entry_points(group="tlc.commands")
+    except Exception:
+        return None
+    for ep in eps:
+        if ep.name == name:
+            return ep.load()
+    return None
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tlc", description="Compile LLM-TL attention programs to CuTe kernels.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(sp, define=True):
+        if define:
+            sp.add_argument("-D", dest="define", action="append", metavar="NAME=VALUE",
+                            help="bind a Param (repeatable)")
+        return sp
+
+    sp = common(sub.add_parser("check", help="report diagnostics only; exit 1 on error"))
+    sp.add_argument("files", nargs="+", metavar="FILE")
+    sp.add_argument("--sketch", action="store_true", help="accept a sketch: open params, no shapes")
+    sp.add_argument("--no-passes", action="store_true", help="frontend checks only")
+    sp.add_argument("-q", "--quiet", action="store_true")
+    sp.set_defaults(fn=cmd_check)
+
+    sp = sub.add_parser("fmt", help="print the canonical form of a TL file")
+    sp.add_argument("file", metavar="FILE")
+    sp.add_argument("-i", "--in-place", action="store_true", help="rewrite the file")
+    sp.add_argument("--force", action="store_true", help="with -i: overwrite even if comments are dropped")
+    sp.set_defaults(fn=cmd_fmt)
+
+    sp = common(sub.add_parser("show", help="print the TL graph (optionally after passes)"))
+    sp.add_argument("file", metavar="FILE")
+    sp.add_argument("--print-after", action="append", metavar="PASS")
+    sp.add_argument("--print-after-all", action="store_true")
+    sp.add_argument("--pipeline", help="comma-separated passes, e.g. 'verify,infer-shapes'")
+    sp.add_argument("--time-passes", action="store_true")
+    sp.add_argument("--no-verify-each", action="store_true", help="skip the structural verifier between passes")
+    sp.add_argument("--no-locs", action="store_true", help="omit loc(line:col)")
+    sp.add_argument("--sketch", action="store_true")
+    sp.set_defaults(fn=cmd_show)
+
+    sp = common(sub.add_parser("interp", help="run on random inputs at small sizes against a float64 reference"))
+    sp.add_argument("file", metavar="FILE")
+    sp.add_argument("--sizes", help="QxK pairs, e.g. 17x33,1x1 (default: a set of odd sizes)")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--tolerance", type=float, default=1e-6)
+    sp.add_argument("--passes", action="store_true", help="interpret after the TL pass pipeline")
+    sp.set_defaults(fn=cmd_interp)
+
+    sp = common(sub.add_parser("test", help="hypothesis property tests of a TL program"))
+    sp.add_argument("file", metavar="FILE")
+    sp.add_argument("--examples", type=int, default=100)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--gpu", action="store_true", help="also build and run the kernel")
+    sp.add_argument("--arch", default="sm_90")
+    sp.set_defaults(fn=cmd_test)
+
+    sp = common(sub.add_parser("build", help="compile TL files to .cu, .cubin and .json"))
+    sp.add_argument("files", nargs="+", metavar="FILE")
+    sp.add_argument("--arch", default="sm_90", help="sm_80, sm_86, sm_89, sm_90 (default) or sm_90a")
+    sp.add_argument("-o", "--output", default="build", metavar="DIR")
+    sp.add_argument("-j", "--jobs", type=int, default=0, help="parallel builds (default: CPU count)")
+    sp.set_defaults(fn=cmd_build)
+
+    sub.add_parser("gen", help="LLM workflow: request → TL → kernel (needs the tlc_llm package)", add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "gen":
+        fn = _plugin("gen")
+        if fn is None:
+            print("tlc: error: 'tlc gen' needs the LLM workflow package (tlc_llm); install tlc with it "
+                  "(pip install -e .)", file=sys.stderr)
+            return 1
+        return int(fn(argv[1:]) or 0)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.fn(args) or 0)
+    except TlcError as exc:
+        print(exc.render(GLOBAL_SOURCES), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tlc: interrupted", file=sys.stderr)
+        return 130
+    except RecursionError:
+        print("tlc: error: the program nests too deeply to process", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the promise: no tracebacks for users
+        if os.environ.get("TLC_DEBUG"):
+            raise
+        print(f"tlc: internal error: {type(exc).__name__}: {exc} (rerun with TLC_DEBUG=1 for a traceback, "
+              "and please report it)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
