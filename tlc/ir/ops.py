@@ -118,6 +118,11 @@ class GemmOp(Op):
     trans_a: bool = False
     trans_b: bool = False
     accumulate: bool = False
+    # Set by resolve-transpose: which dimension of the stored operand tile is contiguous.
+    # "k": the MMA reads it as is (plain ldmatrix); "mn": it needs a transposing load
+    # (ldmatrix.trans), as V in P·V. None: not resolved yet.
+    a_major: str | None = None
+    b_major: str | None = None
     mnemonic: ClassVar[str] = "gemm"
     n_operands: ClassVar[tuple[int, ...] | None] = (2, 3)
 
@@ -125,6 +130,9 @@ class GemmOp(Op):
         msgs = super().verify()
         if self.accumulate != (len(self.operands) == 3):
             msgs.append("an accumulating gemm takes the accumulator as its third operand")
+        for side, major in (("a", self.a_major), ("b", self.b_major)):
+            if major not in (None, "k", "mn"):
+                msgs.append(f"{side}_major must be k or mn, not '{major}'")
         return msgs
 
 
@@ -172,11 +180,14 @@ class MaskOp(Op):
     """`Compute Mask S causal top_left` — sets masked scores to -inf.
 
     kind `causal`: key col > query row (+ seqlen_k - seqlen_q when bottom_right).
-    kind `bounds`: col >= `limit` (explicit form of absent elements, from the mask pass)."""
+    kind `bounds`: col >= `limit` (explicit form of absent elements, from the mask pass).
+    `from_iteration` `[n = e]` (set by the mask pass): the mask applies only in trips with
+    n >= e (floor division); earlier tiles are known to have nothing to mask."""
 
     kind: str = "causal"
     alignment: str = "top_left"
     limit: Expr | None = None
+    from_iteration: tuple[tuple[str, Expr], ...] = ()
     mnemonic: ClassVar[str] = "mask"
     n_operands: ClassVar[tuple[int, ...] | None] = (1,)
 

@@ -1,0 +1,66 @@
+"""verify: the first pass — structure only (names, memory spaces, arity, SSA), no repairs.
+
+Later passes may then assume every op is well formed; what the paper's rules require
+(Allocates, Reshapes, `.T`) is checked after the repairs, by verify-final. It changes
+nothing:
+
+    %S = gemm(%Q.2, %K.4)   where %Q.2 is in shared memory and `gemm` has 2 operands: ok
+    %K.4 = copy(%K.3) {src_space = global, …}  where %K.3 is in shared: error
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tlc.frontend.names import identifier_problem
+from tlc.ir.graph import Graph
+from tlc.ir.ops import AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, SoftmaxOp
+from tlc.ir.types import SPACES
+from tlc.ir.verify import verify_structure
+from tlc.passes.base import Pass, PassContext
+
+_REGISTER_ONLY = (ElementwiseOp, MaskOp, SoftmaxOp, ReshapeOp)
+
+
+@dataclass(frozen=True)
+class VerifyPass(Pass):
+    name: ClassVar[str] = "verify"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        for msg, loc in verify_structure(graph):
+            ctx.error(msg, loc)
+        globals_seen: dict[str, Op] = {}
+        for _, op in graph.walk():
+            for msg in _problems(op, globals_seen):
+                ctx.error(msg, op.loc)
+
+
+def _problems(op: Op, globals_seen: dict[str, Op]) -> list[str]:
+    out: list[str] = []
+    for v in (*op.results, *op.operands):
+        problem = identifier_problem(v.base)
+        if problem:
+            out.append(problem)
+    if isinstance(op, AllocateOp) and op.space == "global":
+        first = globals_seen.setdefault(op.name, op)
+        if first is not op:
+            out.append(f"global tensor '{op.name}' is allocated twice (first at line {first.loc.line})")
+    if isinstance(op, CopyOp) and op.operands:
+        have = op.operands[0].type.space
+        if have in SPACES and have != op.src_space:
+            out.append(f"copy from {op.src_space} reads '{op.operands[0].base}', which is in {have} memory")
+        if op.dst_space == "global" and len(op.operands) == 2 and op.operands[1].type.space != "global":
+            out.append(f"a store to global needs a global tensor, not {op.operands[1].type.space} "
+                       f"'{op.operands[1].base}'")
+    if isinstance(op, GemmOp):
+        for v, role in zip(op.operands, ("A", "B", "accumulator")):
+            if v.type.space not in ("shared", "register"):
+                out.append(f"the {role} operand '{v.base}' of a GEMM is in {v.type.space} memory; "
+                           "GEMM operands live in shared memory or registers")
+    if isinstance(op, _REGISTER_ONLY):
+        for v in op.operands:
+            if v.type.space in ("global", "shared"):
+                out.append(f"'{op.mnemonic}' reads '{v.base}' from {v.type.space} memory; copy it to registers")
+    if isinstance(op, LoopOp) and (op.start is None or op.stop is None or op.body is None):
+        out.append(f"loop '{op.var}' needs a start, a bound and a body")
+    return out
