@@ -235,6 +235,8 @@ class Interpreter:
 
     def op_MaskOp(self, op: MaskOp, args, vals, env):
         x: Tile = args[0]
+        if any(int(env[var]) < self.eval(e, env, op) for var, e in op.from_iteration):
+            return x  # an interior tile: the mask pass proved there is nothing to mask
         if x.cols is None or (op.kind == "causal" and x.rows is None):
             raise InterpError("mask needs a tile whose rows and columns come from sequence positions", op)
         if op.kind == "causal":

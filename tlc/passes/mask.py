@@ -1,0 +1,144 @@
+"""`mask`: make masking explicit (runs after online-softmax, on the scores the exp2 reads).
+
+Causal: the KV loop stops at the diagonal and the mask is only applied from the first
+tile that crosses it. Bounds: the loads of the KV loop (and the query tile) zero-fill past
+the tensor's end, and the scores get an explicit `col >= seqlen_k → -inf` mask, applied only
+from the first partial tile on.
+
+    before                                        after
+    loop(…) {stop = `seqlen_k / BN`} [            loop(…) {stop = `min(seqlen_k / BN, cdiv(min((block_idx + 1) * BM,
+      %K.3 = copy(%K) {coord = [L = `n`],                     seqlen_q), BN))`} [
+                       oob = absent}                %K.3 = copy(%K) {…, oob = zero}
+      %S.2 = mask(%S) {kind = causal}               %S.2 = mask(%S) {kind = causal, from_iteration = [n = `(block_idx * BM + 1) / BN`]}
+      %m.4 = row_reduce(%S.2) {fn = max}            %S.3 = mask(%S.2) {kind = bounds, limit = `seqlen_k`, from_iteration = [n = `seqlen_k / BN`]}
+                                                    %m.4 = row_reduce(%S.3) {fn = max}
+
+`from_iteration` divisions round down (only loop bounds round up). A trip cut off by the
+diagonal has every score masked, so it adds nothing once the softmax is online; with a
+domain softmax still in the loop the cut is left out (its statistics need a trip per row).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from tlc.frontend.ast import BinOp, Call, Expr, Name, Num
+from tlc.ir.graph import Graph
+from tlc.ir.ops import CopyOp, LoopOp, MaskOp, RowReduceOp, ScaledExpOp, SoftmaxOp
+from tlc.ir.types import Value
+from tlc.passes.base import Pass, PassContext
+from tlc.passes.tile_origin import Origin, fresh_name, origin
+
+
+@dataclass(frozen=True)
+class MaskPass(Pass):
+    name: ClassVar[str] = "mask"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        for region, op in list(graph.walk()):
+            if isinstance(op, LoopOp) and op.body is not None:
+                _LoopMasks(ctx, graph, region, op).run()
+
+
+def _add(a: Expr, b: Expr) -> Expr:
+    return a if b == Num(0) else BinOp("+", a, b)
+
+
+def scores_of(body: Graph) -> list[Value]:
+    """The tiles a softmax normalises: its input, or what the online form's row max reads."""
+    out: list[Value] = []
+    for op in body.ops():
+        x = None
+        if isinstance(op, SoftmaxOp) or isinstance(op, RowReduceOp) and op.fn == "max":
+            x = op.operands[0]
+        if x is not None and all(x is not y for y in out):
+            out.append(x)
+    return out
+
+
+class _LoopMasks:
+    def __init__(self, ctx: PassContext, root: Graph, region: Graph, loop: LoopOp):
+        self.ctx, self.root, self.region, self.loop = ctx, root, region, loop
+        assert loop.body is not None
+        self.body = loop.body
+        self.var = Name(loop.var)
+
+    def run(self) -> None:
+        for x in scores_of(self.body):
+            rows, cols = origin(self.body, x, 0), origin(self.body, x, 1)
+            if cols is None or cols.coord != self.var or cols.extent is None:
+                continue  # the scores' columns do not walk with this loop
+            self.bounds(x, rows, cols)
+            for mask in self.causal_masks(x):
+                self.causal(mask, rows, cols)
+
+    def causal_masks(self, x: Value) -> list[MaskOp]:
+        """Causal masks whose output is the scores themselves (through other masks only)."""
+        found = []
+        op = self.body.producer(x)
+        while isinstance(op, MaskOp) and any(op is o for o in self.body.ops()):
+            if op.kind == "causal" and not op.from_iteration:
+                found.append(op)
+            op = self.body.producer(op.operands[0])
+        return found
+
+    # ------------------------------------------------------------ bounds
+    def bounds(self, x: Value, rows: Origin | None, cols: Origin) -> None:
+        limit = cols.extent
+        assert limit is not None
+        switched = self.zero_fill(rows, limit)
+        prod = self.body.producer(x)
+        if isinstance(prod, MaskOp) and prod.kind == "bounds":
+            return
+        users = [u for u in self.body.ops() if any(v is x for v in u.operands)]
+        loc = users[0].loc if users else self.loop.loc
+        out = Value(fresh_name(self.root, x.base), x.type, x.base)
+        mask = MaskOp((out,), (x,), kind="bounds", limit=limit,
+                      from_iteration=((self.loop.var, BinOp("/", limit, cols.tile)),), loc=loc)
+        self.body.insert_after(prod, mask) if prod is not None and any(
+            prod is o for o in self.body.ops()) else self.body.insert_before(users[0], mask)
+        self.body.replace_all_uses(x, out, skip=mask)
+        self.ctx.remark(f"bounds: {', '.join(switched) or 'the loads'} zero-fill past the end; scores at "
+                        f"columns >= {limit} are masked explicitly, from trip {self.loop.var} = {limit} / "
+                        f"{cols.tile} on", loc)
+
+    def zero_fill(self, rows: Origin | None, limit: Expr) -> list[str]:
+        """Loads walking with the loop over a tensor of length `limit`, and the query tile."""
+        switched = []
+        for op in self.body.ops():
+            if isinstance(op, CopyOp) and op.src_space == "global" and op.oob == "absent":
+                o = origin(self.body, op.result, 0)
+                if o is not None and o.coord == self.var and o.extent == limit:
+                    self.body.replace(op, replace(op, oob="zero"))
+                    switched.append(op.operands[0].base)
+        if rows is not None and rows.copy.oob == "absent":
+            home = next((r for r, o in self.root.walk() if o is rows.copy), None)
+            if home is not None:
+                home.replace(rows.copy, replace(rows.copy, oob="zero"))
+                switched.append(rows.copy.operands[0].base)
+        return switched
+
+    # ------------------------------------------------------------ causal
+    def causal(self, mask: MaskOp, rows: Origin | None, cols: Origin) -> None:
+        if rows is None:
+            self.ctx.remark("causal mask left as is: the scores' rows do not come from a tiled load", mask.loc)
+            return
+        shift: Expr = Num(0)
+        if mask.alignment == "bottom_right":
+            shift = BinOp("-", Name("seqlen_k"), Name("seqlen_q"))
+        row_start = BinOp("*", rows.coord, rows.tile)
+        first = BinOp("/", _add(_add(row_start, shift), Num(1)), cols.tile)
+        self.body.replace(mask, replace(mask, from_iteration=((self.loop.var, first),)))
+        msg = f"causal ({mask.alignment}): masked only from trip {self.loop.var} = {first}"
+        if any(isinstance(o, SoftmaxOp) for o in self.body.ops()):
+            self.ctx.remark(msg + "; loop bound kept (run online-softmax first to cut it)", mask.loc)
+            return
+        row_end: Expr = BinOp("*", _add(rows.coord, Num(1)), rows.tile)
+        if rows.extent is not None:
+            row_end = Call("min", (row_end, rows.extent))
+        cut = Call("cdiv", (_add(row_end, shift), cols.tile))
+        assert self.loop.stop is not None
+        new_loop = replace(self.loop, stop=Call("min", (self.loop.stop, cut)))
+        self.region.replace(self.loop, new_loop)
+        self.loop = new_loop
+        self.ctx.remark(msg + f"; loop '{self.loop.var}' stops at the diagonal, {cut}", mask.loc)

@@ -1,0 +1,121 @@
+"""Where a register tile's rows and columns come from: tile extents and the global load
+that fixes each axis's sequence positions, traced through the producer chain.
+
+Shared by `online-softmax` (the row count of the running max before infer-shapes has
+run) and `mask` (which load gives the scores' query rows and key columns).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tlc.frontend.ast import Expr, Num
+from tlc.ir.graph import Graph
+from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
+                        ScaledExpOp, SoftmaxOp)
+from tlc.ir.types import Value
+
+_PASS_THROUGH = (ElementwiseOp, MaskOp, ReshapeOp, SoftmaxOp, ScaledExpOp)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Tile axis ↔ global tensor axis: positions are `coord * tile + i`, `i < tile`,
+    and `extent` is the tensor's length along that axis (elements past it are absent)."""
+
+    copy: CopyOp
+    axis: int
+    coord: Expr
+    tile: Expr
+    extent: Expr | None
+
+
+def tile_operand(op: Op) -> Value | None:
+    """The first operand that is a tile (`Multiply S, scale` → S)."""
+    return next((v for v in op.operands if v.type.space not in ("scalar", "token")), None)
+
+
+def _loop_init(loop: LoopOp, v: Value) -> Value | None:
+    for i, a in enumerate(loop.args[1:]):
+        if a is v:
+            return loop.operands[i]
+    for i, r in enumerate(loop.results[: len(loop.operands)]):
+        if r is v:
+            return loop.operands[i]
+    return None
+
+
+def _through(region: Graph, v: Value, axis: int) -> tuple[Value, int] | None:
+    """One step up the producer chain, keeping track of which axis is meant."""
+    op = region.producer(v)
+    if isinstance(op, GemmOp):
+        if axis == 0:
+            return op.operands[0], 1 if op.trans_a else 0
+        return op.operands[1], 0 if op.trans_b else 1
+    if isinstance(op, _PASS_THROUGH) or isinstance(op, CopyOp) and op.src_space != "global":
+        src = tile_operand(op)
+        return None if src is None else (src, axis)
+    if isinstance(op, RowReduceOp) and axis == 0:
+        return op.operands[0], 0
+    if isinstance(op, LoopOp):
+        init = _loop_init(op, v)
+        return None if init is None else (init, axis)
+    return None
+
+
+def extent(region: Graph, v: Value, axis: int) -> Expr | None:
+    """The tile's length along `axis` (symbolic), from its type or its producers."""
+    for _ in range(64):
+        if v.type.shape is not None and len(v.type.shape) > axis:
+            return v.type.shape[axis]
+        op = region.producer(v)
+        if isinstance(op, CopyOp) and op.tile is not None:
+            return op.tile[axis]
+        if isinstance(op, AllocateOp) and len(op.shape) > axis:
+            return op.shape[axis]
+        step = _through(region, v, axis)
+        if step is None:
+            return None
+        v, axis = step
+    return None
+
+
+def origin(region: Graph, v: Value, axis: int) -> Origin | None:
+    """The global load giving `v`'s positions along `axis` (None if not a plain load)."""
+    for _ in range(64):
+        op = region.producer(v)
+        if isinstance(op, CopyOp) and op.src_space == "global":
+            if op.tile is None:
+                return None
+            coord = dict(op.coord).get("L" if axis == 0 else "C", Num(0))
+            alloc = region.producer(op.operands[0])
+            ext = alloc.shape[axis] if isinstance(alloc, AllocateOp) and len(alloc.shape) > axis else None
+            return Origin(op, axis, coord, op.tile[axis], ext)
+        step = _through(region, v, axis)
+        if step is None:
+            return None
+        v, axis = step
+    return None
+
+
+def all_users(root: Graph, v: Value) -> list[Op]:
+    """Every op anywhere under `root` reading `v` (a loop counts when it yields it)."""
+    out = []
+    for _, op in root.walk():
+        if any(x is v for x in op.operands) or isinstance(op, LoopOp) and any(y is v for y in op.yields):
+            out.append(op)
+    return out
+
+
+def fresh_name(root: Graph, base: str, taken: set[str] | None = None) -> str:
+    """`base.k` with the smallest k that no value of the program (nor `taken`) uses yet;
+    the name is added to `taken`, so values not yet in the graph never collide."""
+    used = {r.name for _, op in root.walk() for r in op.results}
+    used |= {a.name for _, op in root.walk() if isinstance(op, LoopOp) for a in op.args}
+    taken = taken if taken is not None else set()
+    used |= taken
+    name, k = base, 0
+    while name in used:
+        k += 1
+        name = f"{base}.{k}"
+    taken.add(name)
+    return name
