@@ -51,7 +51,7 @@ def launch_constants(source: str) -> dict[str, int] | str:
     """BLOCK_M, NUM_THREADS, SMEM_BYTES from the source, or why they cannot be read."""
     found: dict[str, int] = {}
     for name in ("BLOCK_M", "NUM_THREADS", "SMEM_BYTES"):
-        m = re.search(rf"\b(?:constexpr\s+(?:static\s+)?[\w:]+|#define)\s+{name}\b\s*=?\s*([^;\n]+)", source)
+        m = re.search(rf"(?:\bconstexpr\s+(?:static\s+)?[\w:]+|#\s*define)\s+{name}\b\s*=?\s*([^;\n]+)", source)
         value = _int_expr(m.group(1).rstrip(";")) if m else None
         if value is None or value < 0:
             return f"the source does not define {name} as an integer constant"

@@ -28,8 +28,9 @@ def compile_cuda(source: str, arch: str, name: str) -> Compiled:
         result = nvrtc.compile_cubin(source, arch, name)
     except TlcError as exc:
         text = exc.render()
-        missing = "not available" in text or "could not be loaded" in text or "unsupported arch" in text
-        return Compiled(False, log=text, unavailable=missing)
+        # tlc words compile errors as below; anything else (headers, library, arch) is the toolchain
+        compile_error = "failed to compile" in text or "NVRTC failed for" in text
+        return Compiled(False, log=text, unavailable=not compile_error)
     except Exception as exc:  # noqa: BLE001 - the toolchain failing is reported, not raised
         if os.environ.get("TLC_DEBUG"):
             raise

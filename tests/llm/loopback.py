@@ -107,3 +107,11 @@ class ScriptedServer:
         self._stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def one_error_line(output: str) -> str:
+    """Every failure is exactly one `tlc gen: error:` line and never a traceback."""
+    assert "Traceback" not in output
+    errors = [ln for ln in output.splitlines() if ln.startswith("tlc gen: error: ")]
+    assert len(errors) == 1, output
+    return errors[0]

@@ -6,20 +6,12 @@ from pathlib import Path
 
 import pytest
 from conftest import SECRET
-from loopback import Reply, answer, completion, fenced
+from loopback import Reply, answer, completion, fenced, one_error_line
 from scripts import request_for, sketch_of, spec_files, spec_text, syntax_error, without_reshape, wrong_transpose
 
 api = pytest.importorskip("tlc.api", reason="tlc's frontend (tlc.api) is not there yet")
 
 SPECS = spec_files()
-
-
-def one_error_line(output: str) -> str:
-    """Every failure is exactly one `tlc gen: error:` line and never a traceback."""
-    assert "Traceback" not in output
-    errors = [ln for ln in output.splitlines() if ln.startswith("tlc gen: error: ")]
-    assert len(errors) == 1, output
-    return errors[0]
 
 
 def good_script(program: str) -> list[Reply]:
