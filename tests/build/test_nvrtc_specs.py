@@ -1,0 +1,48 @@
+"""NVRTC compiles of the shipped specs (no launch): one instantiation per supported spec
+and arch, in parallel processes, and a clear refusal for the specs the backend cannot
+build yet. Runs in CI on the CPU."""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tlc.build import _build_reporting
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+SUPPORTED = ["mha_fwd", "gqa_fwd", "mqa_fwd", "mla_prefill_fwd", "softcap_fwd"]
+ARCHES = ["sm_80", "sm_90"]
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    out = tmp_path_factory.mktemp("build")
+    tasks = [(str(SPECS / f"{s}.tl"), a, str(out / a), {}) for s in SUPPORTED for a in ARCHES]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        results = {(Path(t[0]).stem, t[1]): r for t, r in zip(tasks, pool.map(_build_reporting, tasks))}
+    return out, results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("spec", SUPPORTED)
+def test_spec_compiles(builds, spec: str, arch: str) -> None:
+    out, results = builds
+    _, message, code = results[(spec, arch)]
+    assert code == 0, message
+    meta = json.loads((out / arch / f"{spec}.json").read_text())
+    assert meta["schema"] == 1 and meta["arch"] == arch
+    assert (out / arch / f"{spec}.cubin").stat().st_size > 1000
+    assert "#line" in (out / arch / f"{spec}.cu").read_text()
+
+
+@pytest.mark.parametrize("spec, reason", [
+    ("mla_decode_fwd", "head dim 576"),
+    ("b2b_gemm_relu", "attention-shaped"),
+])
+def test_unsupported_specs_fail_with_a_reason(tmp_path, spec: str, reason: str) -> None:
+    _, message, code = _build_reporting((str(SPECS / f"{spec}.tl"), "sm_90", str(tmp_path), {}))
+    assert code == 1
+    assert reason in message and "Traceback" not in message
