@@ -27,12 +27,12 @@ class VerifyPass(Pass):
     name: ClassVar[str] = "verify"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        for msg, loc in verify_structure(graph):
-            ctx.error(msg, loc)
+        found = [(loc, msg) for msg, loc in verify_structure(graph)]
         globals_seen: dict[str, Op] = {}
         for _, op in graph.walk():
-            for msg in _problems(op, globals_seen):
-                ctx.error(msg, op.loc)
+            found += [(op.loc, msg) for msg in _problems(op, globals_seen)]
+        for loc, msg in sorted(found, key=lambda f: (f[0].line, f[0].col) if f[0] else (0, 0)):
+            ctx.error(msg, loc)
 
 
 def _problems(op: Op, globals_seen: dict[str, Op]) -> list[str]:
