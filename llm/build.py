@@ -1,9 +1,15 @@
-"""Build an accepted `.tl` with tlc's own backend (`tlc.api.build_source`), reporting in one line."""
+"""Build an accepted `.tl` with tlc's own backend, reporting in one line.
+
+Uses `tlc.api.build_source` (the agreed entry point) when tlc has it, else `tlc.build.build_one`
+on the written file (what `tlc build` runs); either way the same passes, emitter and NVRTC.
+"""
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from tlc_llm.checker import tlc_api
 
@@ -22,15 +28,26 @@ def existing_artifacts(out_dir: Path, stem: str) -> list[Path]:
     return [out_dir / f"{stem}{s}" for s in ARTIFACT_SUFFIXES if (out_dir / f"{stem}{s}").exists()]
 
 
-def build_tl(text: str, filename: str, arch: str, out_dir: Path, defines: dict[str, str] | None) -> BuildOutcome:
+def _builder(text: str, path: Path, arch: str, out_dir: Path, defines: dict[str, str]) -> Callable[[], Any] | None:
+    build_source = getattr(tlc_api(), "build_source", None)
+    if build_source is not None:
+        return lambda: build_source(text, path.name, arch, str(out_dir), defines or None)
+    try:
+        build_one = importlib.import_module("tlc.build").build_one
+    except (ImportError, AttributeError):
+        return None
+    return lambda: build_one(str(path), arch, str(out_dir), defines)
+
+
+def build_tl(text: str, path: Path, arch: str, out_dir: Path, defines: dict[str, str] | None) -> BuildOutcome:
+    """`path` is the written `.tl` (its stem names the artifacts); `text` is its content."""
     from tlc.diagnostics import TlcError
 
-    api = tlc_api()
-    build_source = getattr(api, "build_source", None)
-    if build_source is None:
-        return BuildOutcome(False, "tlc.api.build_source is not available in this tlc")
+    run = _builder(text, path, arch, out_dir, dict(defines or {}))
+    if run is None:
+        return BuildOutcome(False, "this tlc has no build entry point (tlc.api.build_source or tlc.build.build_one)")
     try:
-        artifacts = build_source(text, filename, arch, str(out_dir), defines or None)
+        run()
     except TlcError as exc:
         lines = [line for line in exc.render().splitlines() if line.strip()]
         return BuildOutcome(False, lines[0] if lines else "build failed")
@@ -38,5 +55,7 @@ def build_tl(text: str, filename: str, arch: str, out_dir: Path, defines: dict[s
         if os.environ.get("TLC_DEBUG"):
             raise
         return BuildOutcome(False, f"tlc crashed while building ({type(exc).__name__}: {exc})")
-    paths = {str(k): str(v) for k, v in dict(artifacts or {}).items()}
-    return BuildOutcome(True, "built " + ", ".join(sorted(Path(p).name for p in paths.values())), paths)
+    artifacts = {s.lstrip("."): str(out_dir / f"{path.stem}{s}") for s in ARTIFACT_SUFFIXES
+                 if (out_dir / f"{path.stem}{s}").is_file()}
+    names = ", ".join(Path(p).name for p in artifacts.values())
+    return BuildOutcome(True, f"built {names} for {arch} in {out_dir}", artifacts)

@@ -68,7 +68,7 @@ def run_tl(session: Session, plan: RunPlan, log: Log) -> RunResult:
     log(f"wrote {plan.out_path} ({session.client.calls} LLM call(s), {generated.repair_rounds} repair round(s))")
     if plan.build_dir is None:
         return RunResult(True)
-    built = build_tl(generated.text, plan.out_path.name, plan.facts.name, plan.build_dir, plan.settings.defines)
+    built = build_tl(generated.text, plan.out_path, plan.facts.name, plan.build_dir, plan.settings.defines)
     if not built.ok:
         log(f"error: {plan.out_path} passes tlc check, but tlc build failed: {built.message}")
         return RunResult(True, compiled=False)

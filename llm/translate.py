@@ -39,20 +39,39 @@ def _artifact(artifacts: dict[str, str], suffix: str) -> Path | None:
     return None
 
 
-def launch_abi(artifacts: dict[str, str]) -> str | None:
-    """The `.json`'s launch description plus the parameter struct tlc's kernel takes."""
+@dataclass(frozen=True)
+class LaunchAbi:
+    kernel: str  # the extern "C" symbol tlc's launcher looks up
+    text: str  # what the prompt shows
+
+
+def launch_abi(artifacts: dict[str, str]) -> LaunchAbi | None:
+    """Kernel symbol, block/grid/shared memory and the parameter struct, from tlc build's outputs."""
     meta_path = _artifact(artifacts, ".json")
+    source_path = _artifact(artifacts, ".cu")
     if meta_path is None:
         return None
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    launch = meta.get("launch", meta) if isinstance(meta, dict) else meta
-    parts = ["Launch description from tlc build (JSON):", "```json", json.dumps(launch, indent=2), "```"]
-    source_path = _artifact(artifacts, ".cu")
+    launch = meta.get("launch") or {}
+    kernel = str(meta.get("kernel") or "")
+    if not kernel or not launch:
+        return None
     struct = _STRUCT.search(source_path.read_text(encoding="utf-8")) if source_path else None
+    struct_name = re.match(r"struct\s+(\w+)", struct.group(0)).group(1) if struct else "Params"
+    grid = ", ".join(str(g) for g in launch.get("grid", []))
+    block = ", ".join(str(b) for b in launch.get("block", []))
+    lines = [
+        f'- kernel: `extern "C" __global__ void {kernel}(const {struct_name} p)` (this exact name)',
+        f"- grid: ({grid}); block: ({block}); dynamic shared memory: {launch.get('dynamic_smem_bytes', 0)} bytes",
+        f"- specialization: {json.dumps(meta.get('specialization', {}), sort_keys=True)}",
+    ]
     if struct:
-        parts += ["The kernel takes this parameter struct by value (define it identically):", "```cpp",
-                  struct.group(0), "```"]
-    return "\n".join(parts)
+        lines += ["- the parameter struct, passed by value (define it identically, same field order):",
+                  "```cpp", struct.group(0), "```"]
+    else:
+        fields = ", ".join(f"{f['name']}: {f['type']}" for f in launch.get("params_struct", []))
+        lines.append(f"- parameter struct fields, in order: {fields}")
+    return LaunchAbi(kernel, "\n".join(lines))
 
 
 def _cutlass_version() -> str:
@@ -71,6 +90,9 @@ def translate_with_llm(session: Session, plan: RunPlan, prompts: PromptSet, tl_t
     name = f"{plan.out_path.stem}.llm.cu"
 
     def check(source: str) -> Check:
+        if not re.search(rf'extern\s+"C"[^;{{]*\b{re.escape(abi.kernel)}\s*\(', source):
+            return Check(False, 1, f'error: the source must define extern "C" __global__ void {abi.kernel}(...) '
+                                   "with the parameter struct given in the launch ABI")
         compiled = compile_cuda(source, plan.facts.name, name)
         if compiled.unavailable:
             raise ToolchainError(f"cannot compile the LLM translation: {compiled.log.splitlines()[0]}")
@@ -80,7 +102,7 @@ def translate_with_llm(session: Session, plan: RunPlan, prompts: PromptSet, tl_t
 
     try:
         stage = run_stage(
-            session.client, prompts.system("cuda"), prompts.translate(tl_text, abi, _cutlass_version()), check,
+            session.client, prompts.system("cuda"), prompts.translate(tl_text, abi.text, _cutlass_version()), check,
             label="translate", filename=name, max_rounds=plan.settings.max_rounds, dialect=cpp_dialect(),
         )
     except StageFailed as exc:

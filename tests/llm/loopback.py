@@ -10,7 +10,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable, Union
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,12 @@ class Received:
     body: dict[str, Any] | None
 
 
+Scripted = Union[Reply, Callable[[dict[str, Any]], Reply]]  # a callable sees the request body
+
+
 class ScriptedServer:
-    def __init__(self, script: list[Reply] | None = None) -> None:
-        self.script: list[Reply] = list(script or [])
+    def __init__(self, script: list[Scripted] | None = None) -> None:
+        self.script: list[Scripted] = list(script or [])
         self.received: list[Received] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -70,6 +73,8 @@ class ScriptedServer:
                 with server._lock:
                     server.received.append(Received(self.path, dict(self.headers), body))
                     reply = server.script.pop(0) if server.script else Reply(500, '{"error": "script exhausted"}')
+                if callable(reply):
+                    reply = reply(body or {})
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     reply = Reply(404, '{"error": "not found"}')
                 if reply.delay_s:

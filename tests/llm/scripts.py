@@ -34,7 +34,8 @@ def without_reshape(program: str) -> str:
 
 
 def wrong_transpose(program: str) -> str:
-    bad, n = re.subn(r"(Compute GEMM \w+, )(\w+)\.T\b", r"\1\2", program, count=1, flags=re.IGNORECASE)
+    bad, n = re.subn(r"^(\s*Compute GEMM \w+, )(\w+)\.T\b", r"\1\2", program, count=1,
+                     flags=re.IGNORECASE | re.MULTILINE)
     assert n == 1, "the spec has no `X, K.T` GEMM"
     return bad
 
