@@ -1,0 +1,229 @@
+"""Reference checkers: run a TL program on concrete shapes and compare it with the
+float64 reference of its `Param Variant` (DESIGN.md §8: interpreter checks use a 1e-6
+relative bound), reporting the max error and where it is (batch, head, row).
+
+A program's global tensors are sized from its own `Allocate … in global` lines, so any
+program whose extents are runtime `Input`s can be checked without a per-spec table.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+from tlc.diagnostics import TlcError
+from tlc.frontend.ast import ExprError, Expr, eval_expr, expr_names
+from tlc.frontend.lower import lower_program
+from tlc.frontend.parser import parse_file, parse_text
+from tlc.ir.graph import Graph
+from tlc.ir.interpreter import InterpError, run_program
+from tlc.ir.ops import AllocateOp, CopyOp, ReshapeOp
+from tlc.reference import reference_for
+
+RTOL = 1e-6
+
+ProgramLike = Graph | str | os.PathLike
+
+
+# ------------------------------------------------------------------ shapes
+
+
+@dataclass
+class Shapes:
+    """One concrete problem size: batch, query heads, KV heads and the runtime inputs."""
+
+    batch: int = 1
+    heads: int = 1
+    kv_heads: int = 1
+    ints: dict[str, int] = field(default_factory=dict)
+    floats: dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = [f"batch={self.batch}", f"heads={self.heads}", f"kv_heads={self.kv_heads}"]
+        parts += [f"{k}={v}" for k, v in self.ints.items()]
+        parts += [f"{k}={v!r}" for k, v in self.floats.items()]
+        return " ".join(parts)
+
+    def replay_text(self) -> str:
+        return self.describe().replace(" ", ",")
+
+    @classmethod
+    def from_replay(cls, text: str) -> "Shapes":
+        """Inverse of `replay_text`: `batch=1,heads=2,kv_heads=1,seqlen_q=3,scale=0.5`."""
+        s = cls()
+        for item in filter(None, (t.strip() for t in text.split(","))):
+            key, _, raw = item.partition("=")
+            if key in ("batch", "heads", "kv_heads"):
+                setattr(s, key, int(raw))
+            elif raw.lstrip("-").isdigit():
+                s.ints[key] = int(raw)
+            else:
+                s.floats[key] = float(raw)
+        return s
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dims: tuple[Expr, ...]
+    heads: str            # "q" (one per query head), "kv" (offset uses group) or "one"
+    transposed: bool      # stored (cols, seq) although the reference wants (seq, cols)
+    output: bool
+
+
+@dataclass(frozen=True)
+class ProgramInfo:
+    """What a checker needs to know about a program to feed it."""
+
+    tensors: tuple[TensorInfo, ...]
+    int_inputs: tuple[str, ...]
+    float_inputs: tuple[str, ...]
+    max_tile: int
+    has_reshape: bool
+
+
+def program_info(graph: Graph) -> ProgramInfo:
+    ints = tuple(n for n, k in graph.inputs.items() if k == "int")
+    floats = tuple(n for n, k in graph.inputs.items() if k != "int")
+    stored = {op.operands[1].base for _, op in graph.walk() if isinstance(op, CopyOp) and op.dst_space == "global"}
+    tensors = []
+    for _, op in graph.walk():
+        if not (isinstance(op, AllocateOp) and op.space == "global") or any(t.name == op.name for t in tensors):
+            continue
+        names = _names(op.offset)
+        heads = "q" if op.offset is None else "kv" if "group" in names else "q" if names else "one"
+        seq = [bool(_names(d) & set(ints)) for d in op.shape]
+        transposed = len(seq) == 2 and not seq[0] and seq[1]
+        tensors.append(TensorInfo(op.name, tuple(op.shape), heads, transposed, op.name in stored))
+    env = _param_env(graph)
+    tiles = [1]  # the tile extents along sequence axes: the dims that coordinates step over
+    for _, op in graph.walk():
+        if isinstance(op, CopyOp) and op.tile and len(op.tile) == 2:
+            for key, _ in op.coord:
+                try:
+                    tiles.append(int(eval_expr(op.tile[0 if key == "L" else 1], env)))
+                except (ExprError, TypeError, ValueError):
+                    pass
+    has_reshape = any(isinstance(op, ReshapeOp) for _, op in graph.walk())
+    return ProgramInfo(tuple(tensors), ints, floats, max(tiles), has_reshape)
+
+
+def _names(e: Expr | None) -> set[str]:
+    return set() if e is None else expr_names(e)
+
+
+def _param_env(graph: Graph) -> dict[str, Any]:
+    return {k: v for k, v in graph.params.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def random_tensor(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Normal samples pushed away from zero (|x| >= 0.1): a zero input hides missing terms."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    x = torch.where(x >= 0, x + 0.1, x - 0.1)
+    return x.to(dtype)
+
+
+def make_inputs(graph: Graph, shapes: Shapes, seed: int, dtype: torch.dtype = torch.float64):
+    """(tensors for the interpreter, tensors in the reference's layout, scalars).
+    Outputs are NaN-poisoned, so an element the program never writes shows up."""
+    info = program_info(graph)
+    env = dict(_param_env(graph), **shapes.ints)
+    heads = {"q": shapes.heads, "kv": shapes.kv_heads, "one": 1}
+    interp, ref = {}, {}
+    for i, t in enumerate(info.tensors):
+        try:
+            dims = [int(eval_expr(d, env)) for d in t.dims]
+        except ExprError as exc:
+            raise SizingError(f"cannot size global tensor '{t.name}': {exc}") from None
+        canon = tuple(reversed(dims)) if t.transposed else tuple(dims)
+        full = (shapes.batch, heads[t.heads], *canon)
+        x = (torch.full(full, float("nan"), dtype=torch.float64) if t.output
+             else random_tensor(full, seed * 1000 + i, dtype).to(torch.float64))
+        ref[t.name] = x
+        interp[t.name] = x.transpose(-1, -2).contiguous() if t.transposed else x
+    scalars: dict[str, Any] = dict(shapes.ints)
+    scalars.update(shapes.floats)
+    return interp, ref, scalars
+
+
+class SizingError(ValueError):
+    """A global tensor could not be sized from the shapes (reported as a failed check)."""
+
+
+# ------------------------------------------------------------------ checking
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    max_error: float
+    where: tuple[int, int, int] | None
+    message: str = ""
+    shapes: Shapes | None = None
+    seed: int = 0
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def describe(self) -> str:
+        if self.where is None:
+            return self.message or f"max relative error {self.max_error:.3e}"
+        b, h, r = self.where
+        text = f"max relative error {self.max_error:.3e} at batch {b}, head {h}, row {r}"
+        return f"{text} ({self.message})" if self.message else text
+
+
+def as_graph(program: ProgramLike, defines: Mapping[str, Any] | None = None) -> Graph:
+    """A Graph as is; a path (os.PathLike) or TL text parsed and lowered."""
+    if isinstance(program, Graph):
+        return program
+    defs = {k: str(v) for k, v in (defines or {}).items()}
+    ast = parse_file(program) if isinstance(program, os.PathLike) else parse_text(program)
+    return lower_program(ast, defs)
+
+
+def compare(got: torch.Tensor, ref: torch.Tensor, rtol: float = RTOL) -> tuple[float, tuple[int, int, int] | None]:
+    """Max error relative to max(1, max|ref|), and its (batch, head, row); NaN counts as inf."""
+    if got.shape != ref.shape:
+        return math.inf, None
+    denom = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+    err = (got - ref).abs() / denom
+    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+    if err.numel() == 0:
+        return 0.0, None
+    flat = int(torch.argmax(err))
+    idx = [int(i) for i in torch.unravel_index(torch.tensor(flat), err.shape)]
+    return float(err.max()), (idx[0], idx[1], idx[2])
+
+
+def check_interpreter(program: ProgramLike, shapes: Shapes, seed: int = 0, *, defines=None,
+                      check_layouts: bool | None = None, rtol: float = RTOL) -> CheckResult:
+    """Interpret `program` at `shapes` on seeded random inputs and compare with the float64
+    reference. `check_layouts` defaults to on when the program has a Reshape (a program
+    without one is legal before `insert-reshape`, DESIGN §2)."""
+    graph = as_graph(program, defines)
+    layouts = program_info(graph).has_reshape if check_layouts is None else check_layouts
+    try:
+        interp, ref_in, scalars = make_inputs(graph, shapes, seed)
+        out = run_program(graph, interp, scalars, check_layouts=layouts)
+        name, ref = reference_for(graph.params, ref_in, scalars)
+    except (InterpError, SizingError, TlcError, ValueError, KeyError, RuntimeError, IndexError) as exc:
+        return CheckResult(False, math.inf, None, f"{type(exc).__name__}: {exc}", shapes, seed)
+    got = out[name]
+    t = next((t for t in program_info(graph).tensors if t.name == name), None)
+    if t is not None and t.transposed:
+        got = got.transpose(-1, -2)
+    err, where = compare(got, ref, rtol)
+    msg = "the output holds NaN: elements never written" if math.isinf(err) and torch.isnan(got).any() else ""
+    return CheckResult(err <= rtol, err, where, msg, shapes, seed)
+
+
+__all__ = ["Shapes", "ProgramInfo", "TensorInfo", "CheckResult", "program_info", "make_inputs", "random_tensor",
+           "check_interpreter", "compare", "as_graph", "RTOL"]
