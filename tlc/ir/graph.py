@@ -24,6 +24,7 @@ class Graph:
         self.inputs: dict[str, str] = {}
         self._order: list[Op] = []
         self._nx: nx.DiGraph | None = None
+        self._topo: list[Op] | None = None  # ops() cache, dropped whenever _nx is rebuilt
 
     # ------------------------------------------------------------ building
     def add(self, op: Op) -> Op:
@@ -69,6 +70,7 @@ class Graph:
     def _graph(self) -> nx.DiGraph:
         if self._nx is not None:
             return self._nx
+        self._topo = None
         g = nx.DiGraph()
         producer: dict[int, Op] = {}
         last_effect: Op | None = None
@@ -89,8 +91,10 @@ class Graph:
 
     def ops(self) -> list[Op]:
         g = self._graph()
-        pos = nx.get_node_attributes(g, "pos")
-        return list(nx.lexicographical_topological_sort(g, key=lambda op: pos[op]))
+        if self._topo is None:  # the interpreter asks once per trip: sort once per edit
+            pos = nx.get_node_attributes(g, "pos")
+            self._topo = list(nx.lexicographical_topological_sort(g, key=lambda op: pos[op]))
+        return list(self._topo)
 
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops())

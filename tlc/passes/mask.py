@@ -44,6 +44,11 @@ def _add(a: Expr, b: Expr) -> Expr:
     return a if b == Num(0) else BinOp("+", a, b)
 
 
+def _cdiv(a: Expr, b: Expr) -> Expr:
+    """Tiles needed to cover `a` positions: rounds up (a floor here drops the diagonal tile)."""
+    return Call("cdiv", (a, b))
+
+
 def scores_of(body: Graph) -> list[Value]:
     """The tiles a softmax normalises: its input, or what the online form's row max reads."""
     out: list[Value] = []
@@ -107,8 +112,8 @@ class _LoopMasks:
         switched = []
         for op in self.body.ops():
             if isinstance(op, CopyOp) and op.src_space == "global" and op.oob == "absent":
-                o = origin(self.body, op.result, 0)
-                if o is not None and o.coord == self.var and o.extent == limit:
+                axes = (origin(self.body, op.result, axis) for axis in (0, 1))
+                if any(o is not None and o.coord == self.var and o.extent == limit for o in axes):
                     self.body.replace(op, replace(op, oob="zero"))
                     switched.append(op.operands[0].base)
         if rows is not None and rows.copy.oob == "absent":
@@ -136,7 +141,7 @@ class _LoopMasks:
         row_end: Expr = BinOp("*", _add(rows.coord, Num(1)), rows.tile)
         if rows.extent is not None:
             row_end = Call("min", (row_end, rows.extent))
-        cut = Call("cdiv", (_add(row_end, shift), cols.tile))
+        cut = _cdiv(_add(row_end, shift), cols.tile)
         assert self.loop.stop is not None
         new_loop = replace(self.loop, stop=Call("min", (self.loop.stop, cut)))
         self.region.replace(self.loop, new_loop)
