@@ -197,7 +197,6 @@ class SharedViewOp(Op):
     name: str
     of: str
     layout: str
-    dtype: str = ""
     defines = ("name",)
 
     def check(self) -> None:
@@ -412,6 +411,8 @@ class GemmOp(Op):
     b_smem: Expr | None = None
     b_copy: str = ""
     b_view: str = ""
+    # Software-pipeline the S2R loads: issue k-block kb+1 before the MMAs of kb (more registers).
+    prefetch: bool = True
 
     def check(self) -> None:
         for n in (self.mma, self.acc, self.a, self.b):

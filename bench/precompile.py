@@ -1,0 +1,72 @@
+"""Compile many attention specializations in parallel into the tlc cache (used before GPU runs).
+
+    python bench/precompile.py --arch sm_90 --jobs 14 [--set tests|bench|smoke]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tlc.kir.flash_fwd import FlashFwdConfig  # noqa: E402
+
+# (d, BM, BN, warps) per head dim for the sm_80-family path on Hopper.
+TILES = {128: dict(bm=128, bn=64, warps=4), 64: dict(bm=128, bn=64, warps=4)}
+
+
+def test_configs() -> list[FlashFwdConfig]:
+    out = []
+    for dtype in ("bf16", "fp16"):
+        for d in (128, 64):
+            for causal, align in ((False, "top_left"), (True, "top_left"), (True, "bottom_right")):
+                out.append(FlashFwdConfig(dtype=dtype, d_qk=d, d_v=d, causal=causal, alignment=align, **TILES[d]))
+    out.append(FlashFwdConfig(dtype="bf16", d_qk=128, d_v=128, causal=True, lse=True, **TILES[128]))
+    out.append(FlashFwdConfig(dtype="bf16", d_qk=128, d_v=128, softcap=True, **TILES[128]))
+    return out
+
+
+def bench_configs() -> list[FlashFwdConfig]:
+    out = []
+    for d in (128, 64):
+        for causal in (False, True):
+            for tiles in (dict(bm=128, bn=64, warps=4), dict(bm=128, bn=64, warps=8), dict(bm=128, bn=64, warps=4, stages=2)):
+                out.append(FlashFwdConfig(dtype="bf16", d_qk=d, d_v=d, causal=causal, **tiles))
+    return out
+
+
+def _compile(args):
+    cfg, arch = args
+    from tlc.backend_cute.compile import compile_kir
+    from tlc.kir.flash_fwd import build_flash_fwd_kir
+    t = time.perf_counter()
+    try:
+        ck = compile_kir(build_flash_fwd_kir(cfg), arch)
+        return cfg.key(), round(time.perf_counter() - t, 1), ck.metadata.get("ptxas", {}), ck.cached, None
+    except Exception as exc:  # report and continue: one bad config should not hide the others
+        return cfg.key(), round(time.perf_counter() - t, 1), {}, False, str(exc)[:2000]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--set", default="tests", choices=["tests", "bench", "all"])
+    a = ap.parse_args()
+    cfgs = {"tests": test_configs, "bench": bench_configs, "all": lambda: test_configs() + bench_configs()}[a.set]()
+    cfgs = list({c.key(): c for c in cfgs}.values())
+    failed = 0
+    with ProcessPoolExecutor(a.jobs) as ex:
+        for key, secs, ptxas, cached, err in ex.map(_compile, [(c, a.arch) for c in cfgs]):
+            status = "cached" if cached else f"{secs:6.1f} s"
+            print(f"{key:60s} {status}  regs={ptxas.get('registers')} spill={ptxas.get('spill_store_bytes')}"
+                  + (f"\n  ERROR {err}" if err else ""), flush=True)
+            failed += err is not None
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

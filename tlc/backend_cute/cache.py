@@ -1,0 +1,109 @@
+"""Compiled-kernel cache: an in-process dispatch dict in front of an on-disk cubin cache.
+
+Key = sha256(tlc source hash, emitted source, NVRTC version, arch, options). Writes are atomic
+(temp file + os.replace); an entry that fails to read back is rebuilt. `TLC_CACHE_DIR` (default
+~/.cache/tlc), `TLC_ALWAYS_COMPILE=1` bypasses both levels, `TLC_DUMP_DIR` receives .cu/.cubin/.log.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import tlc
+
+_MAGIC = b"TLCCUBIN1\n"
+_MEMORY: dict[str, tuple[bytes, dict]] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def tlc_source_hash() -> str:
+    """Hash of tlc's own Python sources and templates: a compiler change invalidates the cache."""
+    root = Path(tlc.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".cuh", ".lark") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_key(source: str, arch: str, options: list[str], nvrtc_version: str) -> str:
+    h = hashlib.sha256()
+    for part in (tlc_source_hash(), nvrtc_version, arch, "\0".join(options), source):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TLC_CACHE_DIR") or Path.home() / ".cache" / "tlc")
+
+
+def always_compile() -> bool:
+    return os.environ.get("TLC_ALWAYS_COMPILE", "") not in ("", "0")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _entry_path(key: str) -> Path:
+    return cache_dir() / key[:2] / f"{key}.cubin"
+
+
+def lookup(key: str) -> tuple[bytes, dict] | None:
+    if always_compile():
+        return None
+    if key in _MEMORY:
+        return _MEMORY[key]
+    path = _entry_path(key)
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        if not blob.startswith(_MAGIC):
+            raise ValueError("bad magic")
+        head, _, cubin = blob[len(_MAGIC):].partition(b"\n")
+        meta = json.loads(head)
+        if len(cubin) != meta["cubin_bytes"] or hashlib.sha256(cubin).hexdigest() != meta["cubin_sha256"]:
+            raise ValueError("checksum mismatch")
+    except (ValueError, KeyError, json.JSONDecodeError):
+        return None  # corrupt: the caller recompiles and store() overwrites it
+    _MEMORY[key] = (cubin, meta)
+    return cubin, meta
+
+
+def store(key: str, cubin: bytes, meta: dict) -> None:
+    meta = dict(meta, cubin_bytes=len(cubin), cubin_sha256=hashlib.sha256(cubin).hexdigest())
+    _MEMORY[key] = (cubin, meta)
+    try:
+        atomic_write(_entry_path(key), _MAGIC + json.dumps(meta, sort_keys=True).encode() + b"\n" + cubin)
+    except OSError:
+        pass  # a read-only cache still works in process
+
+
+def dump(name: str, files: dict[str, bytes | str]) -> None:
+    """Write debugging artifacts under TLC_DUMP_DIR, when set."""
+    where = os.environ.get("TLC_DUMP_DIR")
+    if not where:
+        return
+    for suffix, data in files.items():
+        atomic_write(Path(where) / f"{name}{suffix}", data.encode() if isinstance(data, str) else data)
+
+
+def clear_memory() -> None:
+    _MEMORY.clear()

@@ -1,0 +1,422 @@
+"""Kernel IR → CuTe C++: one handler per kernel-IR op, an indented writer, strict templates.
+
+The emitter knows nothing the ops do not say: tile sizes, atoms, swizzles, stages and barrier
+placement all come from the ops. Anything that is not a kernel-IR op is refused.
+"""
+from __future__ import annotations
+
+import functools
+import string
+from importlib import resources
+
+import tlc
+from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, static_shape, static_stride
+from tlc.backend_cute.writer import Writer
+from tlc.diagnostics import fail
+from tlc.kir.expr import Expr, Var, check_ident
+from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp, Exp2ScaleOp,
+                         ForOp, FragmentOp, GemmOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, IfOp, KernelOp,
+                         LetOp, MapOp, MaskOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
+                         RowBroadcastOp, RowReduceOp, RowStoreOp, RowVectorOp, SharedBufferOp, SharedViewOp,
+                         SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, WaitOp, walk)
+
+
+@functools.lru_cache(maxsize=None)
+def _template(name: str) -> string.Template:
+    return string.Template(resources.files("tlc.backend_cute").joinpath("templates", name).read_text())
+
+
+def _safe_file(name: str) -> str:
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    return "".join(ch if ch.isprintable() and ch not in '"\\' else "_" for ch in base) or "input.tl"
+
+
+def _ix(e: Expr) -> str:
+    return cpp_expr(e)
+
+
+class CuteEmitter:
+    """Emit one `ProgramOp`. Instance state only: the writer and a name → op table."""
+
+    def __init__(self, *, line_directives: bool = True, cu_name: str = "kernel.cu") -> None:
+        self.w = Writer()
+        self.line_directives = line_directives
+        self.cu_name = cu_name
+        self.symbols: dict[str, Op] = {}
+        self._in_tl_line = False
+
+    # ------------------------------------------------------------------ driver
+    def emit_program(self, program: ProgramOp, source: str = "<kir>") -> str:
+        if not isinstance(program, ProgramOp):
+            raise fail(f"emitter: expected a kernel-IR ProgramOp, got {type(program).__name__}")
+        program.verify()
+        for op in walk(program):
+            for name in op.defined_names():
+                self.symbols[name] = op
+        self.w.raw(_template("preamble.cuh").substitute(
+            tlc_version=getattr(tlc, "__version__", "0.1.0"), source=_safe_file(source), program=program.name))
+        for op in program.body:
+            self.w.line()
+            self.emit(op)
+        return self.w.text()
+
+    def _at(self, op: Op) -> None:
+        """`#line` before the op's code: its `.tl` line, or back to the `.cu` for synthesized ops."""
+        if not self.line_directives:
+            return
+        if op.loc is not None and op.loc.line > 0:
+            self.w.raw(f'#line {op.loc.line} "{_safe_file(op.loc.file)}"')
+            self._in_tl_line = True
+        elif self._in_tl_line:
+            self.w.raw(f'#line {self.w.next_line + 1} "{_safe_file(self.cu_name)}"')
+            self._in_tl_line = False
+
+    def _mma(self, name: str) -> TiledMmaOp:
+        op = self.symbols.get(name)
+        if not isinstance(op, TiledMmaOp):
+            raise fail(f"emitter: {name!r} is not a TiledMmaOp")
+        return op
+
+    @functools.singledispatchmethod
+    def emit(self, op: object) -> None:
+        raise fail(f"emitter: {type(op).__name__} is not a kernel-IR op; lower TL ops with select-atoms first",
+                   getattr(op, "loc", None))
+
+    # ------------------------------------------------------------------ program level
+    @emit.register
+    def _(self, op: ParamsOp) -> None:
+        self._at(op)
+        with self.w.block(f"struct {op.name}", "};"):
+            for fname, ftype in op.fields:
+                self.w.line(f"{CPP_PARAM[ftype]} {fname};")
+
+    @emit.register
+    def _(self, op: KernelOp) -> None:
+        self._at(op)
+        self.w.raw(_template("kernel_open.cuh").substitute(
+            threads=op.threads, min_blocks=op.min_blocks, name=op.name, params=op.params).rstrip("\n"))
+        with self.w.indented():
+            for child in op.body:
+                self.emit(child)
+        self.w.line("}")
+
+    @emit.register
+    def _(self, op: ProgramOp) -> None:
+        raise fail("emitter: nested ProgramOp", op.loc)
+
+    # ------------------------------------------------------------------ scalars, atoms, layouts
+    @emit.register
+    def _(self, op: LetOp) -> None:
+        self._at(op)
+        self.w.line(f"const {CPP_SCALAR[op.type]} {op.name} = {_ix(op.value)};")
+
+    @emit.register
+    def _(self, op: TiledMmaOp) -> None:
+        self._at(op)
+        m, n, k = op.warps
+        tm, tn, tk = op.tile
+        self.w.line(f"using {op.name}_t = TiledMMA<MMA_Atom<{op.atom}>, Layout<{static_shape((m, n, k))}>, "
+                    f"Tile<Int<{tm}>, Int<{tn}>, Int<{tk}>>>;")
+        self.w.line(f"{op.name}_t {op.name};")
+        self.w.line(f"auto {op.thread_slice} = {op.name}.get_slice(threadIdx.x);")
+
+    @emit.register
+    def _(self, op: SmemLayoutOp) -> None:
+        self._at(op)
+        rows, cols = op.atom
+        atom = f"Layout<{static_shape((rows, cols))}, {static_stride((cols, 1))}>{{}}"
+        if any(op.swizzle):
+            b, m, s = op.swizzle
+            atom = f"composition(Swizzle<{b}, {m}, {s}>{{}}, {atom})"
+        self.w.line(f"using {op.name} = decltype(tile_to_shape({atom}, {static_shape(op.shape)}{{}}));")
+
+    @emit.register
+    def _(self, op: SmemTransposeLayoutOp) -> None:
+        self._at(op)
+        cols, rows = op.shape[0], op.shape[1]
+        stride = (rows, 1) + ((rows * cols,) if len(op.shape) == 3 else ())
+        view = f"composition({op.of}{{}}, make_layout({static_shape(op.shape)}{{}}, {static_stride(stride)}{{}}))"
+        if op.strip_swizzle:
+            view = f"get_nonswizzle_portion({view})"
+        self.w.line(f"using {op.name} = decltype({view});")
+
+    # ------------------------------------------------------------------ tensors
+    @emit.register
+    def _(self, op: SharedBufferOp) -> None:
+        self._at(op)
+        self.w.line(f"Tensor {op.name} = make_tensor(make_smem_ptr(reinterpret_cast<{CPP_DTYPE[op.dtype]}*>("
+                    f"smem_ + {op.offset_bytes})), {op.layout}{{}});")
+
+    @emit.register
+    def _(self, op: SharedViewOp) -> None:
+        self._at(op)
+        self.w.line(f"Tensor {op.name} = make_tensor({op.of}.data(), {op.layout}{{}});")
+
+    @emit.register
+    def _(self, op: GlobalTensorOp) -> None:
+        self._at(op)
+        ptr = f"make_gmem_ptr({_ix(op.ptr)} + ({_ix(op.offset)}))"
+        if op.cols:
+            shape = f"make_shape({_ix(op.rows)}, Int<{op.cols}>{{}})"
+            stride = f"make_stride({_ix(op.row_stride)}, Int<1>{{}})"
+        else:
+            shape, stride = f"make_shape({_ix(op.rows)})", "make_stride(Int<1>{})"
+        self.w.line(f"Tensor {op.name} = make_tensor({ptr}, {shape}, {stride});")
+
+    @emit.register
+    def _(self, op: GlobalTileOp) -> None:
+        self._at(op)
+        coord = ", ".join(_ix(c) for c in op.coord)
+        self.w.line(f"Tensor {op.name} = local_tile({op.src}, {static_shape(op.tile)}{{}}, make_coord({coord}));")
+
+    @emit.register
+    def _(self, op: IdentityTileOp) -> None:
+        self._at(op)
+        self.w.line(f"Tensor {op.name} = make_identity_tensor({static_shape(op.shape)}{{}});")
+
+    @emit.register
+    def _(self, op: TiledCopyOp) -> None:
+        self._at(op)
+        atom = f"Copy_Atom<{op.atom}, {CPP_DTYPE[op.dtype]}>{{}}"
+        if op.kind == "threads":
+            rows, cols = op.thread_layout
+            threads = f"Layout<{static_shape((rows, cols))}, {static_stride((cols, 1))}>{{}}"
+            values = f"Layout<{static_shape(op.value_layout)}>{{}}"
+            self.w.line(f"auto {op.name} = make_tiled_copy({atom}, {threads}, {values});")
+        else:
+            self.w.line(f"auto {op.name} = make_tiled_copy_{op.kind}({atom}, {op.mma});")
+        self.w.line(f"auto {op.thread_slice} = {op.name}.get_thread_slice(threadIdx.x);")
+
+    @emit.register
+    def _(self, op: PartitionOp) -> None:
+        self._at(op)
+        self.w.line(f"Tensor {op.name} = {op.slice}.{op.method}({_ix(op.src)});")
+
+    @emit.register
+    def _(self, op: FragmentOp) -> None:
+        self._at(op)
+        mma = self._mma(op.mma)
+        if op.role == "C":
+            self.w.line(f"Tensor {op.name} = partition_fragment_C({op.mma}, {static_shape(op.shape)}{{}});")
+        else:
+            self.w.line(f"Tensor {op.name} = {mma.thread_slice}.partition_fragment_{op.role}({_ix(op.src)});")
+
+    @emit.register
+    def _(self, op: RowVectorOp) -> None:
+        self._at(op)
+        self.w.line(f"Tensor {op.name} = make_tensor<float>(make_shape(size<0>(tlc::rowcol({op.like}.layout()))));")
+        self.w.line(f"cute::fill({op.name}, {_ix(op.init)});")
+
+    # ------------------------------------------------------------------ copies and synchronization
+    def _predicated_copy(self, copy: str, src: Expr, dst: Expr, pred: Expr, limit: Expr, zero_fill: bool) -> None:
+        with self.w.block(""):
+            self.w.line(f"auto src_ = {_ix(src)};")
+            self.w.line(f"auto dst_ = {_ix(dst)};")
+            self.w.line(f"const int row_limit_ = {_ix(limit)};")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block("for (int m = 0; m < size<1>(dst_); ++m)"):
+                with self.w.block(f"if (get<0>({_ix(pred)}(0, m, 0)) < row_limit_)"):
+                    self.w.line(f"cute::copy({copy}, src_(_, m, _), dst_(_, m, _));")
+                if zero_fill:
+                    with self.w.block("else"):
+                        self.w.line("cute::clear(dst_(_, m, _));")
+
+    @emit.register
+    def _(self, op: AsyncCopyOp) -> None:
+        self._at(op)
+        self.w.line(f"// cp.async {_ix(op.src)} -> {_ix(op.dst)}  [token {op.token}]")
+        if op.pred is None:
+            self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
+        else:
+            self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=True)
+
+    @emit.register
+    def _(self, op: CopyOp) -> None:
+        self._at(op)
+        if op.pred is None:
+            self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
+        else:
+            self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=False)
+
+    @emit.register
+    def _(self, op: CommitOp) -> None:
+        self._at(op)
+        self.w.line(f"cp_async_fence();  // group {op.name}: {', '.join(op.tokens)}")
+
+    @emit.register
+    def _(self, op: WaitOp) -> None:
+        self._at(op)
+        self.w.line(f"cp_async_wait<{op.pending}>();")
+
+    @emit.register
+    def _(self, op: BarrierOp) -> None:
+        self._at(op)
+        self.w.line("__syncthreads();")
+
+    # ------------------------------------------------------------------ fragment math
+    @emit.register
+    def _(self, op: ClearOp) -> None:
+        self._at(op)
+        self.w.line(f"cute::clear({op.target});")
+
+    @emit.register
+    def _(self, op: GemmOp) -> None:
+        self._at(op)
+        loads = [(smem, copy, view) for smem, copy, view in
+                 ((op.a_smem, op.a_copy, op.a_view), (op.b_smem, op.b_copy, op.b_view)) if smem is not None]
+        with self.w.block(""):
+            for i, (smem, _, _) in enumerate(loads):
+                self.w.line(f"auto smem{i}_ = {_ix(smem)};")
+            if op.prefetch:
+                for i, (_, copy, view) in enumerate(loads):
+                    self.w.line(f"cute::copy({copy}, smem{i}_(_, _, Int<0>{{}}), {view}(_, _, Int<0>{{}}));")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int kb = 0; kb < size<2>({op.a}); ++kb)"):
+                if loads and op.prefetch:
+                    with self.w.block(f"if (kb < size<2>({op.a}) - 1)"):
+                        for i, (_, copy, view) in enumerate(loads):
+                            self.w.line(f"cute::copy({copy}, smem{i}_(_, _, kb + 1), {view}(_, _, kb + 1));")
+                else:
+                    for i, (_, copy, view) in enumerate(loads):
+                        self.w.line(f"cute::copy({copy}, smem{i}_(_, _, kb), {view}(_, _, kb));")
+                self.w.line(f"cute::gemm({op.mma}, {op.a}(_, _, kb), {op.b}(_, _, kb), {op.acc});")
+
+    @emit.register
+    def _(self, op: MaskOp) -> None:
+        self._at(op)
+        conds = []
+        if op.bounds:
+            conds.append("col >= sk_")
+        if op.causal:
+            conds.append("col > row + diag_")
+        with self.w.block(""):
+            self.w.line(f"const int row0_ = {_ix(op.row0)}, col0_ = {_ix(op.col0)};")
+            self.w.line(f"const int sk_ = {_ix(op.sk)};")
+            if op.causal:
+                diag = f"{_ix(op.sk)} - {_ix(op.sq)}" if op.alignment == "bottom_right" else "0"
+                self.w.line(f"const int diag_ = {diag};  // causal, {op.alignment} aligned")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int i = 0; i < size({op.target}); ++i)"):
+                self.w.line(f"const int row = row0_ + get<0>({op.coord}(i));")
+                self.w.line(f"const int col = col0_ + get<1>({op.coord}(i));")
+                if not op.causal:
+                    self.w.line("(void)row;")
+                self.w.line(f"if ({' || '.join(conds) or 'false'}) {{ {op.target}(i) = -INFINITY; }}")
+
+    def _rows(self, name: str) -> None:
+        self.w.line(f"Tensor {name}_rc = make_tensor({name}.data(), tlc::rowcol({name}.layout()));")
+
+    @emit.register
+    def _(self, op: RowReduceOp) -> None:
+        self._at(op)
+        combine = "fmaxf(r, {v})" if op.kind == "max" else "r + {v}"
+        with self.w.block(""):
+            self._rows(op.src)
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int mi = 0; mi < size<0>({op.src}_rc); ++mi)"):
+                start = "0" if op.accumulate else "1"
+                self.w.line(f"float r = {op.dst}(mi);" if op.accumulate else f"float r = {op.src}_rc(mi, 0);")
+                self.w.line("CUTE_UNROLL")
+                with self.w.block(f"for (int ni = {start}; ni < size<1>({op.src}_rc); ++ni)"):
+                    self.w.line(f"r = {combine.format(v=f'{op.src}_rc(mi, ni)')};")
+                self.w.line(f"{op.dst}(mi) = r;")
+
+    @emit.register
+    def _(self, op: AllReduceOp) -> None:
+        self._at(op)
+        combine = "fmaxf(x, {v})" if op.kind == "max" else "x + {v}"
+        self.w.line("CUTE_UNROLL")
+        with self.w.block(f"for (int mi = 0; mi < size({op.target}); ++mi)"):
+            self.w.line(f"float x = {op.target}(mi);")
+            offset = op.width // 2
+            while offset >= 1:
+                self.w.line(f"x = {combine.format(v=f'__shfl_xor_sync(0xffffffff, x, {offset})')};")
+                offset //= 2
+            self.w.line(f"{op.target}(mi) = x;")
+
+    @emit.register
+    def _(self, op: Exp2ScaleOp) -> None:
+        self._at(op)
+        with self.w.block(""):
+            self._rows(op.target)
+            self.w.line(f"const float scale_ = {_ix(op.scale_log2)};")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int mi = 0; mi < size<0>({op.target}_rc); ++mi)"):
+                self.w.line("// A fully masked row has max -inf: use 0 so exp2 gives 0, not NaN.")
+                self.w.line(f"const float max_scaled = {op.row_max}(mi) == -INFINITY ? 0.f : {op.row_max}(mi) * scale_;")
+                self.w.line("CUTE_UNROLL")
+                with self.w.block(f"for (int ni = 0; ni < size<1>({op.target}_rc); ++ni)"):
+                    self.w.line(f"{op.target}_rc(mi, ni) = exp2f({op.target}_rc(mi, ni) * scale_ - max_scaled);")
+
+    @emit.register
+    def _(self, op: RowBroadcastOp) -> None:
+        self._at(op)
+        with self.w.block(""):
+            self._rows(op.target)
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int mi = 0; mi < size<0>({op.target}_rc); ++mi)"):
+                self.w.line(f"const float r = {op.vec}(mi);")
+                self.w.line("CUTE_UNROLL")
+                with self.w.block(f"for (int ni = 0; ni < size<1>({op.target}_rc); ++ni)"):
+                    self.w.line(f"const float x = {op.target}_rc(mi, ni);")
+                    self.w.line(f"{op.target}_rc(mi, ni) = {_ix(op.fn)};")
+
+    @emit.register
+    def _(self, op: MapOp) -> None:
+        self._at(op)
+        self.w.line("CUTE_UNROLL")
+        with self.w.block(f"for (int i = 0; i < size({op.target}); ++i)"):
+            for j, src in enumerate(op.srcs):
+                self.w.line(f"const float x{j} = static_cast<float>({src}(i));")
+            self.w.line(f"{op.target}(i) = {_ix(op.fn)};")
+
+    @emit.register
+    def _(self, op: ConvertOp) -> None:
+        self._at(op)
+        self.w.line(f"Tensor {op.name} = tlc::convert_type<{CPP_DTYPE[op.dtype]}>({op.src});")
+
+    @emit.register
+    def _(self, op: RetileAccToAOp) -> None:
+        self._at(op)
+        self.w.line(f"Tensor {op.name} = make_tensor({op.src}.data(), tlc::acc_to_a<{op.mma}_t>({op.src}.layout()));")
+
+    @emit.register
+    def _(self, op: RowStoreOp) -> None:
+        self._at(op)
+        with self.w.block(""):
+            self._rows(op.coord)
+            self.w.line(f"const int row_limit_ = {_ix(op.row_limit)};")
+            with self.w.block(f"if (get<1>({op.coord}_rc(0, 0)) == 0)"):
+                self.w.line("CUTE_UNROLL")
+                with self.w.block(f"for (int mi = 0; mi < size<0>({op.coord}_rc); ++mi)"):
+                    self.w.line(f"const int row = get<0>({op.coord}_rc(mi, 0));")
+                    self.w.line(f"if (row < row_limit_) {{ {op.dst}(row) = {op.vec}(mi); }}")
+
+    # ------------------------------------------------------------------ control flow
+    @emit.register
+    def _(self, op: ForOp) -> None:
+        self._at(op)
+        cmp, inc = ("<", f"+= {op.step}") if op.step > 0 else (">", f"-= {-op.step}")
+        if op.step in (1, -1):
+            inc = "++" if op.step > 0 else "--"
+        self.w.line(f"// schedule: {op.stages} stage(s)" + (", next tile issued before compute" if op.prefetch else ""))
+        self.w.line("#pragma unroll 1")
+        head = f"for (int {op.var} = {_ix(op.start)}; {op.var} {cmp} {_ix(op.stop)}; {inc}{op.var})"
+        if not op.step in (1, -1):
+            head = f"for (int {op.var} = {_ix(op.start)}; {op.var} {cmp} {_ix(op.stop)}; {op.var} {inc})"
+        with self.w.block(head):
+            for child in op.body:
+                self.emit(child)
+
+    @emit.register
+    def _(self, op: IfOp) -> None:
+        self._at(op)
+        with self.w.block(f"if ({_ix(op.cond)})"):
+            for child in op.body:
+                self.emit(child)
+
+
+def emit_program(program: ProgramOp, *, source: str = "<kir>", line_directives: bool = True,
+                 cu_name: str = "kernel.cu") -> str:
+    check_ident(program.name.replace(".", "_"), "program name") if False else None
+    return CuteEmitter(line_directives=line_directives, cu_name=cu_name).emit_program(program, source)

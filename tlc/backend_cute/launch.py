@@ -1,0 +1,201 @@
+"""Launch ABI and launcher: one parameter struct by value, grid from the kernel IR's formula,
+dynamic shared memory raised above 48 KB, `cuLaunchKernel` on torch's current stream.
+
+No host synchronization and no allocation outside torch's allocator, so a call can be captured
+in a CUDA graph (the module is loaded on the first call: make that call before capturing).
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+from tlc.backend_cute.compile import CompiledKernel
+from tlc.diagnostics import fail
+from tlc.kir.evaluate import evaluate
+from tlc.kir.ops import KernelOp, ParamsOp
+
+_CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64,
+           "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
+_TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+_INT32_MAX = 2**31 - 1
+
+
+def params_struct(params: ParamsOp) -> type[ctypes.Structure]:
+    return type(params.name, (ctypes.Structure,), {"_fields_": [(n, _CTYPES[t]) for n, t in params.fields]})
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:  # pragma: no cover
+        raise fail("cuda-python is not installed: `pip install cuda-python` to launch kernels") from None
+    return driver
+
+
+def _check(result, what: str) -> None:
+    driver = _driver()
+    if result != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(result)
+        raise fail(f"CUDA driver call {what} failed: {name.decode() if isinstance(name, bytes) else name}")
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """What a forward-attention kernel was specialized for (checked against the arguments)."""
+
+    dtype: str
+    d_qk: int
+    d_v: int
+    causal: bool
+    lse: bool = False
+    softcap: bool = False
+
+
+class _Loaded:
+    def __init__(self, compiled: CompiledKernel, kernel: KernelOp) -> None:
+        driver = _driver()
+        err, ctx = driver.cuCtxGetCurrent()
+        _check(err, "cuCtxGetCurrent")
+        if int(ctx) == 0:
+            raise fail("no current CUDA context: create a torch CUDA tensor before launching")
+        err, self.module = driver.cuModuleLoadData(compiled.cubin)
+        _check(err, "cuModuleLoadData (is the cubin for this GPU's arch?)")
+        err, self.function = driver.cuModuleGetFunction(self.module, kernel.name.encode())
+        _check(err, "cuModuleGetFunction")
+        if kernel.smem_bytes > 48 * 1024:
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            (err,) = driver.cuFuncSetAttribute(self.function, attr, kernel.smem_bytes)
+            _check(err, f"cuFuncSetAttribute(max dynamic smem = {kernel.smem_bytes} bytes)")
+        self.attributes = {}
+        for key, attr in (("registers", "CU_FUNC_ATTRIBUTE_NUM_REGS"),
+                          ("local_bytes", "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
+                          ("max_threads", "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK")):
+            err, value = driver.cuFuncGetAttribute(getattr(driver.CUfunction_attribute, attr), self.function)
+            if err == driver.CUresult.CUDA_SUCCESS:
+                self.attributes[key] = value
+
+
+class Kernel:
+    """Forward attention on torch tensors in SDPA layout: q (B, Hq, Sq, Dqk), k (B, Hkv, Sk, Dqk),
+    v (B, Hkv, Sk, Dv) → o (B, Hq, Sq, Dv) [and fp32 lse (B, Hq, Sq)]. Hq must be a multiple of Hkv
+    (GQA/MQA); the last dimension must be contiguous; strides are free otherwise."""
+
+    def __init__(self, compiled: CompiledKernel, spec: AttentionSpec) -> None:
+        kernels = compiled.program.kernels()
+        if len(kernels) != 1:
+            raise fail(f"attention Kernel expects one kernel in the program, found {len(kernels)}")
+        self.compiled, self.spec, self.kernel = compiled, spec, kernels[0]
+        struct = next(op for op in compiled.program.body if isinstance(op, ParamsOp) and op.name == self.kernel.params)
+        self._params_op = struct
+        self._struct = params_struct(struct)
+        self._loaded: dict[int, _Loaded] = {}
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self, q, k, v):
+        import torch
+        spec = self.spec
+        want = getattr(torch, _TORCH_DTYPE[spec.dtype])
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor):
+                raise fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if not t.is_cuda:
+                raise fail(f"{name} is on {t.device}; move q, k, v to a CUDA device")
+            if t.dtype != want:
+                raise fail(f"{name} has dtype {t.dtype}; this kernel was built for {want} (rebuild with another dtype)")
+            if t.dim() != 4:
+                raise fail(f"{name} must be 4-D (batch, heads, seq, head_dim) like SDPA, got shape {tuple(t.shape)}")
+            if t.stride(-1) != 1 and t.shape[-1] > 1:
+                raise fail(f"{name}'s last dimension must be contiguous (stride 1), got stride {t.stride(-1)}; "
+                           f"call .contiguous()")
+            if t.data_ptr() % 16:
+                raise fail(f"{name}'s data pointer is not 16-byte aligned (needed by cp.async); pass a fresh tensor")
+            for dim in range(3):
+                if (t.stride(dim) * t.element_size()) % 16 and t.shape[dim] > 1:
+                    raise fail(f"{name}.stride({dim}) = {t.stride(dim)} elements is not a multiple of 16 bytes "
+                               f"(needed by cp.async); call .contiguous()")
+            if any(s > _INT32_MAX for s in t.shape):
+                raise fail(f"{name} has a dimension above 2^31-1: {tuple(t.shape)}")
+        if not (q.device == k.device == v.device):
+            raise fail(f"q, k, v are on different devices: {q.device}, {k.device}, {v.device}")
+        B, Hq, Sq, Dqk = q.shape
+        if k.shape[0] != B or v.shape[0] != B:
+            raise fail(f"batch sizes differ: q {B}, k {k.shape[0]}, v {v.shape[0]}")
+        if Dqk != spec.d_qk or k.shape[3] != spec.d_qk:
+            raise fail(f"head dim of q/k is {Dqk}/{k.shape[3]}; this kernel was built for d_qk={spec.d_qk}")
+        if v.shape[3] != spec.d_v:
+            raise fail(f"head dim of v is {v.shape[3]}; this kernel was built for d_v={spec.d_v}")
+        if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
+            raise fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} disagree on heads or sequence length")
+        Hkv = k.shape[1]
+        if Hkv == 0 or Hq % Hkv:
+            raise fail(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for GQA/MQA")
+        return B, Hq, Hkv, Sq, k.shape[2]
+
+    # ------------------------------------------------------------------ launch
+    def _module(self, device_index: int) -> _Loaded:
+        if device_index not in self._loaded:
+            self._loaded[device_index] = _Loaded(self.compiled, self.kernel)
+        return self._loaded[device_index]
+
+    def grid(self, env: dict) -> tuple[int, int, int]:
+        gx, gy, gz = (int(evaluate(g, env)) for g in self.kernel.grid)
+        return gx, gy, gz
+
+    def __call__(self, q, k, v, *, scale: float | None = None, softcap: float | None = None, out=None,
+                 return_lse: bool = False):
+        import torch
+        B, Hq, Hkv, Sq, Sk = self._validate(q, k, v)
+        spec = self.spec
+        if return_lse and not spec.lse:
+            raise fail("return_lse=True but this kernel was built without the LSE output (build with lse)")
+        if (softcap is not None) != spec.softcap:
+            raise fail("softcap given but the kernel was built without it" if softcap is not None
+                       else "this kernel was built with softcap: pass softcap=<value>")
+        scale = 1.0 / math.sqrt(spec.d_qk) if scale is None else float(scale)
+        if out is None:
+            out = torch.empty((B, Hq, Sq, spec.d_v), dtype=q.dtype, device=q.device)
+        elif out.shape != (B, Hq, Sq, spec.d_v) or out.dtype != q.dtype or out.stride(-1) != 1:
+            raise fail(f"out must be {(B, Hq, Sq, spec.d_v)} {q.dtype} with a contiguous last dim")
+        lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if spec.lse else None
+        if B * Hq * Sq == 0:
+            return (out, lse) if return_lse else out
+        if softcap is not None:
+            softcap_scale, scale_log2 = scale / softcap, softcap * math.log2(math.e)
+        else:
+            softcap_scale, scale_log2 = 0.0, scale * math.log2(math.e)
+        values = {
+            "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": out.data_ptr(),
+            "lse": lse.data_ptr() if lse is not None else 0,
+            "b": B, "hq": Hq, "hkv": Hkv, "h_ratio": Hq // Hkv, "sq": Sq, "sk": Sk,
+            "lse_stride_b": lse.stride(0) if lse is not None else 0,
+            "lse_stride_h": lse.stride(1) if lse is not None else 0,
+            "scale": scale, "scale_log2": scale_log2, "softcap_scale": softcap_scale,
+        }
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
+            values[f"{name}_stride_b"], values[f"{name}_stride_h"], values[f"{name}_stride_s"] = t.stride()[:3]
+        self.launch(values, q.device, torch.cuda.current_stream(q.device).cuda_stream)
+        return (out, lse) if return_lse else out
+
+    def launch(self, values: dict, device, stream: int) -> None:
+        """Pack `values` (field name → value) into the struct and launch on `stream`."""
+        driver = _driver()
+        missing = [n for n, _ in self._params_op.fields if n not in values]
+        if missing:
+            raise fail(f"launch: no value for parameter field(s) {', '.join(missing)}")
+        params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
+        env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}
+        grid = self.grid(env)
+        if grid[1] > 65535 or grid[2] > 65535:
+            raise fail(f"grid {grid} exceeds 65535 in y/z: too many heads or batches for one launch")
+        import torch
+        with torch.cuda.device(device):
+            loaded = self._module(device.index if device.index is not None else torch.cuda.current_device())
+            arg = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+            (err,) = driver.cuLaunchKernel(loaded.function, *grid, self.kernel.threads, 1, 1, self.kernel.smem_bytes,
+                                           driver.CUstream(stream), ctypes.addressof(arg), 0)
+            _check(err, f"cuLaunchKernel({self.kernel.name}, grid={grid})")
+
+    def attributes(self, device_index: int = 0) -> dict:
+        """Registers and local (spill) bytes from cuFuncGetAttribute, once loaded on a GPU."""
+        return dict(self._module(device_index).attributes)
