@@ -89,11 +89,16 @@ def check_vanilla_on_gpu(source: str, cubin: bytes, request: Any) -> Correctness
         "alignment": request.alignment or "top_left", "cases": cases_for(request.variant, request.causal),
         **constants,
     }
+    return _run_child("vanilla", {"kernel.cubin": cubin}, spec)
+
+
+def _run_child(mode: str, files: dict[str, bytes], spec: dict[str, Any]) -> CorrectnessResult:
     with tempfile.TemporaryDirectory(prefix="tlc-gpucheck-") as tmp:
-        Path(tmp, "kernel.cubin").write_bytes(cubin)
+        for name, data in files.items():
+            Path(tmp, name).write_bytes(data)
         Path(tmp, "spec.json").write_text(json.dumps(spec))
         try:
-            proc = subprocess.run([sys.executable, __file__, tmp], capture_output=True, text=True,
+            proc = subprocess.run([sys.executable, __file__, mode, tmp], capture_output=True, text=True,
                                   timeout=CHILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return CorrectnessResult(False, f"kernel did not finish within {CHILD_TIMEOUT_S} s")
@@ -102,7 +107,18 @@ def check_vanilla_on_gpu(source: str, cubin: bytes, request: Any) -> Correctness
         tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         return CorrectnessResult(False, f"kernel run failed in the child process: {tail}")
     report = json.loads(lines[-1])
-    return CorrectnessResult(bool(report["correct"]), report["summary"])
+    return CorrectnessResult(report["correct"], report["summary"])
+
+
+def check_tl_on_gpu(tl_path: Path, cubin: bytes, arch: str, defines: dict[str, str], request: Any) -> CorrectnessResult:
+    """tlc's launcher on a built `.tl` (or on an LLM translation's cubin under the same ABI),
+    compared with the *request's* attention: a kernel that is right for another variant is wrong."""
+    if not gpu_available():
+        return CorrectnessResult(None, "not checked (no CUDA GPU here)")
+    spec = {"arch": arch, "defines": defines, "stem": tl_path.stem, "tl_name": tl_path.name,
+            "dtype": request.dtype, "d_qk": request.d_qk, "d_v": request.d_v, "causal": request.causal,
+            "alignment": request.alignment or "top_left", "cases": cases_for(request.variant, request.causal)}
+    return _run_child("tl", {"program.tl": tl_path.read_bytes(), "kernel.cubin": cubin}, spec)
 
 
 # ---- child process -------------------------------------------------------------------------
@@ -134,14 +150,87 @@ def _reference(q, k, v, scale: float, causal: bool, alignment: str, dtype):
     return ref, lowp
 
 
+def _tolerance(out, q, k, v, scale: float, causal: bool, alignment: str, dtype) -> tuple[bool, str]:
+    """tlc's one tolerance rule (tlc.testing_tolerance) when importable; else the same rule here."""
+    try:
+        from tlc.testing_tolerance import check_attention
+    except ImportError:
+        check_attention = None
+    if check_attention is not None:
+        report = check_attention(out, q, k, v, scale=scale, causal=causal, alignment=alignment)
+        return bool(report.passed), report.message
+    ref, lowp = _reference(q, k, v, scale, causal, alignment, dtype)
+    noise = ((ref.to(dtype) + 0.3 - 0.3).float() - ref).abs().max().item()
+    err = (out.float() - ref).abs().max().item()
+    bound = 2 * (lowp - ref).abs().max().item() + 2 * noise
+    return bool(err <= bound), f"max|out-ref|={err:.3e} bound={bound:.3e}"  # NaN fails the comparison
+
+
+def _compare_cases(spec: dict[str, Any], run_kernel) -> None:
+    """Poisoned outputs, odd shapes; prints the one JSON line the parent reads."""
+    import torch
+
+    dtype = torch.bfloat16 if spec["dtype"] == "bf16" else torch.float16
+    torch.manual_seed(0)
+    last = ""
+    for case in spec["cases"]:
+        b, hq, hkv, sq, sk = case["batch"], case["hq"], case["hkv"], case["sq"], case["sk"]
+        q = torch.randn(b, hq, sq, spec["d_qk"], device="cuda", dtype=dtype)
+        k = torch.randn(b, hkv, sk, spec["d_qk"], device="cuda", dtype=dtype)
+        v = torch.randn(b, hkv, sk, spec["d_v"], device="cuda", dtype=dtype)
+        o = torch.full((b, hq, sq, spec["d_v"]), float("nan"), device="cuda", dtype=dtype)  # poisoned
+        scale = spec["d_qk"] ** -0.5
+        run_kernel(q, k, v, o, scale)
+        torch.cuda.synchronize()
+        ok, message = _tolerance(o, q, k, v, scale, spec["causal"], spec["alignment"], dtype)
+        shape = f"B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}"
+        if not ok:
+            print(json.dumps({"correct": False, "summary": f"wrong at {shape}: {message}"}))
+            return
+        last = f"{message} at {shape}"
+    print(json.dumps({"correct": True, "summary": f"correct on {len(spec['cases'])} shapes ({last})"}))
+
+
+def _child_tl(directory: str) -> None:
+    """Rebuild the launcher's view of the kernel (same passes, same kernel IR) around the given cubin."""
+    import dataclasses
+
+    import torch
+    from tlc.api import compile_graph
+    from tlc.backend_cute.attention import spec_of
+    from tlc.backend_cute.compile import CompiledKernel
+    from tlc.backend_cute.launch import Kernel
+    from tlc.kir.flash_fwd import build_flash_fwd_kir
+    from tlc.lowering.select_atoms import flash_config, select_attention
+
+    spec = json.loads(Path(directory, "spec.json").read_text())
+    text = Path(directory, "program.tl").read_bytes()
+    graph, _ = compile_graph(text, spec["tl_name"], defines=spec["defines"])
+    cfg = flash_config(select_attention(graph, spec["arch"]), name=spec["stem"])
+    for field_name in ("dtype", "d_qk", "d_v", "causal"):
+        if getattr(cfg, field_name) != spec[field_name]:
+            print(json.dumps({"correct": False, "summary": f"the kernel was built with {field_name}="
+                              f"{getattr(cfg, field_name)!r} but the request asks for {spec[field_name]!r}"}))
+            return
+    if spec["causal"] and cfg.alignment != spec["alignment"]:
+        print(json.dumps({"correct": False, "summary": f"causal alignment {cfg.alignment} != requested "
+                          f"{spec['alignment']}"}))
+        return
+    compiled = CompiledKernel(build_flash_fwd_kir(cfg), spec["arch"], "", Path(directory, "kernel.cubin").read_bytes(),
+                              {}, 0.0)
+    kernel = Kernel(dataclasses.replace(compiled), spec_of(cfg))
+    torch.zeros(1, device="cuda")
+    _compare_cases(spec, lambda q, k, v, o, scale: kernel(q, k, v, scale=scale, out=o))
+
+
 def _child(directory: str) -> None:
+    """Vanilla mode: load the cubin with the driver API and launch the requested interface."""
     import ctypes
 
     import torch
     from cuda.bindings import driver as cu
 
     spec = json.loads(Path(directory, "spec.json").read_text())
-    dtype = torch.bfloat16 if spec["dtype"] == "bf16" else torch.float16
     torch.zeros(1, device="cuda")  # makes torch's primary context current for the driver API
     err, module = cu.cuModuleLoadData(Path(directory, "kernel.cubin").read_bytes())
     if err != cu.CUresult.CUDA_SUCCESS:
@@ -155,15 +244,10 @@ def _child(directory: str) -> None:
         (err,) = cu.cuFuncSetAttribute(func, attr, smem)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise SystemExit(f"cannot raise dynamic shared memory to {smem} bytes: {err}")
-    torch.manual_seed(0)
-    worst = ""
-    for case in spec["cases"]:
-        b, hq, hkv, sq, sk = case["batch"], case["hq"], case["hkv"], case["sq"], case["sk"]
-        q = torch.randn(b, hq, sq, spec["d_qk"], device="cuda", dtype=dtype)
-        k = torch.randn(b, hkv, sk, spec["d_qk"], device="cuda", dtype=dtype)
-        v = torch.randn(b, hkv, sk, spec["d_v"], device="cuda", dtype=dtype)
-        o = torch.full((b, hq, sq, spec["d_v"]), float("nan"), device="cuda", dtype=dtype)  # poisoned
-        scale = spec["d_qk"] ** -0.5
+
+    def run_kernel(q, k, v, o, scale: float) -> None:
+        b, hq, sq, _ = q.shape
+        hkv, sk = k.shape[1], k.shape[2]
         args = ((q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), b, hq, hkv, sq, sk, scale),
                 (ctypes.c_void_p,) * 4 + (ctypes.c_int,) * 5 + (ctypes.c_float,))
         grid = (-(-sq // spec["BLOCK_M"]), hq, b)
@@ -171,18 +255,9 @@ def _child(directory: str) -> None:
         (err,) = cu.cuLaunchKernel(func, *grid, spec["NUM_THREADS"], 1, 1, smem, stream, args, 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise SystemExit(f"launch failed: {err}")
-        torch.cuda.synchronize()
-        ref, lowp = _reference(q, k, v, scale, spec["causal"], spec["alignment"], dtype)
-        noise = ((ref.to(dtype) + 0.3 - 0.3).float() - ref).abs().max().item()
-        err_out = (o.float() - ref).abs().max().item()
-        bound = 2 * (lowp - ref).abs().max().item() + 2 * noise
-        shape = f"B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}"
-        if not err_out <= bound:  # NaN (never written) fails here too
-            print(json.dumps({"correct": False, "summary": f"wrong at {shape}: max error {err_out:.3g} > {bound:.3g}"}))
-            return
-        worst = f"max error {err_out:.3g} <= {bound:.3g} at {shape}"
-    print(json.dumps({"correct": True, "summary": f"correct on {len(spec['cases'])} shapes ({worst})"}))
+
+    _compare_cases(spec, run_kernel)
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    {"vanilla": _child, "tl": _child_tl}[sys.argv[1]](sys.argv[2])

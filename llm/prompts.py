@@ -55,14 +55,16 @@ def example_program(variant: str) -> str:
 
 
 def _causal_rule(request: GenRequest) -> str:
+    """Phrased with the Params the specs use (`Causal`, `Align`), so one file keeps serving -D overrides."""
     if not request.causal:
-        return "- The kernel is not causal: no mask.\n"
+        return "- The kernel is not causal: `Param Causal = false` (a `... when Causal` mask stays off).\n"
     align = request.alignment or "top_left"
     meaning = (
         "query i sees keys j <= i, as PyTorch SDPA" if align == "top_left"
         else "query i sees keys j <= i + seqlen_k - seqlen_q, as FlashAttention >= 2.1"
     )
-    return f"- Apply the causal mask to S before the softmax, aligned {align} ({meaning}).\n"
+    return (f"- The kernel is causal: `Param Causal = true`, `Param Align = {align}` ({meaning}), and mask S\n"
+            "  before the softmax: `Compute Mask S causal Align and get new S when Causal`.\n")
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ class PromptSet:
 
     def parameters(self, sketch: str) -> str:
         return template("parameters.txt").substitute(
-            self._common(), sketch=sketch.strip(), smem_per_block=str(self.facts.smem_per_block),
+            self._common(), sketch=sketch.strip(), language=language_reference(),
+            smem_per_block=str(self.facts.smem_per_block),
             dtype_bytes=str(_DTYPE_BYTES[self.request.dtype]), causal_rule=_causal_rule(self.request),
         ).strip()
 

@@ -9,6 +9,7 @@ from typing import Callable
 from tlc_llm.build import build_tl
 from tlc_llm.checker import Checker
 from tlc_llm.generate import generate_tl
+from tlc_llm.gpucheck import check_tl_on_gpu
 from tlc_llm.output import write_output
 from tlc_llm.prompts import PromptSet
 from tlc_llm.repair import StageFailed
@@ -73,9 +74,15 @@ def run_tl(session: Session, plan: RunPlan, log: Log) -> RunResult:
         log(f"error: {plan.out_path} passes tlc check, but tlc build failed: {built.message}")
         return RunResult(True, compiled=False)
     log(built.message)
+    correct = check_tl_on_gpu(plan.out_path, Path(built.artifacts["cubin"]).read_bytes(), plan.facts.name,
+                              plan.settings.defines, plan.request)
+    if correct.correct is False:
+        log(f"error: tlc's kernel for {plan.out_path} is wrong for the request: {correct.summary}")
+    else:
+        log(f"correctness: {correct.summary}")
     if plan.settings.translate == "llm":
         from tlc_llm.translate import translate_with_llm
 
         translated = translate_with_llm(session, plan, prompts, generated.text, built.artifacts)
         log(translated.message)
-    return RunResult(True, compiled=True)
+    return RunResult(True, compiled=True, correct=correct.correct)

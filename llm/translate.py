@@ -14,13 +14,15 @@ from importlib import metadata
 from pathlib import Path
 
 from tlc_llm.checker import Check, ToolchainError
-from tlc_llm.gpucheck import gpu_available
+from tlc_llm.client import ProviderError
+from tlc_llm.gpucheck import check_tl_on_gpu
 from tlc_llm.nvrtc import compile_cuda
 from tlc_llm.output import write_output
 from tlc_llm.prompts import PromptSet
 from tlc_llm.repair import StageFailed, run_stage
 from tlc_llm.run_tl import RunPlan
 from tlc_llm.session import Session
+from tlc_llm.transcript import ReplayDivergence
 from tlc_llm.vanilla import cpp_dialect
 
 _STRUCT = re.compile(r"^struct\s+\w*Params?\b[^{]*\{.*?^\};", re.MULTILINE | re.DOTALL)
@@ -107,13 +109,17 @@ def translate_with_llm(session: Session, plan: RunPlan, prompts: PromptSet, tl_t
         )
     except StageFailed as exc:
         return Translation(False, f"LLM translation rejected ({exc}); using tlc's emitter")
+    except ReplayDivergence:
+        raise  # a replay that asks something new is an error of the replay, not of the translation
+    except ProviderError as exc:
+        return Translation(False, f"LLM translation failed ({exc}); using tlc's emitter")
     out_dir = plan.build_dir or plan.out_path.parent
     write_output(out_dir / name, stage.text, plan.force)
     write_output(out_dir / f"{plan.out_path.stem}.llm.cubin", cubins[stage.text], plan.force)
-    if gpu_available():
-        # tlc's launcher loads the cubins it builds; until it can load an external one under
-        # the same ABI, a translation cannot be checked here, and unchecked is not accepted.
-        return Translation(False, f"LLM translation compiles ({out_dir / name}) but cannot yet be launched through "
-                                  "tlc's launcher for the correctness check; using tlc's emitter")
-    return Translation(True, f"LLM translation accepted: compiles for {plan.facts.name} (no GPU here to check "
-                             f"correctness); wrote {out_dir / name}")
+    result = check_tl_on_gpu(plan.out_path, cubins[stage.text], plan.facts.name, plan.settings.defines, plan.request)
+    if result.correct is False:
+        return Translation(False, f"LLM translation compiles ({out_dir / name}) but is wrong: {result.summary}; "
+                                  "using tlc's emitter")
+    checked = "correct on the GPU" if result.correct else "no GPU here to check correctness"
+    return Translation(True, f"LLM translation accepted: compiles for {plan.facts.name} ({checked}); "
+                             f"wrote {out_dir / name}")

@@ -22,8 +22,18 @@ def request_for(spec: Path) -> str:
 
 
 def sketch_of(program: str) -> str:
-    """A stage-1 answer: the program without its comments (a full program is a valid sketch)."""
-    keep = [ln for ln in program.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    """A stage-1 answer: no comments, no shared-memory Allocates, no numeric Params (tile sizes,
+    head dims) unless a Compute uses them as a value (LANGUAGE.md §2: what a sketch leaves open)."""
+    lines = [ln for ln in program.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    computes = " ".join(ln for ln in lines if re.match(r"\s*compute\b", ln, re.IGNORECASE))
+
+    def open_param(line: str) -> bool:
+        m = re.match(r"\s*param\s+(\w+)\s*=\s*\d", line, re.IGNORECASE)
+        return bool(m) and not re.search(rf"\b{m.group(1)}\b", computes)
+
+    keep = [ln for ln in lines if not open_param(ln)
+            and not re.match(r"\s*allocate\s+\w+\s+in\s+shared\b", ln, re.IGNORECASE)]
+    assert len(keep) < len(lines), "the spec has nothing a sketch leaves open"
     return "\n".join(keep) + "\n"
 
 

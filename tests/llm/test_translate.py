@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SECRET
-from loopback import answer, fenced
+from loopback import Reply, answer, fenced
 from scripts import sketch_of, spec_text
 
 from tlc_llm.gpucheck import gpu_available
@@ -80,6 +80,15 @@ def test_translation_that_never_compiles_falls_back(setup):
     assert not (plan.out_path.parent / "mha.llm.cu").exists()
 
 
+def test_endpoint_failure_during_translation_falls_back(setup):
+    server, session, plan, artifacts = setup
+    server.script = [Reply(500, "down")] * 4
+    result = translate_with_llm(session, plan, PromptSet(plan.request, plan.facts), spec_text(), artifacts)
+    assert not result.accepted
+    assert result.message.startswith("LLM translation failed (translate/round-0: no usable answer after 4 attempt(s)")
+    assert result.message.endswith("using tlc's emitter")
+
+
 def test_translation_without_launch_abi_is_skipped(setup):
     server, session, plan, _ = setup
     result = translate_with_llm(session, plan, PromptSet(plan.request, plan.facts), spec_text(), {})
@@ -110,7 +119,7 @@ def test_gen_build_and_translate_end_to_end(endpoint_env, gen, tmp_path):
         kernel = re.search(r'void (\w+)\(const FlashParams p\)', prompt).group(1)
         struct = re.search(r"struct FlashParams \{.*?\};", prompt, re.DOTALL).group(0)
         src = (f"#include <cute/tensor.hpp>\n{struct}\n"
-               f'extern "C" __global__ void {kernel}(const FlashParams p) {{ if (p.sq < 0) p.o[0] = 0; }}\n')
+               f'extern "C" __global__ void {kernel}(const FlashParams p) {{ if (p.sq < 0) p.o[0] = p.o[1]; }}\n')
         return fenced(src, "cpp")
 
     endpoint_env.script = [fenced(sketch_of(program)), fenced(program), translate_reply]
