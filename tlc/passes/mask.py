@@ -44,6 +44,11 @@ def _add(a: Expr, b: Expr) -> Expr:
     return a if b == Num(0) else BinOp("+", a, b)
 
 
+def _shift(alignment: str) -> Expr:
+    """Columns a query row sees beyond its own index (LANGUAGE.md, Compute Mask)."""
+    return BinOp("-", Name("seqlen_k"), Name("seqlen_q")) if alignment == "bottom_right" else Num(0)
+
+
 def _cdiv(a: Expr, b: Expr) -> Expr:
     """Tiles needed to cover `a` positions: rounds up (a floor here drops the diagonal tile)."""
     return Call("cdiv", (a, b))
@@ -128,9 +133,7 @@ class _LoopMasks:
         if rows is None:
             self.ctx.remark("causal mask left as is: the scores' rows do not come from a tiled load", mask.loc)
             return
-        shift: Expr = Num(0)
-        if mask.alignment == "bottom_right":
-            shift = BinOp("-", Name("seqlen_k"), Name("seqlen_q"))
+        shift = _shift(mask.alignment)
         row_start = BinOp("*", rows.coord, rows.tile)
         first = BinOp("/", _add(_add(row_start, shift), Num(1)), cols.tile)
         self.body.replace(mask, replace(mask, from_iteration=((self.loop.var, first),)))
