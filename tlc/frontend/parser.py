@@ -19,6 +19,7 @@ from tlc.frontend import ast as A
 
 MAX_SOURCE_BYTES = 1_000_000
 MAX_ERRORS = 25
+MAX_LOOP_DEPTH = 64  # deeper nesting is never a real kernel; the lowering and passes recurse per level
 STATEMENT_WORDS = ("Param", "Input", "Allocate", "Copy", "Compute", "Reshape", "for", "end")
 
 _TERMINAL_WORDS = {
@@ -299,7 +300,7 @@ def _decode(data: bytes | str, file: str, sink: DiagnosticSink) -> str | None:
     else:
         if len(data) > MAX_SOURCE_BYTES:
             sink.error(f"file is {len(data)} bytes; a TL program is at most {MAX_SOURCE_BYTES} bytes — "
-                       "pass a TL source file, not data", Loc(file, 0, 0))
+                       "pass a TL source file, not data", Loc(file, 1, 1))
             return None
         try:
             text = data.decode("utf-8")
@@ -310,7 +311,7 @@ def _decode(data: bytes | str, file: str, sink: DiagnosticSink) -> str | None:
                        Loc(file, line, col))
             return None
     if len(text) > MAX_SOURCE_BYTES:
-        sink.error(f"source is {len(text)} characters; a TL program is at most {MAX_SOURCE_BYTES}", Loc(file, 0, 0))
+        sink.error(f"source is {len(text)} characters; a TL program is at most {MAX_SOURCE_BYTES}", Loc(file, 1, 1))
         return None
     if "\x00" in text:
         idx = text.index("\x00")
@@ -392,7 +393,10 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
             continue
         if isinstance(item, tuple) and item[0] == "for":
             _, var, start, stop, indented, loc = item
-            stack.append(_Block(var, start, stop, indented, indent, replace(loc, col=indent + 1)))
+            too_deep = len(stack) >= MAX_LOOP_DEPTH
+            if len(stack) == MAX_LOOP_DEPTH:
+                sink.error(f"loops nest more than {MAX_LOOP_DEPTH} deep; flatten them", replace(loc, col=indent + 1))
+            stack.append(_Block(var, start, stop, indented, indent, replace(loc, col=indent + 1), broken=too_deep))
         elif isinstance(item, tuple) and item[0] == "end":
             if not stack:
                 sink.error("'end' without an open loop; remove it or add a 'for' header above", item[1])
