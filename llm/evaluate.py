@@ -25,6 +25,7 @@ Log = Callable[[str], None]
 @dataclass
 class Tally:
     variant: str
+    built: bool = True  # False with --no-build: "compiled" then means "passes tlc check"
     samples: int = 0
     compiled: int = 0
     correct: int = 0
@@ -43,8 +44,10 @@ class Tally:
             self.failures.append(next((m for m in messages if m.startswith("error")), "failed"))
 
     def line(self) -> str:
+        if not self.built:
+            return f"{self.variant}: {self.compiled}/{self.samples} pass tlc check (not built: --no-build)"
         rate = f"{self.correct}/{self.samples} compile-and-correct"
-        extra = f", {self.unchecked} compiled but correctness not checked" if self.unchecked else ""
+        extra = f", {self.unchecked} compiled but not checked (no GPU)" if self.unchecked else ""
         return f"{self.variant}: {self.compiled}/{self.samples} compile, {rate}{extra}"
 
 
@@ -74,8 +77,10 @@ def run_eval(args: argparse.Namespace, settings: RunSettings, endpoint: Endpoint
             ensure_writable(out_path, args.force)
             sample = replace(settings, request=request.describe(), seed=(settings.seed or 0) + i, eval_samples=0)
             build_dir = None if args.no_build else out_dir
-            plans.append(RunPlan(sample, request, target_facts(settings.target), out_path, build_dir, args.force))
-    tallies = {r.variant: Tally(r.variant) for r in requests}
+            # the sample's request is re-read from its own text, exactly as `--replay` will read it
+            sample_request = parse_request(sample.request, settings.target)
+            plans.append(RunPlan(sample, sample_request, target_facts(settings.target), out_path, build_dir, args.force))
+    tallies = {r.variant: Tally(r.variant, built=not args.no_build) for r in requests}
     calls = 0
     for plan in plans:
         tally = tallies[plan.request.variant]
