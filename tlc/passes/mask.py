@@ -101,12 +101,11 @@ class _LoopMasks:
         if isinstance(prod, MaskOp) and prod.kind == "bounds":
             return
         users = [u for u in self.body.ops() if any(v is x for v in u.operands)]
-        loc = users[0].loc if users else self.loop.loc
+        loc = users[0].loc  # scores always have a reader: the softmax or its row max
         out = Value(fresh_name(self.root, x.base), x.type, x.base)
         mask = MaskOp((out,), (x,), kind="bounds", limit=limit,
                       from_iteration=((self.loop.var, BinOp("/", limit, cols.tile)),), loc=loc)
-        self.body.insert_after(prod, mask) if prod is not None and any(
-            prod is o for o in self.body.ops()) else self.body.insert_before(users[0], mask)
+        self.body.insert_before(users[0], mask)  # right where the exp2 / row max reads the scores
         self.body.replace_all_uses(x, out, skip=mask)
         self.ctx.remark(f"bounds: {', '.join(switched) or 'the loads'} zero-fill past the end; scores at "
                         f"columns >= {limit} are masked explicitly, from trip {self.loop.var} = {limit} / "
