@@ -23,7 +23,10 @@ class IncludeDirs:
 
     def flags(self) -> list[str]:
         # CCCL goes before the CUDA include so the pinned libcu++ wins over any older copy.
-        return [f"-I{self.cutlass}", f"-I{self.cccl}", f"-I{self.cuda}"]
+        flags = [f"-I{self.cutlass}", f"-I{self.cccl}"]
+        if self.cccl.name == "cccl":  # CUTLASS on CUDA 13 also spells `#include <cccl/cuda/std/...>`
+            flags.append(f"-I{self.cccl.parent}")
+        return flags + [f"-I{self.cuda}"]
 
 
 def _package_dir(name: str) -> Path | None:
@@ -62,7 +65,15 @@ def _cuda_include() -> Path | None:
 
 
 def _cccl_include(cuda: Path) -> Path | None:
-    for cand in (cuda / "cccl", cuda):
+    candidates = []
+    if env := os.environ.get("CCCL_PATH"):
+        candidates.append(Path(env))
+    candidates += [cuda / "cccl", cuda]
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidates += [Path(home) / "include" / "cccl", Path(home) / "include",
+                   Path(home) / "targets" / "x86_64-linux" / "include" / "cccl",
+                   Path(home) / "targets" / "x86_64-linux" / "include"]
+    for cand in candidates:
         if (cand / "cuda" / "std" / "cstdint").is_file():
             return cand
     return None

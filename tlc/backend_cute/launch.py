@@ -53,12 +53,20 @@ class AttentionSpec:
 
 
 class _Loaded:
-    def __init__(self, compiled: CompiledKernel, kernel: KernelOp) -> None:
+    def __init__(self, compiled: CompiledKernel, kernel: KernelOp, device_index: int) -> None:
         driver = _driver()
+        (err,) = driver.cuInit(0)
+        _check(err, "cuInit")
         err, ctx = driver.cuCtxGetCurrent()
         _check(err, "cuCtxGetCurrent")
         if int(ctx) == 0:
-            raise fail("no current CUDA context: create a torch CUDA tensor before launching")
+            # torch's runtime uses the device's primary context: make it current on this thread.
+            err, dev = driver.cuDeviceGet(device_index)
+            _check(err, "cuDeviceGet")
+            err, ctx = driver.cuDevicePrimaryCtxRetain(dev)
+            _check(err, "cuDevicePrimaryCtxRetain")
+            (err,) = driver.cuCtxSetCurrent(ctx)
+            _check(err, "cuCtxSetCurrent")
         err, self.module = driver.cuModuleLoadData(compiled.cubin)
         _check(err, "cuModuleLoadData (is the cubin for this GPU's arch?)")
         err, self.function = driver.cuModuleGetFunction(self.module, kernel.name.encode())
@@ -135,7 +143,10 @@ class Kernel:
     # ------------------------------------------------------------------ launch
     def _module(self, device_index: int) -> _Loaded:
         if device_index not in self._loaded:
-            self._loaded[device_index] = _Loaded(self.compiled, self.kernel)
+            import torch
+            with torch.cuda.device(device_index):
+                torch.cuda.init()
+                self._loaded[device_index] = _Loaded(self.compiled, self.kernel, device_index)
         return self._loaded[device_index]
 
     def grid(self, env: dict) -> tuple[int, int, int]:
