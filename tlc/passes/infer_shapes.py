@@ -91,6 +91,12 @@ class InferShapesPass(Pass):
 class _Infer:
     def __init__(self, ctx: PassContext):
         self.ctx = ctx
+        self.reported: set[tuple[str, object]] = set()  # loop bodies are swept more than once
+
+    def error(self, message: str, loc, *notes: Note) -> None:
+        if (message, loc) not in self.reported:
+            self.reported.add((message, loc))
+            self.ctx.error(message, loc, *notes)
 
     def region(self, g: Graph) -> None:
         for op in g.ops():
@@ -126,7 +132,7 @@ class _Infer:
             elif len(readings) == 1:
                 shape = readings[0].shape  # a unique `.T` repair: resolve-transpose's job
             elif not readings:
-                self.ctx.error(
+                self.error(
                     f"GEMM inner dimensions differ: {operand_text(a, op.trans_a, a.type.shape)} · "
                     f"{operand_text(b, op.trans_b, b.type.shape)}"
                     + (f" accumulating into {op.operands[2].base} {shape_text(acc)}" if acc else ""),
@@ -142,7 +148,7 @@ class _Infer:
         ref = max(tiles, key=lambda v: len(v.type.shape or ()))
         for v in tiles:
             if not _broadcasts(v.type.shape, ref.type.shape):
-                self.ctx.error(f"'{op.fn}' of tiles with different shapes: {v.base} {shape_text(v.type.shape)} "
+                self.error(f"'{op.fn}' of tiles with different shapes: {v.base} {shape_text(v.type.shape)} "
                                f"and {ref.base} {shape_text(ref.type.shape)}", op.loc)
                 break
         dtype = "fp32" if any(v.type.dtype == "fp32" for v in tiles) else ref.type.dtype
@@ -182,7 +188,7 @@ class _Infer:
             changed = False
             for arg, init, y in zip(op.args[1:], op.operands, op.yields):
                 if dims(y.type.shape) != dims(init.type.shape) and None not in (y.type.shape, init.type.shape):
-                    self.ctx.error(f"'{init.base}' enters loop '{op.var}' as {shape_text(init.type.shape)} but "
+                    self.error(f"'{init.base}' enters loop '{op.var}' as {shape_text(init.type.shape)} but "
                                    f"an iteration leaves it {shape_text(y.type.shape)}", op.loc)
                     return
                 joined = init.type.with_(role=y.type.role if y.type.role != "none" else init.type.role)
