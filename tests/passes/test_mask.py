@@ -130,3 +130,14 @@ def test_b2b_gemm_has_no_scores_and_is_left_alone() -> None:
     before = print_graph(g)
     MASK.apply(PassContext(), g)
     assert print_graph(g) == before
+
+
+def test_final_ir_round_trips_through_the_ir_parser() -> None:
+    from tlc.ir.irparser import parse_ir
+
+    g, _, _ = masked("bottom_right")
+    text = print_graph(g)
+    again = parse_ir(text)
+    assert print_graph(again) == text
+    sh = Shapes(1, 1, 1, {"seqlen_q": 31, "seqlen_k": 17}, {"scale": 0.5})
+    assert torch.equal(interpret(again, sh, 2)[0], interpret(g, sh, 2)[0])

@@ -154,3 +154,18 @@ def test_stat_used_inside_the_loop_is_an_error() -> None:
     ctx = PassContext()
     ONLINE.apply(ctx, g)
     assert [d.loc.line for d in ctx.sink.errors] == [18]
+
+
+def test_row_count_falls_back_to_the_accumulator() -> None:
+    """Scores with no tile shape in reach (a sketch): the running max takes O's rows."""
+    from tlc.frontend.lower import lower_program
+    from tlc.frontend.parser import parse_text
+
+    text = ("Allocate O in register (BM, D)\nCopy Q from global to shared\nfor n = 0:N\n"
+            "  Copy K from global to shared\n  Copy V from global to shared\n"
+            "  Compute GEMM Q, K.T and get S\n  Compute Softmax S\n  Compute GEMM S, V and accumulate O\nend\n")
+    g = lower_program(parse_text(text), sketch=True)
+    ctx = PassContext()
+    ONLINE.apply(ctx, g)
+    assert not ctx.sink.errors
+    assert [tuple(map(str, op.shape)) for op in g.ops() if isinstance(op, FullOp)] == [("BM",)] * 2

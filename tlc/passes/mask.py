@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from tlc.frontend.ast import BinOp, Call, Expr, Name, Num
 from tlc.ir.graph import Graph
-from tlc.ir.ops import CopyOp, LoopOp, MaskOp, RowReduceOp, ScaledExpOp, SoftmaxOp
+from tlc.ir.ops import CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.tile_origin import Origin, fresh_name, origin

@@ -68,13 +68,27 @@ class _Rewrite:
         c = self.fold_scale()
         self.sm = _find(self.region, self.sm.results[0])  # folding may have rewired it
         x = self.sm.operands[0]
-        rows = extent(self.region, x, 0)
-        self.vec = TileType("register", None if rows is None else (rows,), "fp32")
         loop = _enclosing_loop(self.region)
+        rows = extent(self.region, x, 0) or self.accumulator_rows()
+        self.vec = TileType("register", None if rows is None else (rows,), "fp32")
         if loop is None:
             self.per_tile(x, c)
+        elif rows is None:
+            self.ctx.error("cannot tell how many rows the softmax's scores have (the running max holds one "
+                           "value per row); give its input a tile shape, e.g. 'Copy Q (BM, D) …'", self.sm.loc)
         else:
             self.online(loop, x, c)
+
+    def accumulator_rows(self):
+        """Rows of the first accumulator P reaches (`Allocate O in register (BM, D)`)."""
+        frontier = [self.sm.results[0]]
+        while frontier:
+            for u in self.region.users(frontier.pop()):
+                if isinstance(u, GemmOp) and u.accumulate:
+                    return extent(self.region, u.operands[2], 0)
+                if isinstance(u, (ReshapeOp, ElementwiseOp, CopyOp, MaskOp)):
+                    frontier.append(u.result)
+        return None
 
     # ------------------------------------------------------------ scale folding
     def fold_scale(self) -> Value:
@@ -106,25 +120,19 @@ class _Rewrite:
         return self.add(ScalarOp((self.value("log2e", SCALAR),), (), expr=Num(LOG2E), loc=self.sm.loc))
 
     def positive_scalar(self, op: Op) -> tuple[ScalarOp | None, Value | None]:
+        """(the scalar, the tile) of `mul(tile, s)` when s is known positive: a positive
+        constant or Param, or a float runtime Input (a softmax scale, positive by contract)."""
         if not (isinstance(op, ElementwiseOp) and op.fn == "mul"):
             return None, None
         for i, s in enumerate(op.operands):
-            prod = self.region.producer(s)
-            if isinstance(prod, ScalarOp) and self.known_positive(prod):
+            prod, e = self.region.producer(s), None
+            if isinstance(prod, ScalarOp):
+                e = prod.expr
+            value = self.root.params.get(e.id) if isinstance(e, Name) else e.value if isinstance(e, Num) else None
+            positive = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            if positive or isinstance(e, Name) and self.root.inputs.get(e.id) == "float":
                 return prod, op.operands[1 - i]
         return None, None
-
-    def known_positive(self, op: ScalarOp) -> bool:
-        e = op.expr
-        if isinstance(e, Num):
-            return e.value > 0
-        if isinstance(e, Name):
-            g = self.root
-            if e.id in g.params:
-                v = g.params[e.id]
-                return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-            return g.inputs.get(e.id) == "float"  # a softmax scale: positive by contract
-        return False
 
     # ------------------------------------------------------------ rewrites
     def per_tile(self, x: Value, c: Value) -> None:
