@@ -30,11 +30,11 @@ def test_configs() -> list[FlashFwdConfig]:
 
 
 def bench_configs() -> list[FlashFwdConfig]:
+    from bench.bench_attention import DEFAULT_TILES, ROWS, SWEEP
     out = []
-    for d in (128, 64):
-        for causal in (False, True):
-            for tiles in (dict(bm=128, bn=64, warps=4), dict(bm=128, bn=64, warps=8), dict(bm=128, bn=64, warps=4, stages=2)):
-                out.append(FlashFwdConfig(dtype="bf16", d_qk=d, d_v=d, causal=causal, **tiles))
+    for row in ROWS:
+        for tiles in [DEFAULT_TILES[row["d"]], *SWEEP]:
+            out.append(FlashFwdConfig(dtype="bf16", d_qk=row["d"], d_v=row["d"], causal=row["causal"], **tiles))
     return out
 
 

@@ -50,6 +50,8 @@ class FlashFwdConfig:
     alignment: str = "top_left"
     lse: bool = False
     softcap: bool = False
+    # S2R software pipelining inside each GEMM (ldmatrix of k-block kb+1 before the MMAs of kb).
+    s_prefetch: bool = True
     pv_prefetch: bool = True
     name: str = "flash_fwd"
     loc: Loc | None = None
@@ -85,6 +87,7 @@ class FlashFwdConfig:
     def key(self) -> str:
         c = "causal_" + ("tl" if self.alignment == "top_left" else "br") if self.causal else "full"
         extra = ("_lse" if self.lse else "") + ("_softcap" if self.softcap else "")
+        extra += ("" if self.s_prefetch else "_nsp") + ("" if self.pv_prefetch else "_npp")
         return (f"{self.name}_{self.dtype}_q{self.d_qk}_v{self.d_v}_{c}_m{self.bm}n{self.bn}"
                 f"w{self.warps}s{self.stages}{extra}")
 
@@ -216,7 +219,8 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
     ]
 
     s_gemm = GemmOp(mma="tiled_mma", acc="acc_s", a="tSrQ", b="tSrK", a_smem=Var("tSsQ"), a_copy="smem_tiled_copy_Q",
-                    a_view="tSrQ_view", b_smem=E("tSsK[_, _, _, stage]"), b_copy="smem_tiled_copy_K", b_view="tSrK_view")
+                    a_view="tSrQ_view", b_smem=E("tSsK[_, _, _, stage]"), b_copy="smem_tiled_copy_K", b_view="tSrK_view",
+                    prefetch=cfg.s_prefetch)
     o_gemm = GemmOp(mma="tiled_mma", acc="acc_o", a="tOrP", b="tOrVt", b_smem=E("tOsVt[_, _, _, stage]"),
                     b_copy="smem_tiled_copy_V", b_view="tOrVt_view", prefetch=cfg.pv_prefetch)
     scores: list[Op] = [s_gemm]

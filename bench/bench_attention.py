@@ -1,0 +1,143 @@
+"""tlc forward attention vs torch SDPA (FlashAttention-2 backend, asserted) and cuDNN, same run.
+
+    python bench/bench_attention.py                # DESIGN §7 MHA rows with the default tiles
+    python bench/bench_attention.py --sweep        # also time tile/warp/stage variants (regs, spills)
+
+Checks tlc's output against DESIGN §8's rule on a (batch 0, 2 heads) slice of every timed problem,
+times with triton.testing.do_bench (median), prints a table last and writes JSON under $OUT.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from tlc.backend_cute.attention import attention_kernel  # noqa: E402
+from tlc.kir.flash_fwd import FlashFwdConfig  # noqa: E402
+from tlc.testing_tolerance import check_attention  # noqa: E402
+
+ROWS = [  # DESIGN §7: B = 4, S = 4096, H = 16 at d = 128, H = 32 at d = 64
+    dict(name="MHA d=128", B=4, H=16, S=4096, d=128, causal=False),
+    dict(name="MHA d=128 causal", B=4, H=16, S=4096, d=128, causal=True),
+    dict(name="MHA d=64", B=4, H=32, S=4096, d=64, causal=False),
+    dict(name="MHA d=64 causal", B=4, H=32, S=4096, d=64, causal=True),
+]
+DEFAULT_TILES = {128: dict(bm=128, bn=64, warps=4), 64: dict(bm=128, bn=64, warps=4)}
+SWEEP = [
+    dict(bm=128, bn=64, warps=4), dict(bm=128, bn=64, warps=4, s_prefetch=False),
+    dict(bm=128, bn=64, warps=4, s_prefetch=False, pv_prefetch=False), dict(bm=128, bn=64, warps=4, stages=2),
+    dict(bm=128, bn=64, warps=8), dict(bm=128, bn=128, warps=8), dict(bm=128, bn=64, warps=8, stages=2),
+    dict(bm=64, bn=64, warps=4), dict(bm=128, bn=128, warps=4),
+]
+
+
+def flops(B, H, S, d, causal):
+    f = 4.0 * B * H * S * S * d
+    return f / 2 if causal else f
+
+
+def bench_ms(fn) -> float:
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=50, rep=300, return_mode="median")
+
+
+def sdpa_kernel_names(backend, q, k, v, causal) -> list[str]:
+    """Names of the CUDA kernels one SDPA call ran under `backend` (FA2 shows as flash_fwd_kernel)."""
+    from torch.profiler import ProfilerActivity, profile
+    with sdpa_kernel([backend]), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+
+
+def run_row(row, tiles, dtype=torch.bfloat16, check=True):
+    B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
+    cfg = FlashFwdConfig(dtype="bf16", d_qk=d, d_v=d, causal=causal, **tiles)
+    kern = attention_kernel(cfg, "sm_90")
+    q, k, v = (torch.randn(B, H, S, d, device="cuda", dtype=dtype) for _ in range(3))
+    out = torch.full_like(q, float("nan"))
+    kern(q, k, v, out=out)
+    torch.cuda.synchronize()
+    result = dict(row, config=cfg.key(), compile_seconds=round(kern.compiled.compile_seconds, 1),
+                  ptxas=kern.compiled.metadata.get("ptxas", {}), attributes=kern.attributes(0))
+    if check:
+        rep = check_attention(out[:1, :2], q[:1, :2], k[:1, :2], v[:1, :2], causal=causal)
+        result["check"] = str(rep)
+        result["check_passed"] = rep.passed
+    ms = bench_ms(lambda: kern(q, k, v, out=out))
+    result["tlc_ms"] = ms
+    result["tlc_tflops"] = flops(B, H, S, d, causal) / ms / 1e9
+    return result, (q, k, v)
+
+
+def run_baselines(row, qkv, result):
+    q, k, v = qkv
+    B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
+    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            names = sdpa_kernel_names(backend, q, k, v, causal)
+            with sdpa_kernel([backend]):  # only this backend may run: SDPA raises otherwise
+                ms = bench_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            result[f"{label}_ms"] = ms
+            result[f"{label}_tflops"] = flops(B, H, S, d, causal) / ms / 1e9
+            result[f"{label}_kernels"] = names
+        except RuntimeError as exc:
+            result[f"{label}_error"] = str(exc).splitlines()[0][:200]
+    if "flash_kernels" in result:
+        result["flash_is_fa2"] = any("flash_fwd_kernel" in n for n in result["flash_kernels"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--no-baselines", action="store_true")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_name()
+    report = {"date": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z", "gpu": dev,
+              "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "rows": [], "sweep": []}
+    if a.sweep:
+        for row in ROWS:
+            for tiles in SWEEP:
+                try:
+                    res, _ = run_row(row, tiles, check=False)
+                    report["sweep"].append(res)
+                    print(f"sweep {row['name']:18s} {res['config']:58s} {res['tlc_tflops']:6.1f} TFLOP/s "
+                          f"regs={res['attributes'].get('registers')} local={res['attributes'].get('local_bytes')}",
+                          flush=True)
+                except Exception as exc:  # one failing variant must not hide the others
+                    print(f"sweep {row['name']} {tiles}: ERROR {str(exc)[:300]}", flush=True)
+    for row in ROWS:
+        res, qkv = run_row(row, DEFAULT_TILES[row["d"]])
+        if not a.no_baselines:
+            run_baselines(row, qkv, res)
+        report["rows"].append(res)
+        del qkv
+        torch.cuda.empty_cache()
+    out_dir = os.environ.get("OUT") or "."
+    with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    print(f"\n{dev}, torch {torch.__version__}, cuDNN {report['cudnn']}, bf16 forward, TFLOP/s (median of do_bench)")
+    print(f"{'config':20s} {'tlc':>7s} {'SDPA-FA2':>9s} {'cuDNN':>7s} {'tlc/FA2':>8s} {'tlc/cuDNN':>9s}  check")
+    for r in report["rows"]:
+        fa, cu = r.get("flash_tflops"), r.get("cudnn_tflops")
+        fa_s = f"{fa:9.1f}" if fa else f"{'n/a':>9s}"
+        cu_s = f"{cu:7.1f}" if cu else f"{'n/a':>7s}"
+        ra = f"{r['tlc_tflops'] / fa:8.2f}" if fa else f"{'':8s}"
+        rc = f"{r['tlc_tflops'] / cu:9.2f}" if cu else f"{'':9s}"
+        fa2 = "" if r.get("flash_is_fa2", True) else " (SDPA flash kernel not FA2!)"
+        print(f"{r['name']:20s} {r['tlc_tflops']:7.1f} {fa_s} {cu_s} {ra} {rc}  "
+              f"{'PASS' if r.get('check_passed') else 'FAIL'}{fa2}")
+    return 0 if all(r.get("check_passed") for r in report["rows"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""Emitter goldens (tests/filecheck/emit, FileCheck in process) and emitter invariants."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from filecheck.finput import FInput
+from filecheck.matcher import Matcher
+from filecheck.options import Options
+from filecheck.parser import Parser
+
+from tlc.backend_cute.emit import emit_program
+from tlc.diagnostics import Loc, TlcError
+from tlc.kir.flash_fwd import FlashFwdConfig, build_flash_fwd_kir
+from tlc.kir.ops import BarrierOp, KernelOp, ProgramOp
+from tlc.kir.text import parse_kir
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDENS = sorted((ROOT / "tests" / "filecheck" / "emit").glob("*.kirtest"))
+SEPARATOR = re.compile(r"^// -----\s*$", re.M)
+
+
+def _value(text: str):
+    if text in ("true", "false"):
+        return text == "true"
+    return int(text) if text.isdigit() else text
+
+
+def emit_case(case: str) -> str:
+    config = re.search(r"^// CONFIG:(.*)$", case, re.M)
+    if config:
+        kwargs = dict(kv.split("=", 1) for kv in config.group(1).split())
+        program = build_flash_fwd_kir(FlashFwdConfig(**{k: _value(v) for k, v in kwargs.items()}))
+    else:
+        kir = "\n".join(m.group(1) for m in re.finditer(r"^// KIR: ?(.*)$", case, re.M))
+        program = parse_kir(kir[kir.index("ProgramOp("):])
+    return emit_program(program, line_directives=False)
+
+
+def filecheck(check_text: str, output: str, tmp_path: Path) -> int:
+    check_file = tmp_path / "case.check"
+    check_file.write_text(check_text)
+    opts = Options(match_filename=str(check_file), check_prefixes=["CHECK"])
+    return Matcher(opts, FInput("<emitted>", FInput.canonicalize_line_ends(output)), Parser.from_opts(opts)).run()
+
+
+@pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.name)
+def test_emit_goldens(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i, case in enumerate(SEPARATOR.split(path.read_text())):
+        if "CHECK" not in case:
+            continue
+        output = emit_case(case)
+        rc = filecheck(case, output, tmp_path)
+        report = capsys.readouterr()
+        assert rc == 0, f"{path.name} case {i}:\n{report.out}{report.err}"
+
+
+def test_filecheck_harness_can_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert filecheck("// CHECK: no such line\n", "other\n", tmp_path) != 0
+    capsys.readouterr()
+
+
+def _mma_and_layouts(src: str) -> list[str]:
+    return [ln.strip() for ln in src.splitlines() if "TiledMMA<" in ln or "tile_to_shape(" in ln or "make_tiled_copy(" in ln]
+
+
+@pytest.mark.parametrize("change", [dict(bm=64), dict(bn=128), dict(warps=8), dict(stages=2)],
+                         ids=lambda c: next(iter(c)))
+def test_tile_parameters_change_emitted_mma_and_layouts(change):
+    """DESIGN §3's proof that tiles live in the kernel IR: each knob changes TiledMMA/layouts."""
+    base = dict(d_qk=128, d_v=128, bm=128, bn=64, warps=4, stages=1)
+    a = emit_program(build_flash_fwd_kir(FlashFwdConfig(**base)), line_directives=False)
+    b = emit_program(build_flash_fwd_kir(FlashFwdConfig(**{**base, **change})), line_directives=False)
+    assert _mma_and_layouts(a) != _mma_and_layouts(b)
+    if "warps" in change:
+        assert "Layout<Shape<Int<8>, Int<1>, Int<1>>>, Tile<Int<128>" in b
+    if "stages" in change:
+        assert "Shape<Int<64>, Int<128>, Int<2>>" in b and "cp_async_wait<1>();" in b
+
+
+def test_emitter_is_deterministic():
+    cfg = FlashFwdConfig(causal=True, lse=True)
+    assert emit_program(build_flash_fwd_kir(cfg)) == emit_program(build_flash_fwd_kir(cfg))
+
+
+def test_line_directives_use_basename_and_escape():
+    cfg = FlashFwdConfig(loc=Loc('/some/dir/we"ird.tl', 12, 3))
+    src = emit_program(build_flash_fwd_kir(cfg), line_directives=True)
+    assert '#line 12 "we_ird.tl"' in src
+    assert "/some/dir" not in src
+    assert "#line" not in emit_program(build_flash_fwd_kir(cfg), line_directives=False)
+
+
+def test_refuses_non_kernel_ir_ops():
+    program = build_flash_fwd_kir(FlashFwdConfig())
+
+    class NotAnOp:
+        loc = None
+
+    kernel = program.kernels()[0]
+    bad = ProgramOp(name="p", body=(KernelOp(name="k", params="FlashParams", threads=128, min_blocks=1,
+                                             grid=kernel.grid, smem_bytes=0, body=(BarrierOp(),)),))
+    from tlc.backend_cute.emit import CuteEmitter
+    with pytest.raises(TlcError, match="not a kernel-IR op"):
+        CuteEmitter().emit(NotAnOp())
+    with pytest.raises(TlcError, match="ProgramOp"):
+        emit_program(kernel)  # a kernel alone is not a program
+    assert "__syncthreads();" in emit_program(bad)
+
+
+def test_unsafe_identifiers_never_reach_cpp():
+    from tlc.kir.expr import E, Var
+    from tlc.kir.ops import LetOp, TiledCopyOp
+    with pytest.raises(TlcError, match="invalid"):
+        LetOp(name="x; system(1)", type="i32", value=E(0)).verify()
+    with pytest.raises(TlcError, match="keyword"):
+        Var("int")
+    with pytest.raises(TlcError):
+        E("a; b")
+    with pytest.raises(TlcError, match="unknown copy atom"):
+        TiledCopyOp(name="c", atom="evil<>", dtype="bf16", kind="A", mma="m", thread_slice="t").verify()
