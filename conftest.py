@@ -3,6 +3,13 @@ from __future__ import annotations
 
 import pytest
 
+try:  # tiny tensors: thread start-up costs far more than the arithmetic on 2-core machines
+    import torch
+
+    torch.set_num_threads(1)
+except Exception:  # pragma: no cover - torch is a hard dependency, but never fail collection
+    pass
+
 
 def _has_gpu() -> bool:
     try:
