@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 from tlc_llm.build import existing_artifacts
 from tlc_llm.checker import ToolchainError
@@ -22,6 +23,7 @@ from tlc_llm.targets import TargetError, target_facts
 from tlc_llm.transcript import TranscriptError, load, unique_path
 
 DEFAULT_TARGET = "sm_90"
+Log = Callable[[str], None]
 _FAILURES = (ProviderError, ToolchainError, OutputExists, RequestError, SetupError, TargetError, TranscriptError)
 
 
@@ -94,7 +96,7 @@ def _default_output(settings: RunSettings) -> Path:
     return Path(request.slug() + suffix)
 
 
-def _run_single(args: argparse.Namespace, settings: RunSettings, session: Session, log) -> bool:
+def _run_single(args: argparse.Namespace, settings: RunSettings, session: Session, log: Log) -> bool:
     """Run one generation; True when it fully succeeded."""
     from tlc_llm.run_tl import RunPlan, run_tl
 
@@ -122,7 +124,7 @@ def _preflight(args: argparse.Namespace, settings: RunSettings) -> Path:
     return out_path
 
 
-def run(argv: list[str], log) -> int:
+def run(argv: list[str], log: Log) -> int:
     args = _parser().parse_args(argv)
     if args.replay is not None:
         conflicts = _replay_conflicts(args)
@@ -146,8 +148,9 @@ def run(argv: list[str], log) -> int:
     try:
         ok = _run_single(args, settings, session, log)
         session.finish_replay()
-    except ProviderError as exc:
-        session.transcript.outcome.update(status="failed", message=str(exc))
+    except Exception as exc:  # the transcript says how the run ended, whatever ended it
+        session.transcript.outcome.setdefault("status", "failed")
+        session.transcript.outcome.setdefault("message", str(exc))
         raise
     finally:
         session.transcript.write(record)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 from kernels import naive_kernel
