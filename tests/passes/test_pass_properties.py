@@ -5,6 +5,7 @@ the repairs fix (a deleted Reshape, a dropped or superfluous `.T`): once repaire
 program computes what the original computes, and its layouts check."""
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,15 @@ from tlc.testing.checks import Shapes, make_inputs
 
 PIPELINE = available_pipeline()
 VARIANT_PAIRS = [(spec, kind) for spec in SPECS for kind in VARIANTS if make_variant(spec, kind) is not None]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiles here are tiny: torch's intra-op threads only add sync cost (2-3x slower on 2 cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @st.composite
