@@ -101,13 +101,26 @@ class InsertReshapePass(Pass):
                     ctx.error(f"the accumulator of the GEMM at line {src.loc.line} reaches the B operand "
                               f"'{op.operands[1].base}' of this GEMM; no register Reshape makes an accumulator "
                               "a B fragment: copy it through shared memory", op.loc)
+        for region, op in graph.walk():
+            if isinstance(op, ReshapeOp) and op.src_modes[:1] != ("MMA_C",) and any(
+                    isinstance(s, GemmOp) for s in layout_sources(region, op.operands[0])):
+                ctx.error(f"'{op.operands[0].base}' is a GEMM accumulator, so its layout is MMA_C: write "
+                          f"'Reshape {op.operands[0].base} from (MMA_C, MMA_M, MMA_N) to …', not from "
+                          f"{op.src_modes[0] if op.src_modes else '()'}", op.loc)
         for uid, uses in missing.items():
             self.insert(ctx, graph, values[uid], uses)
 
     @staticmethod
     def check_reshapes(ctx: PassContext, gemm: GemmOp, sources: list[Op], want: str) -> None:
+        other = gemm.operands[1 if want == "A" else 0]
         for src in sources:
-            if not isinstance(src, ReshapeOp) or reshape_role(src) == want:
+            if not isinstance(src, ReshapeOp):
+                continue
+            if reshape_role(src) == want:
+                if src.dtype and other.type.dtype and src.dtype != other.type.dtype:
+                    ctx.error(f"Reshape of '{src.operands[0].base}' converts to {src.dtype}, but the other operand "
+                              f"'{other.base}' of the GEMM at line {gemm.loc.line} is {other.type.dtype}; the MMA "
+                              f"takes one element type: write 'as {other.type.dtype}'", src.loc)
                 continue
             operand = gemm.operands[0 if want == "A" else 1].base
             dst = src.dst_modes[0] if src.dst_modes else "?"
