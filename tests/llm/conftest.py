@@ -62,3 +62,16 @@ def gen(capsys):
         return status, captured.err + captured.out
 
     return run
+
+
+def pytest_collection_modifyitems(config, items):
+    """NVRTC builds take a minute or more each: in tests/llm they run only when asked for
+    (`-m slow`, `-m gpu`, or TLC_LLM_SLOW=1), so the default run stays well under two minutes."""
+    wanted = config.getoption("-m") or ""
+    if os.environ.get("TLC_LLM_SLOW") or "slow" in wanted or "gpu" in wanted:
+        return
+    here = Path(__file__).resolve().parent
+    skip = pytest.mark.skip(reason="slow (NVRTC builds): run with -m slow or TLC_LLM_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords and here in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(skip)
