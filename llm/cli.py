@@ -6,6 +6,7 @@ Exit status: 0 done, 1 the run failed (message says why), 2 bad usage.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import os
 import sys
 from pathlib import Path
@@ -69,9 +70,13 @@ def _settings(args: argparse.Namespace) -> RunSettings:
     if args.request is None:
         raise SetupError('missing request, e.g. tlc gen "GQA, causal, head dim 128, bf16" --target sm_90')
     request = parse_request(args.request, args.target)
-    for name, value in (("--max-rounds", args.max_rounds), ("--retries", args.retries), ("--eval", args.eval)):
+    for name, value in (("--max-rounds", args.max_rounds), ("--retries", args.retries)):
         if value is not None and value < 0:
             raise SetupError(f"{name} must be >= 0")
+    if args.eval is not None and args.eval < 1:
+        raise SetupError("--eval N needs N >= 1 samples per variant")
+    if args.vanilla and args.translate == "llm":
+        raise SetupError("--vanilla asks for CUDA directly; --translate llm applies to the TL workflow only")
     return RunSettings(
         request=args.request, target=request.target or DEFAULT_TARGET,
         mode="vanilla" if args.vanilla else "tl", translate=args.translate or "tlc",
@@ -143,6 +148,12 @@ def run(argv: list[str], log: Log) -> int:
         endpoint = Endpoint.resolve(args.base_url, args.model, args.api_key, args.timeout)
         session = live_session(settings, endpoint, args.backoff)
     out_path = _preflight(args, settings)
+    if args.replay is None:
+        settings = replace(settings, filename=out_path.name)
+        session.transcript.command = settings.to_json()
+    elif settings.translate == "llm" and settings.filename and Path(settings.filename).stem != out_path.stem:
+        raise SetupError(f"this run used --translate llm, whose kernel symbol derives from the file name: "
+                         f"replay it with -o {settings.filename}")
     directory = args.transcript_dir or out_path.parent
     record = unique_path(transcript_path(directory, out_path.name))
     try:

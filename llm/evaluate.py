@@ -75,7 +75,8 @@ def run_eval(args: argparse.Namespace, settings: RunSettings, endpoint: Endpoint
         for i in range(settings.eval_samples):
             out_path = out_dir / f"{request.slug()}-s{i}{suffix}"
             ensure_writable(out_path, args.force)
-            sample = replace(settings, request=request.describe(), seed=(settings.seed or 0) + i, eval_samples=0)
+            sample = replace(settings, request=request.describe(), seed=(settings.seed or 0) + i, eval_samples=0,
+                             filename=out_path.name)
             build_dir = None if args.no_build else out_dir
             # the sample's request is re-read from its own text, exactly as `--replay` will read it
             sample_request = parse_request(sample.request, settings.target)

@@ -29,6 +29,11 @@ class RunPlan:
     build_dir: Path | None  # None: do not build
     force: bool
 
+    @property
+    def filename(self) -> str:
+        """The name the model sees in diagnostics: the recorded one, so a replay asks the same."""
+        return self.settings.filename or self.out_path.name
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -53,7 +58,7 @@ def run_tl(session: Session, plan: RunPlan, log: Log) -> RunResult:
     prompts = PromptSet(plan.request, plan.facts)
     outcome = session.transcript.outcome
     try:
-        generated = generate_tl(session.client, prompts, checker, filename=plan.out_path.name,
+        generated = generate_tl(session.client, prompts, checker, filename=plan.filename,
                                 max_rounds=plan.settings.max_rounds)
     except StageFailed as exc:
         outcome.update(status="failed", message=str(exc))
@@ -61,7 +66,7 @@ def run_tl(session: Session, plan: RunPlan, log: Log) -> RunResult:
         return RunResult(False)
     write_output(plan.out_path, generated.text, plan.force)
     outcome.update(
-        status="ok", output=plan.out_path.name, sha256=sha256(generated.text),
+        status="ok", sha256=sha256(generated.text),
         repair_rounds=generated.repair_rounds, remarks=list(generated.remarks),
     )
     for remark in generated.remarks:

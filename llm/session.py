@@ -39,6 +39,7 @@ class RunSettings:
     max_retries: int = 3
     defines: dict[str, str] = field(default_factory=dict)
     eval_samples: int = 0
+    filename: str = ""  # the name diagnostics and prompts use; a replay keeps it whatever -o says
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -89,7 +89,7 @@ def translate_with_llm(session: Session, plan: RunPlan, prompts: PromptSet, tl_t
     if abi is None:
         return Translation(False, "LLM translation skipped: tlc build gave no launch ABI (.json); using tlc's emitter")
     cubins: dict[str, bytes] = {}
-    name = f"{plan.out_path.stem}.llm.cu"
+    name = f"{Path(plan.filename).stem}.llm.cu"  # NVRTC's messages name it: stable under replay
 
     def check(source: str) -> Check:
         if not re.search(rf'extern\s+"C"[^;{{]*\b{re.escape(abi.kernel)}\s*\(', source):
@@ -114,12 +114,13 @@ def translate_with_llm(session: Session, plan: RunPlan, prompts: PromptSet, tl_t
     except ProviderError as exc:
         return Translation(False, f"LLM translation failed ({exc}); using tlc's emitter")
     out_dir = plan.build_dir or plan.out_path.parent
-    write_output(out_dir / name, stage.text, plan.force)
+    written = out_dir / f"{plan.out_path.stem}.llm.cu"
+    write_output(written, stage.text, plan.force)
     write_output(out_dir / f"{plan.out_path.stem}.llm.cubin", cubins[stage.text], plan.force)
     result = check_tl_on_gpu(plan.out_path, cubins[stage.text], plan.facts.name, plan.settings.defines, plan.request)
     if result.correct is False:
-        return Translation(False, f"LLM translation compiles ({out_dir / name}) but is wrong: {result.summary}; "
+        return Translation(False, f"LLM translation compiles ({written}) but is wrong: {result.summary}; "
                                   "using tlc's emitter")
     checked = "correct on the GPU" if result.correct else "no GPU here to check correctness"
     return Translation(True, f"LLM translation accepted: compiles for {plan.facts.name} ({checked}); "
-                             f"wrote {out_dir / name}")
+                             f"wrote {written}")

@@ -36,7 +36,7 @@ def run_vanilla(session: Session, plan: RunPlan, log: Log) -> RunResult:
     cubins: dict[str, bytes] = {}
 
     def check(source: str) -> Check:
-        compiled = compile_cuda(source, plan.facts.name, plan.out_path.name)
+        compiled = compile_cuda(source, plan.facts.name, plan.filename)
         if compiled.unavailable:
             raise ToolchainError(f"cannot compile the vanilla kernel: {compiled.log.splitlines()[0]}")
         if compiled.ok:
@@ -47,14 +47,14 @@ def run_vanilla(session: Session, plan: RunPlan, log: Log) -> RunResult:
     try:
         stage = run_stage(
             session.client, prompts.system("cuda"), prompts.vanilla(vanilla_abi(plan.request)), check,
-            label="vanilla", filename=plan.out_path.name, max_rounds=plan.settings.max_rounds, dialect=cpp_dialect(),
+            label="vanilla", filename=plan.filename, max_rounds=plan.settings.max_rounds, dialect=cpp_dialect(),
         )
     except StageFailed as exc:
         outcome.update(status="failed", message=str(exc))
         log(f"error: vanilla baseline does not compile: {exc}")
         return RunResult(False, compiled=False)
     write_output(plan.out_path, stage.text, plan.force)
-    outcome.update(status="ok", output=plan.out_path.name, sha256=sha256(stage.text), repair_rounds=stage.answers - 1)
+    outcome.update(status="ok", sha256=sha256(stage.text), repair_rounds=stage.answers - 1)
     log(f"wrote {plan.out_path}: compiles for {plan.facts.name} after {stage.answers} answer(s)")
     result: CorrectnessResult = check_vanilla_on_gpu(stage.text, cubins[stage.text], plan.request)
     if result.correct is False:

@@ -174,12 +174,12 @@ def test_replay_is_byte_for_byte_and_offline(endpoint_env, gen, tmp_path, monkey
     for var in ("TLC_LLM_BASE_URL", "TLC_LLM_MODEL", "TLC_LLM_API_KEY"):
         monkeypatch.delenv(var)  # offline: no endpoint at all
     served = len(endpoint_env.received)
-    again = tmp_path / "again" / "mha.tl"
+    again = tmp_path / "again" / "other.tl"  # another name: diagnostics still say mha.tl, as recorded
     status, output = gen("--replay", str(recorded), "-o", str(again), "--no-build")
     assert status == 0, output
     assert len(endpoint_env.received) == served
     assert again.read_bytes() == live.read_bytes()
-    assert again.with_name("mha.tl.transcript.json").read_bytes() == recorded.read_bytes()
+    assert again.with_name("other.tl.transcript.json").read_bytes() == recorded.read_bytes()
 
 
 def test_replay_detects_divergence(endpoint_env, gen, tmp_path):
@@ -209,6 +209,9 @@ def test_replay_detects_divergence(endpoint_env, gen, tmp_path):
         (["MHA on sm_80", "--target", "sm_90"], "names target sm_80 but --target is sm_90"),
         ([""], "empty request"),
         (["MHA", "-D", "oops"], "-D expects NAME=VALUE"),
+        (["MHA", "--eval", "0"], "--eval N needs N >= 1"),
+        (["MHA", "--vanilla", "--translate", "llm"], "applies to the TL workflow only"),
+        (["MHA", "--max-rounds", "-1"], "--max-rounds must be >= 0"),
     ],
 )
 def test_bad_usage_is_one_line(endpoint_env, gen, tmp_path, argv, message):
