@@ -21,7 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from tlc.backend_cute.attention import attention_kernel  # noqa: E402
-from tlc.kir.flash_fwd import FlashFwdConfig  # noqa: E402
+from tlc.kir.flash_fwd import FlashFwdConfig, default_tiles  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
 
 ROWS = [  # DESIGN §7: B = 4, S = 4096, H = 16 at d = 128, H = 32 at d = 64
@@ -30,12 +30,12 @@ ROWS = [  # DESIGN §7: B = 4, S = 4096, H = 16 at d = 128, H = 32 at d = 64
     dict(name="MHA d=64", B=4, H=32, S=4096, d=64, causal=False),
     dict(name="MHA d=64 causal", B=4, H=32, S=4096, d=64, causal=True),
 ]
-DEFAULT_TILES = {128: dict(bm=128, bn=64, warps=4), 64: dict(bm=128, bn=64, warps=4)}
+DEFAULT_TILES = {d: default_tiles(d, d) for d in (64, 128)}
 SWEEP = [
-    dict(bm=128, bn=64, warps=4), dict(bm=128, bn=64, warps=4, s_prefetch=False),
-    dict(bm=128, bn=64, warps=4, s_prefetch=False, pv_prefetch=False), dict(bm=128, bn=64, warps=4, stages=2),
-    dict(bm=128, bn=64, warps=8), dict(bm=128, bn=128, warps=8), dict(bm=128, bn=64, warps=8, stages=2),
-    dict(bm=64, bn=64, warps=4), dict(bm=128, bn=128, warps=4),
+    dict(bm=128, bn=64, warps=4, stages=1), dict(bm=128, bn=64, warps=4, stages=2, s_prefetch=False),
+    dict(bm=128, bn=64, warps=4, stages=2, s_prefetch=False, pv_prefetch=False),
+    dict(bm=128, bn=32, warps=4, stages=2), dict(bm=128, bn=128, warps=4, stages=2),
+    dict(bm=192, bn=64, warps=4, stages=2), dict(bm=64, bn=64, warps=4, stages=2),
 ]
 
 
@@ -68,6 +68,9 @@ def run_row(row, tiles, dtype=torch.bfloat16, check=True):
     torch.cuda.synchronize()
     result = dict(row, config=cfg.key(), compile_seconds=round(kern.compiled.compile_seconds, 1),
                   ptxas=kern.compiled.metadata.get("ptxas", {}), attributes=kern.attributes(0))
+    if check:
+        from bench.gpu_smoke import sass_summary
+        result["sass"] = sass_summary(kern.compiled.cubin)
     if check:
         rep = check_attention(out[:1, :2], q[:1, :2], k[:1, :2], v[:1, :2], causal=causal)
         result["check"] = str(rep)
@@ -102,7 +105,7 @@ def main() -> int:
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
-    report = {"date": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z", "gpu": dev,
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": dev,
               "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "rows": [], "sweep": []}
     if a.sweep:
         for row in ROWS:
@@ -136,6 +139,12 @@ def main() -> int:
         fa2 = "" if r.get("flash_is_fa2", True) else " (SDPA flash kernel not FA2!)"
         print(f"{r['name']:20s} {r['tlc_tflops']:7.1f} {fa_s} {cu_s} {ra} {rc}  "
               f"{'PASS' if r.get('check_passed') else 'FAIL'}{fa2}")
+    print("\nkernel                                          regs local  SASS: HMMA LDGSTS LDSM LDSM.T LDL STL")
+    for r in report["rows"]:
+        s, at = r.get("sass", {}), r["attributes"]
+        print(f"{r['config']:48s} {at.get('registers', '?'):>4} {at.get('local_bytes', '?'):>5}        "
+              f"{s.get('HMMA', 0):4d} {s.get('LDGSTS', 0):6d} {s.get('LDSM', 0):4d} {s.get('LDSM.T', 0):6d} "
+              f"{s.get('LDL', 0):3d} {s.get('STL', 0):3d}")
     return 0 if all(r.get("check_passed") for r in report["rows"]) else 1
 
 

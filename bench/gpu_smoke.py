@@ -26,15 +26,30 @@ SIZES = [(2, 4, 2, 1, 1), (2, 4, 2, 17, 17), (2, 4, 4, 128, 128), (1, 4, 1, 1000
 
 
 def sass_summary(cubin: bytes) -> dict:
+    """Counts of the instructions the recipe needs (HMMA, LDGSTS, LDSM, LDSM.T) and spills (LDL/STL)."""
+    import re
     exe = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
     out = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True).stdout
     os.unlink(f.name)
-    counts = {}
-    for op in ("HMMA.16816.F32.BF16", "HMMA.16816.F32", "LDGSTS", "LDSM.16.M88.4", "LDSM.16.MT88.4", "LDL", "STL",
-               "MUFU.EX2", "BAR.SYNC"):
-        counts[op] = sum(1 for line in out.splitlines() if f" {op}" in line and (op != "LDL" or "LDL." in line or " LDL " in line))
+    counts = {"HMMA": 0, "HMMA.16816.F32.BF16": 0, "LDGSTS": 0, "LDSM": 0, "LDSM.T": 0, "LDL": 0, "STL": 0,
+              "MUFU.EX2": 0, "BAR.SYNC": 0}
+    for line in out.splitlines():
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if not m:
+            continue
+        op = m.group(1)
+        base = op.split(".")[0]
+        if base == "HMMA":
+            counts["HMMA"] += 1
+            counts["HMMA.16816.F32.BF16"] += op.startswith("HMMA.16816.F32.BF16")
+        elif base == "LDSM":
+            counts["LDSM.T" if ".MT88" in op else "LDSM"] += 1
+        elif base in ("LDGSTS", "LDL", "STL", "BAR"):
+            counts["BAR.SYNC" if base == "BAR" else base] += 1
+        elif op.startswith("MUFU.EX2"):
+            counts["MUFU.EX2"] += 1
     return counts
 
 

@@ -12,10 +12,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tlc.kir.flash_fwd import FlashFwdConfig  # noqa: E402
+from tlc.kir.flash_fwd import FlashFwdConfig, default_tiles  # noqa: E402
 
 # (d, BM, BN, warps) per head dim for the sm_80-family path on Hopper.
-TILES = {128: dict(bm=128, bn=64, warps=4), 64: dict(bm=128, bn=64, warps=4)}
+TILES = {d: default_tiles(d, d) for d in (64, 128)}
 
 
 def test_configs() -> list[FlashFwdConfig]:

@@ -14,10 +14,10 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from tlc.diagnostics import TlcError  # noqa: E402
-from tlc.kir.flash_fwd import FlashFwdConfig  # noqa: E402
+from tlc.kir.flash_fwd import FlashFwdConfig, default_tiles  # noqa: E402
 from tlc.testing_tolerance import attention_reference, check_attention  # noqa: E402
 
-TILES = {128: dict(bm=128, bn=64, warps=4), 64: dict(bm=128, bn=64, warps=4)}
+TILES = {d: default_tiles(d, d) for d in (64, 128)}
 SEQLENS = [1, 17, 128, 1000, 1024, 4096]
 UNEQUAL = [(17, 1000), (1000, 17), (128, 4096), (4096, 128), (1, 4096)]
 _KERNELS: dict = {}
@@ -70,6 +70,18 @@ def test_equal_seqlens(cfg, seqlen):
 @pytest.mark.parametrize("sq,sk", UNEQUAL)
 def test_unequal_seqlens_gqa(cfg, sq, sk):
     run_and_check(cfg, 1, 4, 2, sq, sk)
+
+
+VARIANTS = [dict(bm=128, bn=64, warps=4, stages=1), dict(bm=128, bn=32, warps=4, stages=2),
+            dict(bm=64, bn=64, warps=4, stages=2), dict(bm=192, bn=64, warps=4, stages=2),
+            dict(bm=128, bn=64, warps=4, stages=2, s_prefetch=False, pv_prefetch=False)]
+
+
+@pytest.mark.parametrize("tiles", VARIANTS, ids=lambda t: "_".join(f"{k}{v}" for k, v in t.items()))
+@pytest.mark.parametrize("causal", [False, True])
+def test_tile_variants(tiles, causal):
+    """Other tile/stage choices (the bench sweep's) compute the same function."""
+    run_and_check(FlashFwdConfig(d_qk=128, d_v=128, causal=causal, **tiles), 1, 2, 2, 1000, 1000)
 
 
 @pytest.mark.parametrize("hq,hkv", [(8, 2), (8, 1)], ids=["gqa", "mqa"])

@@ -92,6 +92,16 @@ class FlashFwdConfig:
                 f"w{self.warps}s{self.stages}{extra}")
 
 
+# Measured defaults on an H200 (bench/bench_attention.py --sweep, 2026-11-22): double-buffered K/V
+# (stages=2) with 4 warps along M was the fastest of the swept tiles for d = 64 and 128.
+DEFAULT_TILES = {64: dict(bm=128, bn=64, warps=4, stages=2), 128: dict(bm=128, bn=64, warps=4, stages=2)}
+
+
+def default_tiles(d_qk: int, d_v: int) -> dict:
+    """Tile sizes `select-atoms` should pick for the sm_80 family when no parameter fixes them."""
+    return dict(DEFAULT_TILES.get(max(d_qk, d_v), dict(bm=64, bn=64, warps=4, stages=2)))
+
+
 def _kblock(d: int) -> int:
     return 64 if d % 64 == 0 else 32
 
@@ -122,7 +132,8 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
 
     body: list[Op] = [
         LetOp(name="tidx", type="i32", value=E("threadIdx.x")),
-        LetOp(name="m_block", type="i32", value=E("blockIdx.x")),
+        # Causal: the longest rows (largest m_block) start first so the tail of the grid is short.
+        LetOp(name="m_block", type="i32", value=E("gridDim.x - 1 - blockIdx.x" if cfg.causal else "blockIdx.x")),
         LetOp(name="bidh", type="i32", value=E("blockIdx.y")),
         LetOp(name="bidb", type="i32", value=E("blockIdx.z")),
         LetOp(name="bidh_kv", type="i32", value=E("bidh / p.h_ratio")),
