@@ -96,18 +96,20 @@ def _replay_conflicts(args: argparse.Namespace) -> list[str]:
 
 
 def _default_output(settings: RunSettings) -> Path:
+    """The recorded name for a replay, else one that names the specialization."""
+    if settings.filename:
+        return Path(settings.filename)
     request = parse_request(settings.request, settings.target)
     suffix = ".vanilla.cu" if settings.mode == "vanilla" else ".tl"
     return Path(request.slug() + suffix)
 
 
-def _run_single(args: argparse.Namespace, settings: RunSettings, session: Session, log: Log) -> bool:
+def _run_single(args: argparse.Namespace, settings: RunSettings, session: Session, out_path: Path, log: Log) -> bool:
     """Run one generation; True when it fully succeeded."""
     from tlc_llm.run_tl import RunPlan, run_tl
 
     request = parse_request(settings.request, settings.target)
     facts = target_facts(settings.target)
-    out_path = args.output or _default_output(settings)
     build_dir = None if args.no_build else (args.build_dir or out_path.parent)
     plan = RunPlan(settings, request, facts, out_path, build_dir, args.force)
     if settings.mode == "vanilla":
@@ -157,7 +159,7 @@ def run(argv: list[str], log: Log) -> int:
     directory = args.transcript_dir or out_path.parent
     record = unique_path(transcript_path(directory, out_path.name))
     try:
-        ok = _run_single(args, settings, session, log)
+        ok = _run_single(args, settings, session, out_path, log)
         session.finish_replay()
     except Exception as exc:  # the transcript says how the run ended, whatever ended it
         session.transcript.outcome.setdefault("status", "failed")

@@ -225,3 +225,16 @@ def test_no_endpoint_configured(gen, tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     status, output = gen("MHA", "-o", str(tmp_path / "x.tl"))
     assert status == 1 and "no endpoint: pass --base-url or set TLC_LLM_BASE_URL" in one_error_line(output)
+
+
+def test_replay_without_output_uses_the_recorded_name(endpoint_env, gen, tmp_path, monkeypatch):
+    program = spec_text()
+    endpoint_env.script = good_script(program)
+    live = tmp_path / "live" / "mine.tl"
+    assert gen("MHA", "-o", str(live), "--no-build")[0] == 0
+    monkeypatch.chdir(tmp_path)
+    status, output = gen("--replay", str(live) + ".transcript.json", "--no-build")
+    assert status == 0, output
+    assert (tmp_path / "mine.tl").read_bytes() == live.read_bytes()
+    status, output = gen("--replay", str(live) + ".transcript.json", "--no-build")
+    assert status == 1 and "mine.tl already exists; pass --force" in one_error_line(output)
