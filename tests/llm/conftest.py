@@ -13,22 +13,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `loopback`
 
 
 def _ensure_import_name() -> None:
-    """`llm/` is installed as `tlc_llm` (setup.cfg); in a bare checkout, alias it with a symlink."""
-    try:
-        import tlc_llm  # noqa: F401
+    """`llm/` is installed as `tlc_llm` (setup.cfg). Test *this* checkout's `llm/` even when an
+    install elsewhere (another clone, a wheel) also provides `tlc_llm`: alias it with a symlink
+    placed first on sys.path (and on PYTHONPATH, for the child processes the tests start)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tlc_llm")
+    if spec is not None and spec.origin and Path(spec.origin).resolve().parent == (REPO / "llm").resolve():
         return
-    except ImportError:
-        pass
     shim = Path(tempfile.mkdtemp(prefix="tlc-llm-shim-"))
     (shim / "tlc_llm").symlink_to(REPO / "llm", target_is_directory=True)
-    sys.path.insert(0, str(shim))
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    # child processes (gpucheck, subprocess CLI tests) need the same view
+    sys.path[:0] = [str(shim), str(REPO)]
+    for name in [m for m in sys.modules if m == "tlc_llm" or m.startswith("tlc_llm.")]:
+        del sys.modules[name]
     os.environ["PYTHONPATH"] = os.pathsep.join([str(shim), str(REPO), os.environ.get("PYTHONPATH", "")])
 
 
 _ensure_import_name()
+import tlc_llm  # noqa: E402
+
+assert Path(tlc_llm.__file__).resolve().parent == (REPO / "llm").resolve(), tlc_llm.__file__
 
 from loopback import ScriptedServer  # noqa: E402
 
