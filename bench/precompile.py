@@ -26,6 +26,10 @@ def test_configs() -> list[FlashFwdConfig]:
                 out.append(FlashFwdConfig(dtype=dtype, d_qk=d, d_v=d, causal=causal, alignment=align, **TILES[d]))
     out.append(FlashFwdConfig(dtype="bf16", d_qk=128, d_v=128, causal=True, lse=True, **TILES[128]))
     out.append(FlashFwdConfig(dtype="bf16", d_qk=128, d_v=128, softcap=True, **TILES[128]))
+    variants = [dict(bm=128, bn=64, warps=4, stages=1), dict(bm=128, bn=32, warps=4, stages=2),
+                dict(bm=64, bn=64, warps=4, stages=2), dict(bm=192, bn=64, warps=4, stages=2),
+                dict(bm=128, bn=64, warps=4, stages=2, s_prefetch=False, pv_prefetch=False)]
+    out += [FlashFwdConfig(d_qk=128, d_v=128, causal=c, **t) for t in variants for c in (False, True)]
     return out
 
 

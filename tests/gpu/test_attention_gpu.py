@@ -74,7 +74,7 @@ def test_unequal_seqlens_gqa(cfg, sq, sk):
 
 VARIANTS = [dict(bm=128, bn=64, warps=4, stages=1), dict(bm=128, bn=32, warps=4, stages=2),
             dict(bm=64, bn=64, warps=4, stages=2), dict(bm=192, bn=64, warps=4, stages=2),
-            dict(bm=128, bn=64, warps=4, stages=2, s_prefetch=False, pv_prefetch=False)]
+            dict(bm=128, bn=64, warps=4, stages=2, s_prefetch=False, pv_prefetch=False)]  # = bench/precompile.py
 
 
 @pytest.mark.parametrize("tiles", VARIANTS, ids=lambda t: "_".join(f"{k}{v}" for k, v in t.items()))

@@ -213,12 +213,15 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
         ClearOp(target="acc_o"),
     ]
 
-    def load(tok: str, which: str, n: str, stage: str) -> AsyncCopyOp:
+    def load(tok: str, which: str, n: str, stage: str, predicated: bool = True) -> AsyncCopyOp:
+        # Only the last KV tile (n_block_max - 1, loaded first) can run past Sk; the others are
+        # full tiles and load without per-row predicates (fewer registers in the main loop).
+        pred = dict(pred=Var(f"t{which}c{which}"), row_limit=E(f"p.sk - ({n}) * {BN}")) if predicated else {}
         if which == "K":
             return AsyncCopyOp(token=tok, copy="gmem_tiled_copy_QK", src=E(f"tKgK[_, _, _, {n}]"),
-                               dst=E(f"tKsK[_, _, _, {stage}]"), pred=Var("tKcK"), row_limit=E(f"p.sk - ({n}) * {BN}"))
+                               dst=E(f"tKsK[_, _, _, {stage}]"), **pred)
         return AsyncCopyOp(token=tok, copy="gmem_tiled_copy_V", src=E(f"tVgV[_, _, _, {n}]"),
-                           dst=E(f"tVsV[_, _, _, {stage}]"), pred=Var("tVcV"), row_limit=E(f"p.sk - ({n}) * {BN}"))
+                           dst=E(f"tVsV[_, _, _, {stage}]"), **pred)
 
     # Prologue: Q and the first K (and V when double-buffered) in flight before the loop.
     first = [load("tok_k0", "K", "n_block_max - 1", "0")] + ([load("tok_v0", "V", "n_block_max - 1", "0")] if S == 2 else [])
@@ -260,17 +263,19 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
         # FA2's overlap: V[n] loads during S = Q·Kᵀ, K[n-1] loads during softmax and P·V.
         loop_body = head + [
             WaitOp(pending=0, groups=("grp_prologue",)), BarrierOp(),
-            load("tok_v", "V", "n_block", "0"), CommitOp(name="grp_v", tokens=("tok_v",)),
+            IfOp(cond=E("n_block == n_block_max - 1"), body=(load("tok_v", "V", "n_block", "0"),)),
+            IfOp(cond=E("n_block < n_block_max - 1"), body=(load("tok_v_full", "V", "n_block", "0", False),)),
+            CommitOp(name="grp_v", tokens=("tok_v", "tok_v_full")),
             *scores,
             WaitOp(pending=0, groups=("grp_v",)), BarrierOp(),
-            IfOp(cond=E("n_block > 0"), body=(load("tok_k", "K", "n_block - 1", "0"),)),
+            IfOp(cond=E("n_block > 0"), body=(load("tok_k", "K", "n_block - 1", "0", False),)),
             CommitOp(name="grp_k", tokens=("tok_k",)),
             *softmax, o_gemm]
     else:
         # Double buffer: tile n-1 (K and V) is issued into the other stage before computing tile n.
         loop_body = head + [
-            IfOp(cond=E("n_block > 0"), body=(load("tok_k", "K", "n_block - 1", "1 - stage"),
-                                               load("tok_v", "V", "n_block - 1", "1 - stage"))),
+            IfOp(cond=E("n_block > 0"), body=(load("tok_k", "K", "n_block - 1", "1 - stage", False),
+                                               load("tok_v", "V", "n_block - 1", "1 - stage", False))),
             CommitOp(name="grp_next", tokens=("tok_k", "tok_v")),
             WaitOp(pending=1, groups=("grp_prologue",)), BarrierOp(),
             *scores, *softmax, o_gemm,
