@@ -40,6 +40,7 @@ def setup(tmp_path, server):
     request = parse_request("MHA, head dim 128, bf16", "sm_90")
     settings = RunSettings(request=request.text, target="sm_90", translate="llm", max_rounds=1)
     plan = RunPlan(settings, request, target_facts("sm_90"), tmp_path / "mha.tl", tmp_path, False)
+    plan.out_path.write_text(spec_text())  # the accepted .tl, written before any translation
     session = live_session(settings, Endpoint(server.base_url, "m", SECRET, 2.0), 0.0)
     return server, session, plan, artifacts
 
