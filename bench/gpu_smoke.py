@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -56,7 +55,7 @@ def sass_summary(cubin: bytes) -> dict:
 def main() -> int:
     quick = "--quick" in sys.argv
     torch.manual_seed(0)
-    rows, fails = [], 0
+    fails = 0
     results = {"correctness": [], "sass": {}, "timing": []}
     for cfg in test_configs():
         kern = attention_kernel(cfg, "sm_90")

@@ -99,7 +99,7 @@ def test_refuses_non_kernel_ir_ops():
         loc = None
 
     kernel = program.kernels()[0]
-    bad = ProgramOp(name="p", body=(KernelOp(name="k", params="FlashParams", threads=128, min_blocks=1,
+    bad = ProgramOp(name="p", body=(program.body[0], KernelOp(name="k", params="FlashParams", threads=128, min_blocks=1,
                                              grid=kernel.grid, smem_bytes=0, body=(BarrierOp(),)),))
     from tlc.backend_cute.emit import CuteEmitter
     with pytest.raises(TlcError, match="not a kernel-IR op"):
@@ -120,3 +120,20 @@ def test_unsafe_identifiers_never_reach_cpp():
         E("a; b")
     with pytest.raises(TlcError, match="unknown copy atom"):
         TiledCopyOp(name="c", atom="evil<>", dtype="bf16", kind="A", mma="m", thread_slice="t").verify()
+
+
+def test_names_must_be_defined_before_use():
+    """A lowering bug is reported at the op's .tl line, not as a C++ error from NVRTC."""
+    import dataclasses
+
+    from tlc.kir.expr import E
+    from tlc.kir.ops import MapOp
+    program = build_flash_fwd_kir(FlashFwdConfig())
+    kernel = program.kernels()[0]
+    stray = MapOp(target="row_sum", srcs=("no_such_tensor",), fn=E("x0"), loc=Loc("mha.tl", 21, 3))
+    broken = dataclasses.replace(program, body=(program.body[0], dataclasses.replace(
+        kernel, body=kernel.body[:3] + (stray,) + kernel.body[3:])))
+    with pytest.raises(TlcError) as exc:
+        emit_program(broken)
+    diag = exc.value.diagnostics[0]
+    assert "no_such_tensor" in diag.message and diag.loc.line == 21

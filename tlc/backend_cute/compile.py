@@ -11,7 +11,7 @@ from tlc.backend_cute.emit import emit_program
 from tlc.backend_cute.headers import versions
 from tlc.backend_cute.nvrtc import compile_cubin, compile_options, nvrtc_version
 from tlc.diagnostics import fail
-from tlc.kir.ops import KernelOp, ParamsOp, ProgramOp
+from tlc.kir.ops import ParamsOp, ProgramOp
 
 SCHEMA_VERSION = 1
 _PARAM_BYTES = {"ptr<bf16>": 8, "ptr<fp16>": 8, "ptr<f32>": 8, "i32": 4, "i64": 8, "f32": 4}

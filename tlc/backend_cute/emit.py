@@ -13,7 +13,8 @@ import tlc
 from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, static_shape, static_stride
 from tlc.backend_cute.writer import Writer
 from tlc.diagnostics import fail
-from tlc.kir.expr import Expr, Var, check_ident
+from tlc.kir.expr import Expr
+from tlc.kir.scopes import check_scopes
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp, Exp2ScaleOp,
                          ForOp, FragmentOp, GemmOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, IfOp, KernelOp,
                          LetOp, MapOp, MaskOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
@@ -50,6 +51,7 @@ class CuteEmitter:
         if not isinstance(program, ProgramOp):
             raise fail(f"emitter: expected a kernel-IR ProgramOp, got {type(program).__name__}")
         program.verify()
+        check_scopes(program)
         for op in walk(program):
             for name in op.defined_names():
                 self.symbols[name] = op
@@ -402,7 +404,7 @@ class CuteEmitter:
         self.w.line(f"// schedule: {op.stages} stage(s)" + (", next tile issued before compute" if op.prefetch else ""))
         self.w.line("#pragma unroll 1")
         head = f"for (int {op.var} = {_ix(op.start)}; {op.var} {cmp} {_ix(op.stop)}; {inc}{op.var})"
-        if not op.step in (1, -1):
+        if op.step not in (1, -1):
             head = f"for (int {op.var} = {_ix(op.start)}; {op.var} {cmp} {_ix(op.stop)}; {op.var} {inc})"
         with self.w.block(head):
             for child in op.body:
@@ -418,5 +420,4 @@ class CuteEmitter:
 
 def emit_program(program: ProgramOp, *, source: str = "<kir>", line_directives: bool = True,
                  cu_name: str = "kernel.cu") -> str:
-    check_ident(program.name.replace(".", "_"), "program name") if False else None
     return CuteEmitter(line_directives=line_directives, cu_name=cu_name).emit_program(program, source)

@@ -42,5 +42,7 @@ FlashAttention-2-style forward attention; `tlc.kir.text.print_kir` / `parse_kir`
 """
 from __future__ import annotations
 
-from tlc.kir.ops import OP_CLASSES, Op, walk  # noqa: F401
-from tlc.kir.text import parse_kir, print_kir  # noqa: F401
+from tlc.kir.ops import OP_CLASSES, Op, walk
+from tlc.kir.text import parse_kir, print_kir
+
+__all__ = ["OP_CLASSES", "Op", "parse_kir", "print_kir", "walk"]

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from tlc.diagnostics import Loc, fail
-from tlc.kir.expr import E, Expr, Var
+from tlc.kir.expr import E, Var
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp,
                          Exp2ScaleOp, ForOp, FragmentOp, GemmOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp,
                          IfOp, KernelOp, LetOp, MapOp, MaskOp, Op, ParamsOp, PartitionOp, ProgramOp,

@@ -1,0 +1,76 @@
+"""Kernel-IR base: the `Op` dataclass every kernel-IR op derives from, shared constants, `walk`.
+
+The emitter has exactly one handler per class here. Every op carries the `loc` of the TL
+statement it came from, so `#line` directives and late errors point at the user's `.tl` line.
+Names that become C++ identifiers are checked by `verify()`; scalar math is an `Expr`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import ClassVar, Iterator
+
+from tlc.diagnostics import Loc, fail
+from tlc.kir.expr import check_ident
+
+DTYPES = ("bf16", "fp16", "fp32")
+SCALAR_TYPES = ("i32", "i64", "f32", "bool")
+PARAM_TYPES = ("ptr<bf16>", "ptr<fp16>", "ptr<f32>", "i32", "i64", "f32")
+# MMA and copy atoms the backend can spell, with CuTe names (validated, then printed verbatim).
+MMA_ATOMS = ("SM80_16x8x16_F32BF16BF16F32_TN", "SM80_16x8x16_F32F16F16F32_TN", "SM80_16x8x8_F32F16F16F32_TN")
+COPY_ATOMS = ("SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>", "SM80_CP_ASYNC_CACHEALWAYS<cute::uint128_t>",
+              "SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T", "UniversalCopy<cute::uint128_t>",
+              "UniversalCopy<uint32_t>", "AutoVectorizingCopyWithAssumedAlignment<128>")
+PARTITIONS = ("partition_S", "partition_D", "partition_A", "partition_B", "partition_C", "retile_S", "retile_D")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Op:
+    """Base: `loc` is the TL statement the op came from (None for synthesized boilerplate)."""
+
+    loc: Loc | None = None
+    # Field names holding C++ names this op defines; checked as identifiers by verify().
+    defines: ClassVar[tuple[str, ...]] = ()
+    regions: ClassVar[tuple[str, ...]] = ()
+
+    def verify(self) -> None:
+        for name in self.defines:
+            check_ident(getattr(self, name), f"{type(self).__name__}.{name}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in self.regions:
+                for op in value:
+                    if not isinstance(op, Op):
+                        raise fail(f"kernel IR: {type(self).__name__}.{f.name} holds a non-op {op!r}", self.loc)
+                    op.verify()
+        self.check()
+
+    def check(self) -> None:
+        """Op-specific invariants; raise `fail(...)` on violation."""
+
+    def defined_names(self) -> list[str]:
+        return [getattr(self, n) for n in self.defines]
+
+    def _need(self, cond: bool, msg: str) -> None:
+        if not cond:
+            raise fail(f"kernel IR: {type(self).__name__} {msg}", self.loc)
+
+
+def _ints(value: tuple, n: int | None = None) -> bool:
+    return isinstance(value, tuple) and all(isinstance(v, int) and v > 0 for v in value) and (
+        n is None or len(value) == n)
+
+
+def walk(op: Op) -> Iterator[Op]:
+    """Pre-order over `op` and its regions."""
+    yield op
+    for region in op.regions:
+        for child in getattr(op, region):
+            yield from walk(child)
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def op_label(cls: type[Op]) -> str:
+    return _SNAKE.sub("_", cls.__name__[:-2]).lower()

@@ -1,0 +1,267 @@
+"""Kernel-IR declarations: parameter struct, kernels, scalars, atoms, layouts and tensors."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tlc.kir.base import COPY_ATOMS, DTYPES, MMA_ATOMS, Op, PARAM_TYPES, PARTITIONS, SCALAR_TYPES, _ints
+from tlc.kir.expr import Expr, check_ident
+
+# ----------------------------------------------------------------------------- program level
+@dataclass(frozen=True, kw_only=True)
+class ParamsOp(Op):
+    """The launch ABI: one struct passed by value. `fields` = ((name, type), ...)."""
+
+    name: str
+    fields: tuple[tuple[str, str], ...]
+    defines = ("name",)
+
+    def check(self) -> None:
+        for fname, ftype in self.fields:
+            check_ident(fname, "parameter field")
+            self._need(ftype in PARAM_TYPES, f"field {fname} has type {ftype!r}; expected one of {PARAM_TYPES}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelOp(Op):
+    """One `__global__` function taking `const <params> p`; grid is (x, y, z) expressions."""
+
+    name: str
+    params: str
+    threads: int
+    min_blocks: int
+    grid: tuple[Expr, Expr, Expr]
+    smem_bytes: int
+    body: tuple[Op, ...]
+    defines = ("name",)
+    regions = ("body",)
+
+    def check(self) -> None:
+        check_ident(self.params, "params struct")
+        self._need(self.threads % 32 == 0 and 0 < self.threads <= 1024, f"threads={self.threads} is not 32..1024 warps")
+        self._need(self.smem_bytes >= 0, "smem_bytes must be >= 0")
+        self._need(len(self.grid) == 3 and all(isinstance(g, Expr) for g in self.grid), "grid needs 3 expressions")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramOp(Op):
+    """A program: parameter structs and one or more kernels (e.g. split-KV + combine)."""
+
+    name: str
+    body: tuple[Op, ...]
+    defines = ("name",)
+    regions = ("body",)
+
+    def kernels(self) -> list[KernelOp]:
+        return [op for op in self.body if isinstance(op, KernelOp)]
+
+
+# ----------------------------------------------------------------------------- scalars
+@dataclass(frozen=True, kw_only=True)
+class LetOp(Op):
+    """`const int m_block = blockIdx.x;` — a named scalar."""
+
+    name: str
+    type: str
+    value: Expr
+    defines = ("name",)
+
+    def check(self) -> None:
+        self._need(self.type in SCALAR_TYPES, f"type {self.type!r} not in {SCALAR_TYPES}")
+
+
+# ----------------------------------------------------------------------------- atoms and layouts
+@dataclass(frozen=True, kw_only=True)
+class TiledMmaOp(Op):
+    """TiledMMA: `atom` repeated over `warps` (M, N, K) warps, covering `tile` (M, N, K) per step."""
+
+    name: str
+    atom: str
+    warps: tuple[int, int, int]
+    tile: tuple[int, int, int]
+    thread_slice: str
+    defines = ("name", "thread_slice")
+
+    def check(self) -> None:
+        self._need(self.atom in MMA_ATOMS, f"unknown MMA atom {self.atom!r}")
+        self._need(_ints(self.warps, 3) and _ints(self.tile, 3), "warps and tile need 3 positive ints")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmemLayoutOp(Op):
+    """Shared layout: `atom` (rows, cols) row-major under Swizzle<B,M,S>, tiled to `shape` (+ stage dim)."""
+
+    name: str
+    swizzle: tuple[int, int, int]
+    atom: tuple[int, int]
+    shape: tuple[int, ...]
+    defines = ("name",)
+
+    def check(self) -> None:
+        self._need(_ints(self.atom, 2) and _ints(self.shape) and len(self.shape) in (2, 3), "bad atom/shape")
+        self._need(len(self.swizzle) == 3 and all(isinstance(v, int) and v >= 0 for v in self.swizzle), "bad swizzle")
+        self._need(self.shape[0] % self.atom[0] == 0 and self.shape[1] % self.atom[1] == 0,
+                   f"shape {self.shape} is not a multiple of the atom {self.atom}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmemTransposeLayoutOp(Op):
+    """The (cols, rows[, stages]) view of layout `of` — V read as Vᵀ for the P·V GEMM."""
+
+    name: str
+    of: str
+    shape: tuple[int, ...]
+    strip_swizzle: bool = False
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.of, "layout")
+        self._need(_ints(self.shape) and len(self.shape) in (2, 3), "bad shape")
+
+
+# ----------------------------------------------------------------------------- tensors
+@dataclass(frozen=True, kw_only=True)
+class SharedBufferOp(Op):
+    """A shared-memory tensor at byte `offset` of the dynamic shared allocation."""
+
+    name: str
+    dtype: str
+    layout: str
+    offset_bytes: int
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.layout, "layout")
+        self._need(self.dtype in DTYPES, f"dtype {self.dtype!r}")
+        self._need(self.offset_bytes % 128 == 0, f"offset {self.offset_bytes} is not 128-byte aligned")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedViewOp(Op):
+    """Another layout over the same shared memory as `of` (sVt over sV, sO reusing sQ)."""
+
+    name: str
+    of: str
+    layout: str
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.of, "tensor")
+        check_ident(self.layout, "layout")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlobalTensorOp(Op):
+    """Global tensor at `ptr + offset` with `rows` rows of `cols` contiguous elements (cols=0: a vector)."""
+
+    name: str
+    dtype: str
+    ptr: Expr
+    offset: Expr
+    rows: Expr
+    cols: int
+    row_stride: Expr
+    defines = ("name",)
+
+    def check(self) -> None:
+        self._need(self.dtype in DTYPES, f"dtype {self.dtype!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlobalTileOp(Op):
+    """`local_tile(src, tile, coord)`; a coord of `_` keeps that tile mode for iteration."""
+
+    name: str
+    src: str
+    tile: tuple[int, ...]
+    coord: tuple[Expr, ...]
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.src, "tensor")
+        self._need(_ints(self.tile) and len(self.tile) == len(self.coord), "tile and coord ranks differ")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdentityTileOp(Op):
+    """Coordinates (row, col) of a tile: partitioned like data, used for bounds predicates."""
+
+    name: str
+    shape: tuple[int, int]
+    defines = ("name",)
+
+    def check(self) -> None:
+        self._need(_ints(self.shape, 2), "shape needs 2 positive ints")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TiledCopyOp(Op):
+    """A TiledCopy. kind `threads`: `thread_layout` (rows, cols) threads × `value_layout` values each;
+    kind `A`/`B`/`C`: matched to the operand layout of TiledMMA `mma` (ldmatrix, epilogue stores)."""
+
+    name: str
+    atom: str
+    dtype: str
+    kind: str
+    thread_slice: str
+    thread_layout: tuple[int, ...] = ()
+    value_layout: tuple[int, ...] = ()
+    mma: str = ""
+    defines = ("name", "thread_slice")
+
+    def check(self) -> None:
+        self._need(self.atom in COPY_ATOMS, f"unknown copy atom {self.atom!r}")
+        self._need(self.dtype in DTYPES, f"dtype {self.dtype!r}")
+        self._need(self.kind in ("threads", "A", "B", "C"), f"kind {self.kind!r}")
+        if self.kind == "threads":
+            self._need(_ints(self.thread_layout, 2) and _ints(self.value_layout, 2), "needs thread/value layouts")
+        else:
+            check_ident(self.mma, "tiled mma")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionOp(Op):
+    """`Tensor name = slice.method(src)`: a thread's share of a tile (partition_S/D/A/B/C, retile_S/D)."""
+
+    name: str
+    slice: str
+    method: str
+    src: Expr
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.slice, "thread slice")
+        self._need(self.method in PARTITIONS, f"method {self.method!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FragmentOp(Op):
+    """Register fragment for operand `role` A/B (shaped like smem `src`) or C (shape (M, N)) of `mma`."""
+
+    name: str
+    mma: str
+    role: str
+    dtype: str
+    src: Expr | None = None
+    shape: tuple[int, ...] = ()
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.mma, "tiled mma")
+        self._need(self.role in ("A", "B", "C"), f"role {self.role!r}")
+        self._need(self.dtype in DTYPES, f"dtype {self.dtype!r}")
+        self._need((self.role == "C") == (self.src is None), "A/B fragments need src, C fragments a shape")
+        if self.role == "C":
+            self._need(_ints(self.shape, 2), "C fragment needs shape (M, N)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowVectorOp(Op):
+    """fp32 per-row registers of accumulator `like` (row max, row sum), set to `init`."""
+
+    name: str
+    like: str
+    init: Expr
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.like, "fragment")

@@ -1,0 +1,271 @@
+"""Kernel-IR executable ops: async copies and synchronization, fragment math, control flow."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tlc.kir.base import DTYPES, Op
+from tlc.kir.expr import Expr, check_ident
+
+# ----------------------------------------------------------------------------- async copies and sync
+@dataclass(frozen=True, kw_only=True)
+class AsyncCopyOp(Op):
+    """Issue cp.async `copy` src→dst (per thread partitions). Rows whose coordinate in `pred`
+    is ≥ `row_limit` are zero-filled instead. Defines `token` (complete after a WaitOp)."""
+
+    token: str
+    copy: str
+    src: Expr
+    dst: Expr
+    pred: Expr | None = None
+    row_limit: Expr | None = None
+    defines = ("token",)
+
+    def check(self) -> None:
+        check_ident(self.copy, "tiled copy")
+        self._need((self.pred is None) == (self.row_limit is None), "pred and row_limit go together")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommitOp(Op):
+    """`cp.async.commit_group`: the async copies `tokens` form group `name`."""
+
+    name: str
+    tokens: tuple[str, ...]
+    defines = ("name",)
+
+    def check(self) -> None:
+        for t in self.tokens:
+            check_ident(t, "token")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WaitOp(Op):
+    """`cp.async.wait_group pending`: all but the newest `pending` groups have landed (this thread)."""
+
+    pending: int
+    groups: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        self._need(self.pending >= 0, "pending must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BarrierOp(Op):
+    """`__syncthreads()`: orders shared-memory writes and reads across the CTA."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyOp(Op):
+    """Synchronous tiled copy (R2S, S2G); rows with `pred` row ≥ `row_limit` are skipped."""
+
+    copy: str
+    src: Expr
+    dst: Expr
+    pred: Expr | None = None
+    row_limit: Expr | None = None
+
+    def check(self) -> None:
+        check_ident(self.copy, "tiled copy")
+        self._need((self.pred is None) == (self.row_limit is None), "pred and row_limit go together")
+
+
+# ----------------------------------------------------------------------------- fragment math
+@dataclass(frozen=True, kw_only=True)
+class ClearOp(Op):
+    """Set a fragment to zero."""
+
+    target: str
+
+    def check(self) -> None:
+        check_ident(self.target, "fragment")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmOp(Op):
+    """acc += a·b on fragments with `mma`. An operand with `*_smem` set is loaded per k-block from
+    shared memory with S2R copy `*_copy` into the `*_view` retiled view of its fragment."""
+
+    mma: str
+    acc: str
+    a: str
+    b: str
+    a_smem: Expr | None = None
+    a_copy: str = ""
+    a_view: str = ""
+    b_smem: Expr | None = None
+    b_copy: str = ""
+    b_view: str = ""
+    # Software-pipeline the S2R loads: issue k-block kb+1 before the MMAs of kb (more registers).
+    prefetch: bool = True
+
+    def check(self) -> None:
+        for n in (self.mma, self.acc, self.a, self.b):
+            check_ident(n, "fragment")
+        for smem, copy, view in ((self.a_smem, self.a_copy, self.a_view), (self.b_smem, self.b_copy, self.b_view)):
+            if smem is not None:
+                check_ident(copy, "smem copy")
+                check_ident(view, "fragment view")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaskOp(Op):
+    """Set masked scores to -inf. Element (r, c) of `target` has coordinate `coord` + (row0, col0);
+    masked iff bounds and c ≥ sk, or causal and c > r + diag, diag = 0 (top_left) or sk - sq
+    (bottom_right)."""
+
+    target: str
+    coord: str
+    row0: Expr
+    col0: Expr
+    sq: Expr
+    sk: Expr
+    causal: bool
+    alignment: str
+    bounds: bool
+
+    def check(self) -> None:
+        check_ident(self.target, "fragment")
+        check_ident(self.coord, "coordinates")
+        self._need(self.alignment in ("top_left", "bottom_right"), f"alignment {self.alignment!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowReduceOp(Op):
+    """dst[r] = reduce(src[r, :]) over this thread's columns (`accumulate`: fold into dst)."""
+
+    dst: str
+    src: str
+    kind: str
+    accumulate: bool
+
+    def check(self) -> None:
+        check_ident(self.dst, "row vector")
+        check_ident(self.src, "fragment")
+        self._need(self.kind in ("max", "sum"), f"kind {self.kind!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllReduceOp(Op):
+    """Reduce a row vector across the `width` lanes sharing each row (shuffle xor)."""
+
+    target: str
+    kind: str
+    width: int
+
+    def check(self) -> None:
+        check_ident(self.target, "row vector")
+        self._need(self.kind in ("max", "sum"), f"kind {self.kind!r}")
+        self._need(self.width in (1, 2, 4, 8, 16, 32), f"width {self.width}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exp2ScaleOp(Op):
+    """x = exp2(x·scale_log2 − m·scale_log2) with the row max `row_max` (−inf rows use 0): one FFMA + EX2."""
+
+    target: str
+    row_max: str
+    scale_log2: Expr
+
+    def check(self) -> None:
+        check_ident(self.target, "fragment")
+        check_ident(self.row_max, "row vector")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowBroadcastOp(Op):
+    """x = fn(x, r) for each element x of `target`, r = `vec` at its row (`fn` uses names x and r)."""
+
+    target: str
+    vec: str
+    fn: Expr
+
+    def check(self) -> None:
+        check_ident(self.target, "fragment")
+        check_ident(self.vec, "row vector")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MapOp(Op):
+    """Elementwise target[i] = fn(x0, x1, ...) with x_j = srcs[j][i] (same shapes)."""
+
+    target: str
+    srcs: tuple[str, ...]
+    fn: Expr
+
+    def check(self) -> None:
+        check_ident(self.target, "tensor")
+        for s in self.srcs:
+            check_ident(s, "tensor")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertOp(Op):
+    """A new register fragment: `src` converted to `dtype` (cvt pairs)."""
+
+    name: str
+    src: str
+    dtype: str
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.src, "fragment")
+        self._need(self.dtype in DTYPES, f"dtype {self.dtype!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetileAccToAOp(Op):
+    """View accumulator-layout registers `src` as an A operand of `mma` (P kept in registers)."""
+
+    name: str
+    src: str
+    mma: str
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.src, "fragment")
+        check_ident(self.mma, "tiled mma")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowStoreOp(Op):
+    """Store row vector `vec` to global vector `dst` at the rows given by C-coordinates `coord`
+    (one lane per row group writes), skipping rows ≥ `row_limit`."""
+
+    dst: str
+    vec: str
+    coord: str
+    row_limit: Expr
+
+    def check(self) -> None:
+        for n in (self.dst, self.vec, self.coord):
+            check_ident(n, "tensor")
+
+
+# ----------------------------------------------------------------------------- control flow
+@dataclass(frozen=True, kw_only=True)
+class ForOp(Op):
+    """`for var in start, start+step, …` while var < stop (step > 0) or var > stop (step < 0).
+    Schedule attributes: `stages` buffers in flight, `prefetch` = next tile issued before compute."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: int
+    body: tuple[Op, ...]
+    stages: int = 1
+    prefetch: bool = False
+    defines = ("var",)
+    regions = ("body",)
+
+    def check(self) -> None:
+        self._need(self.step != 0, "step must not be 0")
+        self._need(self.stages >= 1, "stages must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IfOp(Op):
+    """Run `body` when `cond` holds (uniform across the CTA when it guards barriers)."""
+
+    cond: Expr
+    body: tuple[Op, ...]
+    regions = ("body",)

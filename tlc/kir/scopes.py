@@ -1,0 +1,76 @@
+"""Name resolution check for kernel-IR programs: every name an op uses is defined before it.
+
+Catches a lowering bug at the op's `.tl` location instead of as a C++ error from NVRTC.
+C++ names follow block scoping (a name defined inside `ForOp`/`IfOp` ends with it); async
+tokens and commit groups live in their own flat namespace (they never reach the C++).
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+
+from tlc.diagnostics import fail
+from tlc.kir.base import Op
+from tlc.kir.expr import Expr, free_names
+from tlc.kir.ops import CommitOp, KernelOp, ParamsOp, ProgramOp, WaitOp
+
+# Fields holding enum words or atom spellings, not names.
+_NOT_NAMES = {"kind", "method", "role", "dtype", "alignment", "atom", "type", "loc", "fields"}
+# Elementwise-function parameters bound by the op itself (MapOp x0.., RowBroadcastOp x, r).
+_FN_LOCALS = {"x", "r"} | {f"x{i}" for i in range(16)}
+_BUILTINS = {"threadIdx.x", "threadIdx.y", "threadIdx.z", "blockIdx.x", "blockIdx.y", "blockIdx.z",
+             "gridDim.x", "gridDim.y", "gridDim.z", "blockDim.x"}
+
+
+def _uses(op: Op) -> set[str]:
+    names: set[str] = set()
+    for f in fields(op):
+        if f.name in _NOT_NAMES or f.name in op.defines or f.name in op.regions:
+            continue
+        value = getattr(op, f.name)
+        values = value if isinstance(value, tuple) else (value,)
+        for v in values:
+            if isinstance(v, Expr):
+                found = free_names(v)
+                names |= found - _FN_LOCALS if f.name == "fn" else found
+            elif isinstance(v, str) and v:
+                names.add(v)
+    return names
+
+
+def check_scopes(program: ProgramOp) -> None:
+    structs = {op.name: {n for n, _ in op.fields} for op in program.body if isinstance(op, ParamsOp)}
+    for kernel in program.kernels():
+        if kernel.params not in structs:
+            raise fail(f"kernel IR: kernel {kernel.name} uses undefined parameter struct {kernel.params}", kernel.loc)
+        _check_block(kernel.body, [set()], structs[kernel.params], set())
+
+
+def _check_block(ops: tuple[Op, ...], scopes: list[set[str]], params: set[str], tokens: set[str]) -> None:
+    scopes.append(set())
+    for op in ops:
+        if isinstance(op, (CommitOp, WaitOp)):
+            refs = set(op.tokens) if isinstance(op, CommitOp) else set(op.groups)
+            if missing := refs - tokens:
+                raise fail(f"kernel IR: {type(op).__name__} refers to undefined token/group {sorted(missing)[0]}",
+                           op.loc)
+            if isinstance(op, CommitOp):
+                tokens.add(op.name)
+            continue
+        for name in sorted(_uses(op)):
+            if name in _BUILTINS or any(name in s for s in scopes):
+                continue
+            if name.startswith("p.") and name[2:] in params:
+                continue
+            raise fail(f"kernel IR: {type(op).__name__} uses `{name}` before it is defined", op.loc)
+        defined = op.defined_names()
+        if hasattr(op, "token"):
+            tokens.add(op.token)
+            defined = [n for n in defined if n != op.token]
+        if op.regions:
+            inner = [s for s in scopes] + [set(defined)]
+            for region in op.regions:
+                _check_block(getattr(op, region), inner, params, tokens)
+            if not isinstance(op, KernelOp):
+                continue
+        scopes[-1].update(defined)
+    scopes.pop()
