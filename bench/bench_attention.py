@@ -30,6 +30,10 @@ ROWS = [  # DESIGN §7: B = 4, S = 4096, H = 16 at d = 128, H = 32 at d = 64
     dict(name="MHA d=64", B=4, H=32, S=4096, d=64, causal=False),
     dict(name="MHA d=64 causal", B=4, H=32, S=4096, d=64, causal=True),
 ]
+EXTRA_ROWS = [  # DESIGN §7 rows SDPA's flash backend cannot run (d_qk != d_v) or runs with other tiles
+    dict(name="MLA prefill causal", B=4, H=16, S=4096, d=192, d_v=128, causal=True),
+    dict(name="MHA d=256", B=4, H=8, S=4096, d=256, causal=False),
+]
 DEFAULT_TILES = {d: default_tiles(d, d) for d in (64, 128)}
 SWEEP = [  # variants around the defaults; the full list measured on 2026-11-22 is in bench/README.md
     dict(bm=128, bn=64, warps=4, stages=1), dict(bm=128, bn=128, warps=4, stages=2),
@@ -37,8 +41,8 @@ SWEEP = [  # variants around the defaults; the full list measured on 2026-11-22 
 ]
 
 
-def flops(B, H, S, d, causal):
-    f = 4.0 * B * H * S * S * d
+def flops(B, H, S, d, causal, d_v=None):
+    f = 2.0 * B * H * S * S * (d + (d_v or d))
     return f / 2 if causal else f
 
 
@@ -58,10 +62,12 @@ def sdpa_kernel_names(backend, q, k, v, causal) -> list[str]:
 
 def run_row(row, tiles, dtype=torch.bfloat16, check=True):
     B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
-    cfg = FlashFwdConfig(dtype="bf16", d_qk=d, d_v=d, causal=causal, **tiles)
+    dv = row.get("d_v", d)
+    cfg = FlashFwdConfig(dtype="bf16", d_qk=d, d_v=dv, causal=causal, **tiles)
     kern = attention_kernel(cfg, "sm_90")
-    q, k, v = (torch.randn(B, H, S, d, device="cuda", dtype=dtype) for _ in range(3))
-    out = torch.full_like(q, float("nan"))
+    q, k = (torch.randn(B, H, S, d, device="cuda", dtype=dtype) for _ in range(2))
+    v = torch.randn(B, H, S, dv, device="cuda", dtype=dtype)
+    out = torch.full((B, H, S, dv), float("nan"), device="cuda", dtype=dtype)
     kern(q, k, v, out=out)
     torch.cuda.synchronize()
     result = dict(row, config=cfg.key(), compile_seconds=round(kern.compiled.compile_seconds, 1),
@@ -75,7 +81,7 @@ def run_row(row, tiles, dtype=torch.bfloat16, check=True):
         result["check_passed"] = rep.passed
     ms = bench_ms(lambda: kern(q, k, v, out=out))
     result["tlc_ms"] = ms
-    result["tlc_tflops"] = flops(B, H, S, d, causal) / ms / 1e9
+    result["tlc_tflops"] = flops(B, H, S, d, causal, dv) / ms / 1e9
     return result, (q, k, v)
 
 
@@ -88,7 +94,7 @@ def run_baselines(row, qkv, result):
             with sdpa_kernel([backend]):  # only this backend may run: SDPA raises otherwise
                 ms = bench_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
             result[f"{label}_ms"] = ms
-            result[f"{label}_tflops"] = flops(B, H, S, d, causal) / ms / 1e9
+            result[f"{label}_tflops"] = flops(B, H, S, d, causal, row.get("d_v")) / ms / 1e9
             result[f"{label}_kernels"] = names
         except RuntimeError as exc:
             result[f"{label}_error"] = str(exc).splitlines()[0][:200]
@@ -100,6 +106,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--extra", action="store_true", help="also the MLA-prefill and d=256 rows")
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
@@ -116,8 +123,8 @@ def main() -> int:
                           flush=True)
                 except Exception as exc:  # one failing variant must not hide the others
                     print(f"sweep {row['name']} {tiles}: ERROR {str(exc)[:300]}", flush=True)
-    for row in ROWS:
-        res, qkv = run_row(row, DEFAULT_TILES[row["d"]])
+    for row in ROWS + (EXTRA_ROWS if a.extra else []):
+        res, qkv = run_row(row, default_tiles(row["d"], row.get("d_v", row["d"])))
         if not a.no_baselines:
             run_baselines(row, qkv, res)
         report["rows"].append(res)

@@ -30,6 +30,8 @@ def test_configs() -> list[FlashFwdConfig]:
                 dict(bm=64, bn=64, warps=4, stages=2), dict(bm=192, bn=64, warps=4, stages=2),
                 dict(bm=128, bn=64, warps=4, stages=2, s_prefetch=False, pv_prefetch=False)]
     out += [FlashFwdConfig(d_qk=128, d_v=128, causal=c, **t) for t in variants for c in (False, True)]
+    out += [FlashFwdConfig(d_qk=192, d_v=128, causal=True, **default_tiles(192, 128)),
+            FlashFwdConfig(d_qk=256, d_v=256, **default_tiles(256, 256))]
     return out
 
 

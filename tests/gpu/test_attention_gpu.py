@@ -84,6 +84,14 @@ def test_tile_variants(tiles, causal):
     run_and_check(FlashFwdConfig(d_qk=128, d_v=128, causal=causal, **tiles), 1, 2, 2, 1000, 1000)
 
 
+@pytest.mark.parametrize("d_qk,d_v,causal", [(192, 128, True), (256, 256, False)], ids=["mla_prefill", "d256"])
+@pytest.mark.parametrize("sq,sk", [(1000, 1000), (17, 300)])
+def test_other_head_dims(d_qk, d_v, causal, sq, sk):
+    """Beyond SDPA's flash backend: d_qk != d_v (MLA prefill) and d = 256."""
+    cfg = FlashFwdConfig(d_qk=d_qk, d_v=d_v, causal=causal, **default_tiles(d_qk, d_v))
+    run_and_check(cfg, 1, 4, 2, sq, sk)
+
+
 @pytest.mark.parametrize("hq,hkv", [(8, 2), (8, 1)], ids=["gqa", "mqa"])
 def test_gqa_mqa(hq, hkv):
     run_and_check(CONFIGS[1], 2, hq, hkv, 333, 517)

@@ -94,7 +94,9 @@ class FlashFwdConfig:
 
 # Measured defaults on an H200 (bench/bench_attention.py --sweep, 2026-11-22): double-buffered K/V
 # (stages=2) with 4 warps along M was the fastest of the swept tiles for d = 64 and 128.
-DEFAULT_TILES = {64: dict(bm=128, bn=64, warps=4, stages=2), 128: dict(bm=128, bn=64, warps=4, stages=2)}
+DEFAULT_TILES = {64: dict(bm=128, bn=64, warps=4, stages=2), 128: dict(bm=128, bn=64, warps=4, stages=2),
+                 # Not tuned: the largest tiles that compiled without spills (NVRTC 13.5, sm_90).
+                 192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=64, bn=32, warps=4, stages=2)}
 
 
 def default_tiles(d_qk: int, d_v: int) -> dict:
