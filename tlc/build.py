@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +16,6 @@ from typing import Any, Mapping
 
 from tlc.diagnostics import GLOBAL_SOURCES, TlcError
 
-SCHEMA_VERSION = 1
 __version__ = "0.1.0"
 
 
@@ -30,10 +28,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) -> dict[str, Any]:
     """Build one file; returns the artifact metadata (also written as JSON)."""
     from tlc.api import compile_graph
-    from tlc.backend_cute.emit import emit_program
-    from tlc.backend_cute.headers import versions
-    from tlc.backend_cute.nvrtc import compile_cubin, nvrtc_version
-    from tlc.kir.flash_fwd import PARAM_FIELDS, build_flash_fwd_kir
+    from tlc.backend_cute.compile import compile_kir
+    from tlc.kir.flash_fwd import build_flash_fwd_kir
     from tlc.lowering.select_atoms import flash_config, select_attention
 
     src_path = Path(path)
@@ -42,34 +38,21 @@ def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) ->
     shape = select_attention(graph, arch)
     stem = src_path.stem
     cfg = flash_config(shape, name=stem)
-    program = build_flash_fwd_kir(cfg)
-    source = emit_program(program, source=src_path.name, cu_name=f"{stem}.cu")
-    t0 = time.perf_counter()
-    result = compile_cubin(source, arch, name=f"{stem}.cu")
-    seconds = time.perf_counter() - t0
+    compiled = compile_kir(build_flash_fwd_kir(cfg), arch, source_name=src_path.name, cu_name=f"{stem}.cu")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "schema": SCHEMA_VERSION,
+    meta = dict(compiled.metadata)
+    meta.update({
         "tlc": __version__,
         "source": str(src_path),
-        "kernel": program.name,
-        "arch": arch,
         "defines": dict(defines),
         "specialization": {k: v for k, v in asdict(cfg).items() if k != "loc"},
-        "launch": {
-            "params_struct": [{"name": n, "type": t} for n, t in PARAM_FIELDS],
-            "block": [cfg.threads, 1, 1],
-            "grid": ["ceil_div(sq, %d)" % cfg.bm, "hq", "b"],
-            "dynamic_smem_bytes": cfg.smem_bytes(),
-        },
-        "resources": result.ptxas,
-        "compile_seconds": round(seconds, 2),
-        "versions": {"nvrtc": nvrtc_version(), **versions()},
+        "compile_seconds": round(compiled.compile_seconds, 2),
+        "cached": compiled.cached,
         "remarks": [d.render(GLOBAL_SOURCES) for d in remarks],
-    }
-    _atomic_write(out / f"{stem}.cu", source.encode())
-    _atomic_write(out / f"{stem}.cubin", result.cubin)
+    })
+    _atomic_write(out / f"{stem}.cu", compiled.source.encode())
+    _atomic_write(out / f"{stem}.cubin", compiled.cubin)
     _atomic_write(out / f"{stem}.json", (json.dumps(meta, indent=2) + "\n").encode())
     return meta
 
@@ -82,10 +65,11 @@ def _build_reporting(args: tuple[str, str, str, dict[str, str]]) -> tuple[str, s
         return path, exc.render(GLOBAL_SOURCES), 1
     except OSError as exc:
         return path, f"{path}: error: {exc.strerror or exc}", 1
-    res = meta["resources"]
+    res = meta.get("ptxas", {})
     regs = f", {res['registers']} registers" if "registers" in res else ""
     spills = f", {res.get('spill_store_bytes', 0)} B spilled" if "spill_store_bytes" in res else ""
-    return path, (f"{path}: built {meta['kernel']} for {arch} in {meta['compile_seconds']} s"
+    how = "cached" if meta["cached"] else f"in {meta['compile_seconds']} s"
+    return path, (f"{path}: built {meta['program']} for {arch} {how}"
                   f"{regs}{spills} → {out_dir}/{Path(path).stem}.{{cu,cubin,json}}"), 0
 
 
