@@ -1,0 +1,49 @@
+"""`tlc.build` and `tlc.attention` end to end on the GPU: TL file → passes → kernel → torch."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import tlc
+from tlc.testing_tolerance import check_attention
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+
+
+def _inputs(b, hq, hkv, sq, sk, d, dtype):
+    g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk)
+    make = lambda h, s: torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=g)  # noqa: E731
+    return make(hq, sq), make(hkv, sk), make(hkv, sk)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq, sk", [(1, 1), (17, 1000), (1000, 17), (128, 128)])
+def test_build_from_tl_file(causal, sq, sk) -> None:
+    kernel = tlc.build(SPECS / "mha_fwd.tl", defines={"HeadDim": 64, "BM": 64, "BN": 64, "Causal": causal})
+    q, k, v = _inputs(2, 4, 4, sq, sk, 64, torch.bfloat16)
+    out = kernel(q, k, v)
+    report = check_attention(out, q, k, v, causal=causal)
+    assert report.passed, report
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("hq, hkv", [(8, 8), (8, 2), (8, 1)])
+def test_attention_mirrors_sdpa(dtype, hq, hkv) -> None:
+    q, k, v = _inputs(2, hq, hkv, 333, 77, 128, dtype)
+    out = tlc.attention(q, k, v, is_causal=True, enable_gqa=hq != hkv)
+    report = check_attention(out, q, k, v, causal=True)
+    assert report.passed, report
+    again = tlc.attention(q, k, v, is_causal=True, enable_gqa=hq != hkv, scale=1 / math.sqrt(128))
+    assert torch.equal(out, again)
+
+
+@pytest.mark.gpu
+def test_attention_refuses_mismatched_heads() -> None:
+    q, k, v = _inputs(1, 8, 2, 16, 16, 64, torch.bfloat16)
+    with pytest.raises(tlc.diagnostics.TlcError, match="enable_gqa"):
+        tlc.attention(q, k, v)
