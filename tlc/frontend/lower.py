@@ -90,7 +90,9 @@ class Lowerer:
                 spaces = scope.defs[name]
                 if space is None:
                     want = scope.newest.get(name)
-                    return spaces.get(want) if want else None
+                    if want in spaces:
+                        return spaces[want]
+                    continue  # the newest definition lives in an enclosing scope
                 if space in spaces:
                     return spaces[space]
         return None
@@ -172,6 +174,8 @@ class Lowerer:
             if value is None and not self.sketch:
                 self.err(f"parameter '{name}' has no value; write 'Param {name} = …' or pass -D {name}=…",
                          self.param_locs[name])
+        if self.sketch:
+            self.block(_sketch_prelude(self.program.body))
         self.block(self.program.body)
         self.finish_softmax()
         drop_dead_carried(self.graph)
@@ -327,7 +331,7 @@ class Lowerer:
         b = self.gemm_operand(s.b, "B")
         operands: list[Value] = []
         if s.accumulate:
-            acc = self.lookup(s.out)
+            acc = self.lookup(s.out, "register")  # an accumulator is a register tile
             if acc is None:
                 self.err(f"'accumulate {s.out}' needs an existing accumulator; add 'Allocate {s.out} in register "
                          "(rows, cols)' before it (registers start at zero)", s.out_loc)
@@ -506,6 +510,29 @@ class Lowerer:
         for region, op, sum_name in self.softmaxes:
             if sum_name is not None and sum_name in divisors:
                 region.replace(op, replace(op, normalized=False))
+
+
+def _walk(stmts):
+    for s in stmts:
+        yield s
+        if isinstance(s, A.ForStmt):
+            yield from _walk(s.body)
+
+
+def _sketch_prelude(stmts) -> list[A.Stmt]:
+    """A sketch leaves Allocates out: declare (shapeless) the global tensors it copies from
+    or stores to and the accumulators it accumulates into, so its structure can be checked."""
+    allocated = {(s.name, s.space.lower()) for s in _walk(stmts) if isinstance(s, A.AllocateStmt)}
+    wanted: dict[tuple[str, str], Loc] = {}
+    for s in _walk(stmts):
+        if isinstance(s, A.CopyStmt):
+            for space in (s.src.lower(), s.dst.lower()):
+                if space == "global":
+                    wanted.setdefault((s.name, "global"), s.loc)
+        elif isinstance(s, A.GemmStmt) and s.accumulate:
+            wanted.setdefault((s.out, "register"), s.loc)
+    return [A.AllocateStmt(name, space, (), loc=loc, name_loc=loc, space_loc=loc)
+            for (name, space), loc in wanted.items() if (name, space) not in allocated]
 
 
 def _subexprs(e: A.Expr):
