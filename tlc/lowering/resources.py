@@ -1,0 +1,133 @@
+"""Resource accounting for `check-resources`: shared bytes from the kernel IR's buffers and
+layouts, and a per-thread register estimate from its fragments and TiledMMA.
+
+The register model counts data only (no addresses, indices or predicates): fp32
+accumulators and row vectors live across the KV loop ("resident"); each GEMM adds its
+operand fragments for one k-block (two when its shared→register loads are prefetched).
+Checked against measurements on the H200 (bench/README.md): d=128 BM=128 BN=64 4 warps
+estimates 260 (ptxas: 255 + 48 bytes spilled); d=128 BN=32 estimates 228 (no spills).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from tlc.kir.expr import print_expr
+from tlc.kir.ops import (ConvertOp, ForOp, FragmentOp, GemmOp, KernelOp, Op, RetileAccToAOp, RowVectorOp,
+                         SharedBufferOp, SharedViewOp, SmemLayoutOp, TiledMmaOp, walk)
+
+BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+_ROOT = re.compile(r"^[A-Za-z_]\w*")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    offset: int
+    bytes: int
+    shape: tuple[int, ...]
+    dtype: str
+    reuses: str = ""
+
+
+@dataclass(frozen=True)
+class Fragment:
+    name: str
+    regs: int
+    what: str          # "accumulator", "row vector", "A operand (1 k-block)", …
+    resident: bool
+
+
+def _by_name(kernel: KernelOp) -> dict[str, Op]:
+    return {n: op for op in walk(kernel) for n in op.defined_names()}
+
+
+def shared_buffers(kernel: KernelOp) -> list[Buffer]:
+    """Each SharedBufferOp with its byte size; a buffer inside an earlier one's bytes reuses it."""
+    table = _by_name(kernel)
+    out: list[Buffer] = []
+    for op in walk(kernel):
+        if not isinstance(op, SharedBufferOp):
+            continue
+        layout = table.get(op.layout)
+        shape = layout.shape if isinstance(layout, SmemLayoutOp) else ()
+        size = math.prod(shape) * BYTES[op.dtype]
+        reuses = next((b.name for b in out if b.offset <= op.offset_bytes < b.offset + b.bytes), "")
+        out.append(Buffer(op.name, op.offset_bytes, size, shape, op.dtype, reuses))
+    return out
+
+
+def shared_extent(buffers: list[Buffer]) -> int:
+    return max((b.offset + b.bytes for b in buffers), default=0)
+
+
+def buffer_of(table: dict[str, Op], frag: FragmentOp) -> str | None:
+    """The SharedBufferOp a fragment is shaped from (through views and slices)."""
+    if frag.src is None:
+        return None
+    m = _ROOT.match(print_expr(frag.src))
+    name = m.group(0) if m else None
+    while name is not None and isinstance(table.get(name), SharedViewOp):
+        name = table[name].of  # type: ignore[union-attr]
+    return name if isinstance(table.get(name or ""), SharedBufferOp) else None
+
+
+def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
+    """(fragments, resident registers, peak registers) per thread."""
+    table = _by_name(kernel)
+    threads = kernel.threads
+    in_loop = {n for op in walk(kernel) if isinstance(op, ForOp) for c in walk(op) for n in c.defined_names()}
+
+    def mma_of(name: str) -> TiledMmaOp:
+        return table[name]  # type: ignore[return-value]
+
+    def acc_regs(frag: FragmentOp) -> int:
+        return math.prod(frag.shape) * BYTES[frag.dtype] // 4 // threads
+
+    def rows_per_thread(frag: FragmentOp) -> int:
+        mma = mma_of(frag.mma)
+        # an m16 atom gives each thread 2 rows (groupID, groupID + 8)
+        return max(frag.shape[0] // (16 * mma.warps[0]), 1) * 2
+
+    frags: list[Fragment] = []
+    resident = 0
+    for op in walk(kernel):
+        if isinstance(op, FragmentOp) and op.role == "C":
+            top = op.name not in in_loop
+            frags.append(Fragment(op.name, acc_regs(op), "accumulator", top))
+            resident += acc_regs(op) if top else 0
+        elif isinstance(op, RowVectorOp) and isinstance(table.get(op.like), FragmentOp):
+            regs = rows_per_thread(table[op.like])  # type: ignore[arg-type]
+            frags.append(Fragment(op.name, regs, "row vector", True))
+            resident += regs
+
+    peak = resident
+    for g in (op for op in walk(kernel) if isinstance(op, GemmOp)):
+        acc = table.get(g.acc)
+        if not isinstance(acc, FragmentOp):
+            continue
+        mma = mma_of(g.mma)
+        m, n = acc.shape
+        kblocks = 2 if g.prefetch else 1
+        live = 0 if g.acc not in in_loop else acc_regs(acc)
+        if g.a_smem is not None:
+            live += kblocks * max(m // (16 * mma.warps[0]), 1) * 4   # 8 half-words per m16k16 atom
+        else:
+            live += _register_a(table, g.a, acc_regs)
+        if g.b_smem is not None:
+            live += kblocks * max(n // (8 * mma.warps[1]), 1) * 2    # 4 half-words per n8k16 atom
+        peak = max(peak, resident + live)
+    return frags, resident, peak
+
+
+def _register_a(table: dict[str, Op], name: str, acc_regs) -> int:
+    """An A operand kept in registers (P): the converted accumulator it regroups."""
+    op = table.get(name)
+    if isinstance(op, RetileAccToAOp):
+        op = table.get(op.src)
+    if isinstance(op, ConvertOp):
+        src = table.get(op.src)
+        if isinstance(src, FragmentOp):
+            return acc_regs(src) * BYTES[op.dtype] // 4
+    return 0
