@@ -1,4 +1,4 @@
-"""`tlc build`: TL file → TL passes → select-atoms → kernel IR → CuTe → NVRTC → artifacts.
+"""`tlc build`: TL file → TL passes → lowering passes (kernel IR) → CuTe → NVRTC → artifacts.
 
 Writes `<stem>.cu`, `<stem>.cubin` and `<stem>.json` (versioned schema: launch ABI, grid
 formula, shared memory, registers and spills, arch, versions). Needs no GPU. Several files
@@ -29,16 +29,17 @@ def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) ->
     """Build one file; returns the artifact metadata (also written as JSON)."""
     from tlc.api import compile_graph
     from tlc.backend_cute.compile import compile_kir
-    from tlc.kir.flash_fwd import build_flash_fwd_kir
-    from tlc.lowering.select_atoms import flash_config, select_attention
+    from tlc.lowering.passes import run_lowering
 
     src_path = Path(path)
     data = src_path.read_bytes()
     graph, remarks = compile_graph(data, path, defines=defines)
-    shape = select_attention(graph, arch)
     stem = src_path.stem
-    cfg = flash_config(shape, name=stem)
-    compiled = compile_kir(build_flash_fwd_kir(cfg), arch, source_name=src_path.name, cu_name=f"{stem}.cu")
+    # select-atoms → pipeline → check-resources (tlc.passes.pipeline.LOWERING_PIPELINE)
+    state, ctx = run_lowering(graph, arch, name=stem)
+    remarks += [d for d in ctx.sink.items if d.severity != "error"]
+    cfg = state.config
+    compiled = compile_kir(state.kir, arch, source_name=src_path.name, cu_name=f"{stem}.cu")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(compiled.metadata)

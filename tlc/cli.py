@@ -79,17 +79,25 @@ def cmd_fmt(args) -> int:
     return 0
 
 
+_LOWERING = {"select-atoms", "pipeline", "check-resources"}
+
+
 def cmd_show(args) -> int:
     from tlc.api import compile_graph, lower_source
     from tlc.ir.printer import print_graph
 
     data = _read(args.file)
     defines = _defines(args.define)
-    if not (args.print_after or args.print_after_all or args.pipeline or args.time_passes):
+    if not (args.print_after or args.print_after_all or args.pipeline or args.time_passes or args.arch):
         graph = lower_source(data, args.file, defines=defines, sketch=args.sketch)
         sys.stdout.write(print_graph(graph, with_locs=not args.no_locs))
         return 0
-    _, remarks = compile_graph(data, args.file, defines=defines, pipeline=args.pipeline,
+    pipeline = args.pipeline
+    if pipeline is None and (args.arch or args.print_after_all or set(args.print_after or []) & _LOWERING):
+        from tlc.lowering.passes import full_pipeline  # the TL passes, then the lowering for the target
+
+        pipeline = ",".join(full_pipeline(args.arch))
+    _, remarks = compile_graph(data, args.file, defines=defines, pipeline=pipeline,
                                print_after=set(args.print_after or []), print_after_all=args.print_after_all,
                                time_passes=args.time_passes, verify_each=not args.no_verify_each)
     for d in remarks:
@@ -174,6 +182,8 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-verify-each", action="store_true", help="skip the structural verifier between passes")
     sp.add_argument("--no-locs", action="store_true", help="omit loc(line:col)")
     sp.add_argument("--sketch", action="store_true")
+    sp.add_argument("--arch", help="run the lowering passes for this target too (default with "
+                    "--print-after select-atoms|pipeline|check-resources: sm_90)")
     sp.set_defaults(fn=cmd_show)
 
     sp = common(sub.add_parser("interp", help="run on random inputs at small sizes against a float64 reference"))

@@ -56,7 +56,7 @@ class ResourceReport:
         lines += [f"  {a.name:<8} {a.bytes:>7} B  {a.tl}" + (f"  ({a.note})" if a.note else "") for a in self.smem]
         lines.append(f"registers per thread (estimate): resident {self.regs_resident}, peak {self.regs_peak} "
                      f"of {self.regs_limit}")
-        lines += [f"  {a.name:<8} {a.bytes:>7}    {a.tl}" + (f"  ({a.note})" if a.note else "") for a in self.regs]
+        lines += [f"  {a.name:<9} {a.bytes:>6}    {a.tl}" + (f"  ({a.note})" if a.note else "") for a in self.regs]
         return "\n".join(lines)
 
 
@@ -86,8 +86,10 @@ class LoweringState:
                  f"causal {str(s.causal).lower()}" + (f" ({s.alignment})" if s.causal else ""),
                  f"mma atom {self.mma_atom}, warps (M, N, K) = {self.warps}"]
         for ld in self.loads:
-            how = f"{ld.load} ({ld.atom})" if ld.atom else ld.load
-            lines.append(f"operand {ld.role} of {ld.gemm}: {ld.tensor} {ld.major}-major → {how}")
+            if ld.load == "registers":
+                lines.append(f"operand {ld.role} of {ld.gemm}: {ld.tensor} regrouped accumulator → registers")
+            else:
+                lines.append(f"operand {ld.role} of {ld.gemm}: {ld.tensor} {ld.major}-major → {ld.load} ({ld.atom})")
         for buf, sw in self.swizzles.items():
             lines.append(f"shared {buf}: Swizzle<{sw[0]},{sw[1]},{sw[2]}>")
         return "\n".join(lines) + "\n"

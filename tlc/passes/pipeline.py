@@ -25,6 +25,13 @@ DEFAULT_PIPELINE = [
     "verify-final",       # the paper's rules, checked on the repaired program
 ]
 
+# After DEFAULT_PIPELINE, on the same graph; state accumulates on the PassContext (tlc.lowering.passes).
+LOWERING_PIPELINE = [
+    "select-atoms",       # needs the target and the repaired graph (majorness, Reshape): atoms, loads, swizzles
+    "pipeline",           # needs the atoms: stages and prefetch order, then the kernel IR they shape
+    "check-resources",    # needs atoms and stages: shared bytes and registers against the arch table
+]
+
 _ITEM = re.compile(r"\s*([a-z0-9-]+)\s*(?:\{([^}]*)\})?\s*(?:,|$)")
 
 
@@ -88,7 +95,8 @@ class PassManager:
                     raise TlcError([error(f"after pass '{p.name}': {msg}", loc) for msg, loc in problems])
             if self.print_after_all or p.name in self.print_after:
                 self.out.write(f"// -----// IR after {p.name} //----- //\n")
-                self.out.write(print_graph(graph))
+                show = getattr(p, "print_state", None)  # lowering passes print what they built
+                self.out.write(show(ctx) if show else print_graph(graph))
         if self.time_passes:
             total = sum(t for _, t in self.timings) or 1e-9
             self.out.write("// pass timings\n")

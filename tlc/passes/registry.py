@@ -25,6 +25,9 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "online-softmax": _lazy("tlc.passes.online_softmax:OnlineSoftmaxPass"),
     "mask": _lazy("tlc.passes.mask:MaskPass"),
     "verify-final": _lazy("tlc.passes.verify_final:VerifyFinalPass"),
+    "select-atoms": _lazy("tlc.lowering.passes:SelectAtomsPass"),
+    "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
+    "check-resources": _lazy("tlc.lowering.passes:CheckResourcesPass"),
 }
 
 
