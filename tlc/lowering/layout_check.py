@@ -13,7 +13,7 @@ from typing import Callable
 
 from pycute import ComposedLayout, Layout, Swizzle
 
-from tlc.kir.ops import GemmOp, ProgramOp, SharedBufferOp, SmemLayoutOp, TiledCopyOp, walk
+from tlc.kir.ops import GemmOp, ProgramOp, SharedBufferOp, SmemLayoutOp, TiledCopyOp, walk  # noqa: F401 (walk re-exported for tests)
 
 # --------------------------------------------------------------------------- the MMA atom
 # PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" (.f16/.bf16):
