@@ -134,3 +134,23 @@ def test_tile_parameters_change_the_emitted_mma_and_layouts(change: dict[str, st
         assert mma != base_mma
     else:
         assert layouts != base_layouts
+
+
+def test_build_one_runs_the_lowering_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tlc build goes through select-atoms → pipeline → check-resources (NVRTC stubbed out)."""
+    import tlc.backend_cute.compile as compile_mod
+    from tlc.build import build_one
+
+    seen = {}
+
+    def fake_compile(program, arch, **kw):
+        seen["program"] = program
+        return compile_mod.CompiledKernel(program, arch, "// cu", b"cubin", {"program": program.name}, 0.0)
+
+    monkeypatch.setattr(compile_mod, "compile_kir", fake_compile)
+    meta = build_one(str(MHA), "sm_86", str(tmp_path), {"HeadDim": "64"})
+    assert meta["specialization"]["stages"] == 2 and meta["specialization"]["d_qk"] == 64
+    assert seen["program"].kernels()[0].smem_bytes == 49152
+    assert (tmp_path / "mha_fwd.cu").read_text() == "// cu"
+    with pytest.raises(TlcError, match="shared memory"):
+        build_one(str(MHA), "sm_86", str(tmp_path), {"HeadDim": "256", "BM": "64", "BN": "128"})
