@@ -97,7 +97,7 @@ class LoweringState:
 
 def get_state(ctx: Any) -> LoweringState | None:
     """The state on `ctx` (PassContext carries it as the `lowering` attribute), if any."""
-    return getattr(ctx, "lowering", None)
+    return ctx.lowering
 
 
 def start_state(ctx: Any, arch: str, name: str = "tl_kernel", lse: bool = False) -> LoweringState:

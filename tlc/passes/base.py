@@ -7,7 +7,7 @@ rewrite only through the `Graph` methods, giving new ops the `loc` of what they 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tlc.diagnostics import DiagnosticSink, Loc, Note
 from tlc.ir.graph import Graph
@@ -20,6 +20,7 @@ class PassContext:
     sink: DiagnosticSink = field(default_factory=DiagnosticSink)
     arch: str | None = None
     sketch: bool = False
+    lowering: Any = None  # tlc.lowering.state.LoweringState once select-atoms has run
 
     def remark(self, message: str, loc: Loc | None = None, *notes: Note) -> None:
         self.sink.remark(message, loc, *notes)
