@@ -12,11 +12,11 @@ import pytest
 from tlc.build import _build_reporting
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
-SUPPORTED = ["mha_fwd", "gqa_fwd", "mqa_fwd", "mla_prefill_fwd", "softcap_fwd"]
+SUPPORTED = ["mha_fwd", "gqa_fwd", "mqa_fwd", "mla_prefill_fwd", "softcap_fwd", "b2b_gemm_relu"]
 # One instantiation per spec and arch; small tiles keep NVRTC's template work (CI's cost) down.
 SMALL = {"mha_fwd": {"HeadDim": "64", "BM": "64", "BN": "32"}, "gqa_fwd": {"HeadDim": "64", "BM": "64", "BN": "32"},
          "mqa_fwd": {"HeadDim": "64", "BM": "64", "BN": "32"}, "softcap_fwd": {"HeadDim": "64", "BM": "64", "BN": "32"},
-         "mla_prefill_fwd": {"BM": "64", "BN": "32"}}
+         "mla_prefill_fwd": {"BM": "64", "BN": "32"}, "b2b_gemm_relu": {"BM": "64", "BN": "32"}}
 ARCHES = ["sm_80", "sm_90"]
 
 
@@ -42,12 +42,19 @@ def test_spec_compiles(builds, spec: str, arch: str) -> None:
     meta = json.loads((out / arch / f"{spec}.json").read_text())
     assert meta["schema_version"] == 1 and meta["arch"] == arch and meta["abi"]
     assert (out / arch / f"{spec}.cubin").stat().st_size > 1000
-    assert "#line" in (out / arch / f"{spec}.cu").read_text()
+    source = (out / arch / f"{spec}.cu").read_text()
+    assert "#line" in source
+    # The score program comes from the TL Computes on S (no emitter special case).
+    if spec == "b2b_gemm_relu":
+        assert "acc_s(i) = max(x0, 0.0f);" in source and "row_sum" not in source
+        assert [f["name"] for f in meta["abi"]["FlashParams"]["fields"]][-4:] == [f"score_s{i}" for i in range(4)]
+    if spec == "softcap_fwd":
+        assert "acc_s(i) = tanhf(x0);" in source
+        assert meta["specialization"]["score_scalars"] == ["scale * (1.0 / 30.0)"]
 
 
 @pytest.mark.parametrize("spec, reason", [
     ("mla_decode_fwd", "head dim 576"),
-    ("b2b_gemm_relu", "attention-shaped"),
 ])
 def test_unsupported_specs_fail_with_a_reason(tmp_path, spec: str, reason: str) -> None:
     _, message, code = _build_reporting((str(SPECS / f"{spec}.tl"), "sm_90", str(tmp_path), {}))

@@ -9,11 +9,14 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
 from tlc.backend_cute.compile import CompiledKernel
 from tlc.diagnostics import fail
 from tlc.kir.evaluate import evaluate
+from tlc.kir.expr import free_names, parse_expr
 from tlc.kir.ops import KernelOp, ParamsOp
+from tlc.kir.score_ops import SCORE_FIELDS
 
 _CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64,
            "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
@@ -42,7 +45,10 @@ def _check(result, what: str) -> None:
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """What a forward-attention kernel was specialized for (checked against the arguments)."""
+    """What a two-GEMM kernel (attention, or a back-to-back GEMM without softmax) was specialized
+    for, checked against the arguments. `tensor_names` are the program's names for the q, k, v and
+    o slots (A, B, C, O for `relu(A·Bᵀ)·C`); `score_scalars[i]` is the host expression, over the
+    runtime inputs, that fills the parameter field `score_s<i>`."""
 
     dtype: str
     d_qk: int
@@ -50,6 +56,9 @@ class AttentionSpec:
     causal: bool
     lse: bool = False
     softcap: bool = False
+    softmax: bool = True
+    score_scalars: tuple[str, ...] = ()
+    tensor_names: tuple[str, ...] = ("q", "k", "v", "o")
 
 
 class _Loaded:
@@ -87,7 +96,8 @@ class _Loaded:
 class Kernel:
     """Forward attention on torch tensors in SDPA layout: q (B, Hq, Sq, Dqk), k (B, Hkv, Sk, Dqk),
     v (B, Hkv, Sk, Dv) → o (B, Hq, Sq, Dv) [and fp32 lse (B, Hq, Sq)]. Hq must be a multiple of Hkv
-    (GQA/MQA); the last dimension must be contiguous; strides are free otherwise."""
+    (GQA/MQA); the last dimension must be contiguous; strides are free otherwise. A back-to-back
+    GEMM takes its A, B, C in the q, k, v slots (same shapes: rows, N1, N1 rows) and returns O."""
 
     def __init__(self, compiled: CompiledKernel, spec: AttentionSpec) -> None:
         kernels = compiled.program.kernels()
@@ -104,11 +114,12 @@ class Kernel:
         import torch
         spec = self.spec
         want = getattr(torch, _TORCH_DTYPE[spec.dtype])
-        for name, t in (("q", q), ("k", k), ("v", v)):
+        nq, nk, nv = spec.tensor_names[:3]
+        for name, t in ((nq, q), (nk, k), (nv, v)):
             if not isinstance(t, torch.Tensor):
                 raise fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
             if not t.is_cuda:
-                raise fail(f"{name} is on {t.device}; move q, k, v to a CUDA device")
+                raise fail(f"{name} is on {t.device}; move {nq}, {nk}, {nv} to a CUDA device")
             if t.dtype != want:
                 raise fail(f"{name} has dtype {t.dtype}; this kernel was built for {want} (rebuild with another dtype)")
             if t.dim() != 4:
@@ -125,19 +136,19 @@ class Kernel:
             if any(s > _INT32_MAX for s in t.shape):
                 raise fail(f"{name} has a dimension above 2^31-1: {tuple(t.shape)}")
         if not (q.device == k.device == v.device):
-            raise fail(f"q, k, v are on different devices: {q.device}, {k.device}, {v.device}")
+            raise fail(f"{nq}, {nk}, {nv} are on different devices: {q.device}, {k.device}, {v.device}")
         B, Hq, Sq, Dqk = q.shape
         if k.shape[0] != B or v.shape[0] != B:
-            raise fail(f"batch sizes differ: q {B}, k {k.shape[0]}, v {v.shape[0]}")
+            raise fail(f"batch sizes differ: {nq} {B}, {nk} {k.shape[0]}, {nv} {v.shape[0]}")
         if Dqk != spec.d_qk or k.shape[3] != spec.d_qk:
-            raise fail(f"head dim of q/k is {Dqk}/{k.shape[3]}; this kernel was built for d_qk={spec.d_qk}")
+            raise fail(f"head dim of {nq}/{nk} is {Dqk}/{k.shape[3]}; this kernel was built for d_qk={spec.d_qk}")
         if v.shape[3] != spec.d_v:
-            raise fail(f"head dim of v is {v.shape[3]}; this kernel was built for d_v={spec.d_v}")
+            raise fail(f"head dim of {nv} is {v.shape[3]}; this kernel was built for d_v={spec.d_v}")
         if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
-            raise fail(f"k {tuple(k.shape)} and v {tuple(v.shape)} disagree on heads or sequence length")
+            raise fail(f"{nk} {tuple(k.shape)} and {nv} {tuple(v.shape)} disagree on heads or sequence length")
         Hkv = k.shape[1]
         if Hkv == 0 or Hq % Hkv:
-            raise fail(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for GQA/MQA")
+            raise fail(f"{nq} heads ({Hq}) must be a multiple of key/value heads ({nk}/{nv}: {Hkv}) for GQA/MQA")
         return B, Hq, Hkv, Sq, k.shape[2]
 
     # ------------------------------------------------------------------ launch
@@ -154,7 +165,8 @@ class Kernel:
         return gx, gy, gz
 
     def __call__(self, q, k, v, *, scale: float | None = None, softcap: float | None = None, out=None,
-                 return_lse: bool = False):
+                 return_lse: bool = False, inputs: Mapping[str, float] | None = None):
+        """`inputs`: values of the program's other runtime scalar Inputs (those the score program reads)."""
         import torch
         B, Hq, Hkv, Sq, Sk = self._validate(q, k, v)
         spec = self.spec
@@ -182,11 +194,27 @@ class Kernel:
             "lse_stride_b": lse.stride(0) if lse is not None else 0,
             "lse_stride_h": lse.stride(1) if lse is not None else 0,
             "scale": scale, "scale_log2": scale_log2, "softcap_scale": softcap_scale,
+            **self._score_values(scale, inputs or {}),
         }
         for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
             values[f"{name}_stride_b"], values[f"{name}_stride_h"], values[f"{name}_stride_s"] = t.stride()[:3]
         self.launch(values, q.device, torch.cuda.current_stream(q.device).cuda_stream)
         return (out, lse) if return_lse else out
+
+    def _score_values(self, scale: float, inputs: Mapping[str, float]) -> dict[str, float]:
+        """p.score_s<i> from the host expressions the kernel was built with (the .json's `score_scalars`)."""
+        env = {"scale": scale, **{k: float(v) for k, v in inputs.items()}}
+        values = {f: 0.0 for f in SCORE_FIELDS}
+        for field, text in zip(SCORE_FIELDS, self.spec.score_scalars):
+            missing = sorted(free_names(parse_expr(text)) - set(env))
+            if missing:
+                raise fail(f"this kernel reads the runtime input(s) {', '.join(missing)} (in {text}): "
+                           f"pass inputs={{{missing[0]!r}: <value>, ...}}")
+            try:
+                values[field] = float(evaluate(parse_expr(text), env))
+            except ZeroDivisionError:
+                raise fail(f"the score scalar {text} divides by zero for inputs {env}") from None
+        return values
 
     def launch(self, values: dict, device, stream: int) -> None:
         """Pack `values` (field name → value) into the struct and launch on `stream`."""

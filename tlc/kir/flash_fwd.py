@@ -1,8 +1,10 @@
-"""Kernel-IR builder for FlashAttention-2-style forward attention (sm_80 family: mma.sync).
+"""Kernel-IR builder for two-GEMM programs in the FlashAttention-2 mould (sm_80 family: mma.sync).
 
-This is what `select-atoms` + `pipeline` produce for the MHA spec; it exists first so the backend
-can be tested before the TL lowering does. Every tile size, atom, swizzle and stage lives in the
-ops it returns — the emitter derives nothing.
+S = Q·Kᵀ per KV tile, the program's score steps on S (generic MapOps and the mask: a scale, a
+softcap, a relu … read from the TL graph by `select-atoms`), an online softmax or none, then
+O += P·V with P kept in registers. Attention, softcap attention and a back-to-back GEMM
+`relu(A·Bᵀ)·C` all come from here. Every tile size, atom, swizzle and stage lives in the ops it
+returns — the emitter derives nothing.
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import math
 from dataclasses import dataclass
 
 from tlc.diagnostics import Loc, fail
-from tlc.kir.expr import E, Var
+from tlc.kir.expr import E, Expr, Var
+from tlc.kir.score_ops import SCORE_FIELDS, SCORE_SLOTS, ScoreStep, legacy_steps, substitute
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp,
                          Exp2ScaleOp, ForOp, FragmentOp, GemmOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp,
                          IfOp, KernelOp, LetOp, MapOp, MaskOp, Op, ParamsOp, PartitionOp, ProgramOp,
@@ -32,6 +35,8 @@ PARAM_FIELDS: tuple[tuple[str, str], ...] = (
     ("o_stride_b", "i64"), ("o_stride_h", "i64"), ("o_stride_s", "i64"),
     ("lse_stride_b", "i64"), ("lse_stride_h", "i64"),
     ("scale", "f32"), ("scale_log2", "f32"), ("softcap_scale", "f32"),
+    # Appended (old offsets unchanged): runtime scalars of the score program, see tlc.kir.score_ops.
+    *((f, "f32") for f in SCORE_FIELDS),
 )
 
 
@@ -49,7 +54,21 @@ class FlashFwdConfig:
     causal: bool = False
     alignment: str = "top_left"
     lse: bool = False
+    # Hand-written configs: tanh(S·scale/cap)·cap through `p.softcap_scale`. TL programs say the
+    # same with Computes on S, which select-atoms reads into `score_ops` instead.
     softcap: bool = False
+    # The program between the GEMMs (None: the legacy chain — optional softcap, then the mask);
+    # `score_scalars[i]` is the host expression (over runtime inputs) the launcher puts in p.score_s<i>.
+    score_ops: tuple[ScoreStep, ...] | None = None
+    score_scalars: tuple[str, ...] = ()
+    # False: P = f(S) goes straight to the second GEMM (a back-to-back GEMM): no row statistics.
+    softmax: bool = True
+    # Divide O by the softmax's row sum at the end (the program's `Compute Divide O, l`).
+    normalize: bool = True
+    # The exp2 scale of the softmax (log2 e folded in), kernel-IR text.
+    exp2_scale: str = "p.scale_log2"
+    # The program's names for the q, k, v, o slots (error messages and the .json).
+    tensor_names: tuple[str, ...] = ("q", "k", "v", "o")
     # S2R software pipelining inside each GEMM (ldmatrix of k-block kb+1 before the MMAs of kb).
     s_prefetch: bool = True
     pv_prefetch: bool = True
@@ -69,6 +88,11 @@ class FlashFwdConfig:
         need(self.stages in (1, 2), f"stages={self.stages}: 1 (FA2 overlap) or 2 (double buffer)")
         need(self.alignment in ("top_left", "bottom_right"), f"alignment {self.alignment!r}")
         need(self.warps in (1, 2, 4, 8), f"warps={self.warps} must be 1, 2, 4 or 8")
+        need(not (self.softcap and self.score_ops is not None), "softcap=True and score_ops both given")
+        need(len(self.score_scalars) <= SCORE_SLOTS, f"at most {SCORE_SLOTS} score scalars")
+        need(self.softmax or not self.lse, "the LSE output needs a softmax")
+        for step in self.chain():
+            need(step.kind in ("map", "mask"), f"score step kind {step.kind!r}")
         for d in (self.d_qk, self.d_v):
             tpr = _kblock(d) // 8
             need(self.bn % (self.warps * 32 // tpr) == 0 and self.bm % (self.warps * 32 // tpr) == 0,
@@ -84,9 +108,24 @@ class FlashFwdConfig:
         kv = self.stages * self.bn * (self.d_qk + self.d_v) * eb
         return max(q + kv, self.bm * self.d_v * eb)
 
+    def chain(self) -> tuple[ScoreStep, ...]:
+        """The score steps the kernel runs, in order."""
+        return legacy_steps(self.softcap) if self.score_ops is None else self.score_ops
+
+    def _program_tag(self) -> str:
+        """'' for the FlashAttention program; a short digest when the score program differs."""
+        legacy = legacy_steps(False)
+        same = (len(self.chain()) == len(legacy) and all(a.same_code(b) for a, b in zip(self.chain(), legacy))
+                and self.exp2_scale == "p.scale_log2" and self.softmax and self.normalize)
+        if self.softcap or same:
+            return ""
+        import hashlib
+        text = repr(([(s.kind, s.fn) for s in self.chain()], self.score_scalars, self.exp2_scale, self.normalize))
+        return ("_sc" if self.softmax else "_nosm") + hashlib.sha1(text.encode()).hexdigest()[:8]
+
     def key(self) -> str:
         c = "causal_" + ("tl" if self.alignment == "top_left" else "br") if self.causal else "full"
-        extra = ("_lse" if self.lse else "") + ("_softcap" if self.softcap else "")
+        extra = ("_lse" if self.lse else "") + ("_softcap" if self.softcap else "") + self._program_tag()
         extra += ("" if self.s_prefetch else "_nsp") + ("" if self.pv_prefetch else "_npp")
         return (f"{self.name}_{self.dtype}_q{self.d_qk}_v{self.d_v}_{c}_m{self.bm}n{self.bn}"
                 f"w{self.warps}s{self.stages}{extra}")
@@ -208,12 +247,13 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
         PartitionOp(name="tOsVt", slice="smem_thr_copy_V", method="partition_S", src=Var("sVt")),
         PartitionOp(name="tOrVt_view", slice="smem_thr_copy_V", method="retile_D", src=Var("tOrVt")),
         PartitionOp(name="tScS", slice="thr_mma", method="partition_C", src=Var("cS")),
-        RowVectorOp(name="row_max", like="acc_o", init=E("-inf")),
-        RowVectorOp(name="row_max_prev", like="acc_o", init=E("-inf")),
-        RowVectorOp(name="row_sum", like="acc_o", init=E(0.0)),
-        RowVectorOp(name="scores_scale", like="acc_o", init=E(1.0)),
-        ClearOp(target="acc_o"),
     ]
+    if cfg.softmax:
+        body += [RowVectorOp(name="row_max", like="acc_o", init=E("-inf")),
+                 RowVectorOp(name="row_max_prev", like="acc_o", init=E("-inf")),
+                 RowVectorOp(name="row_sum", like="acc_o", init=E(0.0)),
+                 RowVectorOp(name="scores_scale", like="acc_o", init=E(1.0))]
+    body.append(ClearOp(target="acc_o"))
 
     def load(tok: str, which: str, n: str, stage: str, predicated: bool = True) -> AsyncCopyOp:
         # Only the last KV tile (n_block_max - 1, loaded first) can run past Sk; the others are
@@ -239,25 +279,25 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
                     prefetch=cfg.s_prefetch)
     o_gemm = GemmOp(mma="tiled_mma", acc="acc_o", a="tOrP", b="tOrVt", b_smem=E("tOsVt[_, _, _, stage]"),
                     b_copy="smem_tiled_copy_V", b_view="tOrVt_view", prefetch=cfg.pv_prefetch)
-    scores: list[Op] = [s_gemm]
-    if cfg.softcap:
-        scores.append(MapOp(target="acc_s", srcs=("acc_s",), fn=E("tanh(x0 * p.softcap_scale)")))
-    scores.append(IfOp(cond=E("n_block >= n_block_mask_min"), body=(
-        MaskOp(target="acc_s", coord="tScS", row0=E(f"m_block * {BM}"), col0=E(f"n_block * {BN}"), sq=Var("p.sq"),
-               sk=Var("p.sk"), causal=cfg.causal, alignment=cfg.alignment, bounds=True),)))
-    softmax: list[Op] = [
+    scores: list[Op] = [s_gemm, *_score_program(cfg)]
+    scale_log2 = E(cfg.exp2_scale)
+
+    def with_scale(fn: str) -> Expr:
+        return substitute(E(fn), "p.scale_log2", scale_log2)
+
+    to_pv: list[Op] = [
         MapOp(target="row_max_prev", srcs=("row_max",), fn=E("x0")),
         RowReduceOp(dst="row_max", src="acc_s", kind="max", accumulate=True),
         AllReduceOp(target="row_max", kind="max", width=4),
         MapOp(target="scores_scale", srcs=("row_max_prev", "row_max"),
-              fn=E("exp2((x0 - select(x1 == -inf, 0.0, x1)) * p.scale_log2)")),
+              fn=with_scale("exp2((x0 - select(x1 == -inf, 0.0, x1)) * p.scale_log2)")),
         MapOp(target="row_sum", srcs=("row_sum", "scores_scale"), fn=E("x0 * x1")),
         RowBroadcastOp(target="acc_o", vec="scores_scale", fn=E("x * r")),
-        Exp2ScaleOp(target="acc_s", row_max="row_max", scale_log2=Var("p.scale_log2")),
+        Exp2ScaleOp(target="acc_s", row_max="row_max", scale_log2=scale_log2),
         RowReduceOp(dst="row_sum", src="acc_s", kind="sum", accumulate=True),
-        ConvertOp(name="rP", src="acc_s", dtype=dt),
-        RetileAccToAOp(name="tOrP", src="rP", mma="tiled_mma"),
-    ]
+    ] if cfg.softmax else []
+    # P (or f(S) without a softmax) stays in registers as the second GEMM's A operand.
+    to_pv += [ConvertOp(name="rP", src="acc_s", dtype=dt), RetileAccToAOp(name="tOrP", src="rP", mma="tiled_mma")]
     head: list[Op] = [LetOp(name="stage", type="i32", value=E(stage_of("n_block"))),
                       FragmentOp(name="acc_s", mma="tiled_mma", role="C", dtype="fp32", shape=(BM, BN)),
                       ClearOp(target="acc_s")]
@@ -272,7 +312,7 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
             WaitOp(pending=0, groups=("grp_v",)), BarrierOp(),
             IfOp(cond=E("n_block > 0"), body=(load("tok_k", "K", "n_block - 1", "0", False),)),
             CommitOp(name="grp_k", tokens=("tok_k",)),
-            *softmax, o_gemm]
+            *to_pv, o_gemm]
     else:
         # Double buffer: tile n-1 (K and V) is issued into the other stage before computing tile n.
         loop_body = head + [
@@ -280,17 +320,20 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
                                                load("tok_v", "V", "n_block - 1", "1 - stage", False))),
             CommitOp(name="grp_next", tokens=("tok_k", "tok_v")),
             WaitOp(pending=1, groups=("grp_prologue",)), BarrierOp(),
-            *scores, *softmax, o_gemm,
+            *scores, *to_pv, o_gemm,
             BarrierOp()]
     body.append(ForOp(var="n_block", start=E("n_block_max - 1"), stop=E(-1), step=-1, body=tuple(loop_body),
                       stages=S, prefetch=True))
 
     # Epilogue: normalise, write O through shared memory with 16-byte stores, optional LSE.
+    if cfg.softmax:
+        body.append(AllReduceOp(target="row_sum", kind="sum", width=4))
+    if cfg.softmax and cfg.normalize:
+        body += [
+            RowVectorOp(name="inv_sum", like="acc_o", init=E(1.0)),
+            MapOp(target="inv_sum", srcs=("row_sum",), fn=E("select(x0 == 0.0 || isnan(x0), 1.0, 1.0 / x0)")),
+            RowBroadcastOp(target="acc_o", vec="inv_sum", fn=E("x * r"))]
     body += [
-        AllReduceOp(target="row_sum", kind="sum", width=4),
-        RowVectorOp(name="inv_sum", like="acc_o", init=E(1.0)),
-        MapOp(target="inv_sum", srcs=("row_sum",), fn=E("select(x0 == 0.0 || isnan(x0), 1.0, 1.0 / x0)")),
-        RowBroadcastOp(target="acc_o", vec="inv_sum", fn=E("x * r")),
         WaitOp(pending=0), BarrierOp(),
         ConvertOp(name="rO", src="acc_o", dtype=dt),
         PartitionOp(name="taccOrO", slice="smem_thr_copy_O", method="retile_S", src=Var("rO")),
@@ -307,7 +350,7 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
         body += [
             RowVectorOp(name="lse", like="acc_o", init=E("-inf")),
             MapOp(target="lse", srcs=("row_max", "row_sum"),
-                  fn=E(f"select(x1 == 0.0, -inf, x0 * p.scale_log2 * {LN2!r} + log(x1))")),
+                  fn=with_scale(f"select(x1 == 0.0, -inf, x0 * p.scale_log2 * {LN2!r} + log(x1))")),
             GlobalTensorOp(name="mLSE", dtype="fp32", ptr=Var("p.lse"),
                            offset=E("bidb * p.lse_stride_b + bidh * p.lse_stride_h"), rows=Var("p.sq"), cols=0,
                            row_stride=E(1)),
@@ -323,6 +366,26 @@ def build_flash_fwd_kir(cfg: FlashFwdConfig) -> ProgramOp:
     program = ProgramOp(name=cfg.key(), body=(params, kernel))
     program.verify()
     return program
+
+
+def _score_program(cfg: FlashFwdConfig) -> list[Op]:
+    """The score steps on acc_s, in program order: MapOps, and the mask (bounds past Sk and, when
+    causal, the diagonal) only in the tiles that need it. A softmax always gets a mask first:
+    columns past Sk are absent, and a zero-filled K row would otherwise score 0, not -inf."""
+    BM, BN = cfg.bm, cfg.bn
+    steps = list(cfg.chain())
+    if cfg.softmax and not any(s.kind == "mask" for s in steps):
+        steps.append(ScoreStep("mask"))
+    out: list[Op] = []
+    for step in steps:
+        if step.kind == "map":
+            out.append(MapOp(target="acc_s", srcs=("acc_s",), fn=E(step.fn), loc=step.loc))
+            continue
+        mask = MaskOp(target="acc_s", coord="tScS", row0=E(f"m_block * {BM}"), col0=E(f"n_block * {BN}"),
+                      sq=Var("p.sq"), sk=Var("p.sk"), causal=cfg.causal, alignment=cfg.alignment, bounds=True,
+                      loc=step.loc)
+        out.append(IfOp(cond=E("n_block >= n_block_mask_min"), body=(mask,), loc=step.loc))
+    return out
 
 
 def _with_loc(op: Op, loc: Loc) -> Op:
