@@ -1,6 +1,6 @@
 """Build an accepted `.tl` with tlc's own backend, reporting in one line.
 
-Uses `tlc.api.build_source` (the agreed entry point) when tlc has it, else `tlc.build.build_one`
+Uses `tlc.api.build_source` (the agreed entry point) when tlc has it, else `tlc.builder.build_one`
 on the written file (what `tlc build` runs); either way the same passes, emitter and NVRTC.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _builder(text: str, path: Path, arch: str, out_dir: Path, defines: dict[str,
     if build_source is not None:
         return lambda: build_source(text, path.name, arch, str(out_dir), defines or None)
     try:
-        build_one = importlib.import_module("tlc.build").build_one
+        build_one = importlib.import_module("tlc.builder").build_one
     except (ImportError, AttributeError):
         return None
     return lambda: build_one(str(path), arch, str(out_dir), defines)
@@ -45,7 +45,7 @@ def build_tl(text: str, path: Path, arch: str, out_dir: Path, defines: dict[str,
 
     run = _builder(text, path, arch, out_dir, dict(defines or {}))
     if run is None:
-        return BuildOutcome(False, "this tlc has no build entry point (tlc.api.build_source or tlc.build.build_one)")
+        return BuildOutcome(False, "this tlc has no build entry point (tlc.api.build_source or tlc.builder.build_one)")
     try:
         run()
     except TlcError as exc:

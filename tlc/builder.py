@@ -25,19 +25,25 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def lower_to_kernel_ir(data: bytes, path: str, arch: str, defines: Mapping[str, str], *, name: str,
+                       lse: bool = False):
+    """TL text → TL passes → select-atoms → pipeline → check-resources; (state, remarks)."""
+    from tlc.api import compile_graph
+    from tlc.lowering.passes import run_lowering
+
+    graph, remarks = compile_graph(data, path, defines=defines)
+    state, ctx = run_lowering(graph, arch, name=name, lse=lse)
+    return state, remarks + [d for d in ctx.sink.items if d.severity != "error"]
+
+
 def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) -> dict[str, Any]:
     """Build one file; returns the artifact metadata (also written as JSON)."""
-    from tlc.api import compile_graph
     from tlc.backend_cute.compile import compile_kir
-    from tlc.lowering.passes import run_lowering
 
     src_path = Path(path)
     data = src_path.read_bytes()
-    graph, remarks = compile_graph(data, path, defines=defines)
     stem = src_path.stem
-    # select-atoms → pipeline → check-resources (tlc.passes.pipeline.LOWERING_PIPELINE)
-    state, ctx = run_lowering(graph, arch, name=stem)
-    remarks += [d for d in ctx.sink.items if d.severity != "error"]
+    state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=stem)
     cfg = state.config
     compiled = compile_kir(state.kir, arch, source_name=src_path.name, cu_name=f"{stem}.cu")
     out = Path(out_dir)

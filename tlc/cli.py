@@ -133,7 +133,7 @@ def cmd_test(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from tlc.build import build_files
+    from tlc.builder import build_files
 
     return build_files(args.files, arch=args.arch, out_dir=args.output, defines=_defines(args.define),
                        jobs=args.jobs)

@@ -43,9 +43,10 @@ def device_arch() -> str:
 def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping[str, Any] | None = None,
           lse: bool = False):
     """Compile a TL program and return its kernel, callable as `kernel(q, k, v, scale=None)`."""
-    from tlc.api import compile_graph
-    from tlc.backend_cute.attention import attention_kernel
-    from tlc.lowering.select_atoms import flash_config, select_attention
+    from tlc.backend_cute.attention import spec_of
+    from tlc.backend_cute.compile import compile_kir
+    from tlc.backend_cute.launch import Kernel
+    from tlc.builder import lower_to_kernel_ir
 
     data, name = _read(path_or_text)
     defs = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
@@ -53,10 +54,10 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
     key = (data, name, tuple(sorted(defs.items())), arch, lse)
     if key in _DISPATCH:
         return _DISPATCH[key]
-    graph, _ = compile_graph(data, name, defines=defs)
-    shape = select_attention(graph, arch)
-    kernel = attention_kernel(flash_config(shape, name=Path(name).stem if name != "<text>" else "tl_kernel",
-                                           lse=lse), arch)
+    stem = Path(name).stem if name != "<text>" else "tl_kernel"
+    state, _ = lower_to_kernel_ir(data, name, arch, defs, name=stem, lse=lse)
+    compiled = compile_kir(state.kir, arch, source_name=Path(name).name, cu_name=f"{stem}.cu")
+    kernel = Kernel(compiled, spec_of(state.config))
     _DISPATCH[key] = kernel
     return kernel
 

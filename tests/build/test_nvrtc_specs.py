@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tlc.build import _build_reporting
+from tlc.builder import _build_reporting
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 SUPPORTED = ["mha_fwd", "gqa_fwd", "mqa_fwd", "mla_prefill_fwd", "softcap_fwd", "b2b_gemm_relu"]

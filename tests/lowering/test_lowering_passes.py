@@ -139,7 +139,7 @@ def test_tile_parameters_change_the_emitted_mma_and_layouts(change: dict[str, st
 def test_build_one_runs_the_lowering_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tlc build goes through select-atoms → pipeline → check-resources (NVRTC stubbed out)."""
     import tlc.backend_cute.compile as compile_mod
-    from tlc.build import build_one
+    from tlc.builder import build_one
 
     seen = {}
 
