@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from tlc.diagnostics import TlcError, fail
+from tlc.diagnostics import fail
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 _DISPATCH: dict[tuple, Any] = {}
@@ -77,17 +77,18 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, enab
     if hq % hkv:
         raise fail(f"tlc.attention: {hq} query heads are not a multiple of {hkv} KV heads")
     dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-    d_qk, d_v = q.shape[-1], v.shape[-1]
+    spec, defines = attention_spec(dtype, q.shape[-1], v.shape[-1], is_causal)
+    return build(spec, defines=defines)(q, k, v, scale=scale)
+
+
+def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool) -> tuple[Path, dict[str, Any]]:
+    """The shipped spec and its -D bindings that `attention` builds for a call's shape."""
+    from tlc.kir.flash_fwd import default_tiles
+
     if d_qk == d_v:
         spec, defines = SPECS / "gqa_fwd.tl", {"HeadDim": d_qk}
     else:
         spec, defines = SPECS / "mla_prefill_fwd.tl", {"DQK": d_qk, "DV": d_v, "Align": "top_left"}
-    from tlc.kir.flash_fwd import default_tiles
-
     tiles = default_tiles(d_qk, d_v)  # the tuned tiles for this head dim (bench/README.md)
-    defines.update(dtype=dtype, Causal=is_causal, BM=tiles["bm"], BN=tiles["bn"])
-    try:
-        kernel = build(spec, defines=defines)
-    except TlcError:
-        raise
-    return kernel(q, k, v, scale=scale)
+    defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"])
+    return spec, defines

@@ -11,6 +11,7 @@ import tlc
 from tlc.testing_tolerance import check_attention
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
+MHA64 = {"HeadDim": 64, "BM": 64, "BN": 64}
 
 
 def _inputs(b, hq, hkv, sq, sk, d, dtype):
@@ -23,7 +24,7 @@ def _inputs(b, hq, hkv, sq, sk, d, dtype):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq, sk", [(1, 1), (17, 1000), (1000, 17), (128, 128)])
 def test_build_from_tl_file(causal, sq, sk) -> None:
-    kernel = tlc.build(SPECS / "mha_fwd.tl", defines={"HeadDim": 64, "BM": 64, "BN": 64, "Causal": causal})
+    kernel = tlc.build(SPECS / "mha_fwd.tl", defines=dict(MHA64, Causal=causal))
     q, k, v = _inputs(2, 4, 4, sq, sk, 64, torch.bfloat16)
     out = kernel(q, k, v)
     report = check_attention(out, q, k, v, causal=causal)
@@ -47,3 +48,25 @@ def test_attention_refuses_mismatched_heads() -> None:
     q, k, v = _inputs(1, 8, 2, 16, 16, 64, torch.bfloat16)
     with pytest.raises(tlc.diagnostics.TlcError, match="enable_gqa"):
         tlc.attention(q, k, v)
+
+
+
+def _precompile(job: tuple) -> str:
+    """Fill the kernel cache for these tests (NVRTC only, no GPU): `python THIS --precompile`."""
+    from tlc.runtime import attention_spec
+
+    kind, arg = job
+    spec, defines = (SPECS / "mha_fwd.tl", dict(MHA64, Causal=arg)) if kind == "file" else attention_spec(*arg)
+    tlc.build(spec, arch="sm_90", defines=defines)
+    return f"built {spec.name} {defines}"
+
+
+if __name__ == "__main__":
+    import sys
+    from concurrent.futures import ProcessPoolExecutor
+
+    if "--precompile" in sys.argv:
+        jobs = [("file", False), ("file", True), ("attn", ("bf16", 128, 128, True)), ("attn", ("fp16", 128, 128, True))]
+        with ProcessPoolExecutor(max_workers=len(jobs)) as pool:
+            for line in pool.map(_precompile, jobs):
+                print(line, flush=True)
