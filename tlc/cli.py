@@ -199,7 +199,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--examples", type=int, default=100)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--gpu", action="store_true", help="also build and run the kernel")
-    sp.add_argument("--arch", default="sm_90")
+    sp.add_argument("--arch", default=None, help="with --gpu: target (default: the visible GPU's)")
     sp.set_defaults(fn=cmd_test)
 
     sp = common(sub.add_parser("build", help="compile TL files to .cu, .cubin and .json"))

@@ -8,7 +8,6 @@ the result is wrong, and given a one-line replay command. Deterministic for a se
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import shlex
 import sys
@@ -151,8 +150,18 @@ def run_tl_test(path: str | Path, examples: int = 100, seed: int = 0, gpu: bool 
         return code
     for note in plan.notes:
         say(f"{ast.file}: note: {note}")
+    gpu_check = None
     if gpu:
-        say(f"{ast.file}: error: --gpu: {_gpu_unavailable(arch)}; the CPU checks still run below")
+        from tlc.testing.gpu_check import gpu_problem, make_gpu_check
+
+        problem = gpu_problem(arch)
+        if problem is None:
+            try:
+                gpu_check = make_gpu_check(path, plan.stage(0).graph, defs, arch)
+            except TlcError as exc:
+                problem = f"the kernel does not build:\n{exc.render(GLOBAL_SOURCES)}"
+        if problem is not None:
+            say(f"{ast.file}: error: --gpu: {problem}; the CPU checks still run below")
     stages = [plan.stage(0).graph, plan.stage(len(plan.available)).graph] if plan.available else [plan.stage(0).graph]
     last_failure: list[tuple[Shapes, int]] = []
 
@@ -164,8 +173,13 @@ def run_tl_test(path: str | Path, examples: int = 100, seed: int = 0, gpu: bool 
         for i, graph in enumerate(stages):
             layouts = True if i == 1 and "insert-reshape" in plan.available else None
             if not check_interpreter(graph, shapes, data_seed, check_layouts=layouts).ok:
-                last_failure[:] = [(shapes, data_seed)]
+                last_failure[:] = [(shapes, data_seed, None)]
                 raise AssertionError("interpreter differs from the reference")
+        if gpu_check is not None:
+            result = gpu_check(shapes, data_seed)
+            if not result.ok:
+                last_failure[:] = [(shapes, data_seed, result)]
+                raise AssertionError("the kernel differs from the reference")
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiles are small: threads only add overhead
@@ -178,9 +192,15 @@ def run_tl_test(path: str | Path, examples: int = 100, seed: int = 0, gpu: bool 
     if not last_failure:
         what = (f"before and after {len(plan.available)} passes ({', '.join(plan.available)})" if plan.available
                 else "before passes")
-        say(f"{ast.file}: ok: {examples} examples, interpreter = float64 reference {what}")
-        return 1 if gpu else 0
-    shapes, data_seed = last_failure[0]
+        kernel = " and the GPU kernel within DESIGN §8's tolerance" if gpu_check is not None else ""
+        say(f"{ast.file}: ok: {examples} examples, interpreter = float64 reference {what}{kernel}")
+        return 1 if gpu and gpu_check is None else 0
+    shapes, data_seed, gpu_result = last_failure[0]
+    if gpu_result is not None:
+        say(f"{ast.file}: FAIL: the GPU kernel differs from the float64 reference ({gpu_result.message})")
+        say(f"  counterexample (shrunk): {shapes.describe()} seed={data_seed}")
+        say(f"  replay: {_replay_command(plan, shapes, data_seed)} --gpu")
+        return 1
     return _report_failure(plan, shapes, data_seed, say)
 
 
@@ -200,25 +220,8 @@ def _report_failure(plan: Plan, shapes: Shapes, data_seed: int, say: Out) -> int
     return 1
 
 
-def _gpu_unavailable(arch: str | None) -> str:
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return "no CUDA device"
-    except ImportError:
-        return "torch is missing"
-    try:
-        api = importlib.import_module("tlc.api")
-    except ImportError as exc:
-        return f"tlc.api cannot be imported ({exc})"
-    if not hasattr(api, "build"):
-        return "the kernel backend (tlc.api.build) is not available yet"
-    return f"kernel checks are not wired into tlc test yet (arch {arch or 'sm_90'})"
-
-
 def replay(path: str | Path, replay_text: str, defines: Mapping[str, Any] | Sequence[str] | None = None,
-           *, out: Out | None = None) -> int:
+           *, out: Out | None = None, gpu: bool = False, arch: str | None = None) -> int:
     """Re-run one counterexample printed by `run_tl_test`, through every stage."""
     say: Out = out or print
     defs = _normalise_defines(defines)
@@ -234,6 +237,20 @@ def replay(path: str | Path, replay_text: str, defines: Mapping[str, Any] | Sequ
     if code is not None:
         return code
     blamed, result, log = check_all_stages(plan, shapes, data_seed)
+    if blamed is None and gpu:
+        from tlc.testing.gpu_check import gpu_problem, make_gpu_check
+
+        problem = gpu_problem(arch)
+        if problem is not None:
+            say(f"{plan.ast.file}: error: --gpu: {problem}")
+            return 1
+        gpu_result = make_gpu_check(path, plan.stage(0).graph, defs, arch)(shapes, data_seed)
+        log.append(f"GPU kernel: {'ok' if gpu_result.ok else 'FAIL'} ({gpu_result.message})")
+        if not gpu_result.ok:
+            say(f"{plan.ast.file}: FAIL on the GPU at {shapes.describe()} seed={data_seed}")
+            for line in log:
+                say(f"    {line}")
+            return 1
     if blamed is None:
         say(f"{plan.ast.file}: ok at {shapes.describe()} seed={data_seed}")
         for line in log:
@@ -249,12 +266,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--examples", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpu", action="store_true")
-    p.add_argument("--arch", default="sm_90")
+    p.add_argument("--arch", default=None, help="default: the visible GPU's")
     p.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--replay", metavar="SHAPES", help="re-run one printed counterexample")
     args = p.parse_args(argv)
     if args.replay:
-        return replay(args.file, args.replay, args.define)
+        return replay(args.file, args.replay, args.define, gpu=args.gpu, arch=args.arch)
     return run_tl_test(args.file, args.examples, args.seed, args.gpu, args.arch, args.define)
 
 

@@ -1,0 +1,76 @@
+"""`tlc test --gpu`: the same hypothesis shapes, run through the built kernel on the GPU.
+
+The kernel is built once (TL passes → lowering → NVRTC → launcher) and compared, example by
+example, with the float64 reference under DESIGN.md §8's tolerance rule (attention) or its
+analogue for a back-to-back GEMM (the same product in the kernel's precision as the yardstick).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from tlc.diagnostics import TlcError
+from tlc.ir.graph import Graph
+from tlc.reference import b2b_gemm_reference
+from tlc.testing.checks import CheckResult, Shapes, make_inputs
+
+GpuCheck = Callable[[Shapes, int], CheckResult]
+
+
+def gpu_problem(arch: str | None) -> str | None:
+    """Why the GPU check cannot run here, or None."""
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible"
+    try:
+        from tlc.runtime import device_arch
+
+        device_arch() if arch is None else None
+    except TlcError as exc:
+        return str(exc.diagnostics[0].message)
+    return None
+
+
+def _torch_dtype(graph: Graph) -> torch.dtype:
+    return torch.float16 if str(graph.params.get("dtype", "bf16")) == "fp16" else torch.bfloat16
+
+
+def _b2b_tolerance(out: torch.Tensor, a, b, c) -> tuple[bool, float, float]:
+    ref = b2b_gemm_reference(a, b, c).float()
+    low = torch.relu(a @ b.transpose(-1, -2)).to(a.dtype) @ c  # the product in the kernel's precision
+    noise = ((ref + 0.3 - 0.3) - ref).abs().max().item() if ref.numel() else 0.0
+    bound = 2 * (low.float() - ref).abs().max().item() + 2 * noise
+    err = (out.float() - ref).abs().max().item() if ref.numel() else 0.0
+    return bool(torch.isfinite(out.float()).all()) and err <= bound, err, bound
+
+
+def make_gpu_check(path: str | Path, graph: Graph, defines: Mapping[str, Any], arch: str | None) -> GpuCheck:
+    """Build the kernel for `path` once; return a checker for (shapes, seed)."""
+    import tlc
+    from tlc.testing_tolerance import check_attention
+
+    kernel = tlc.build(Path(path), arch=arch, defines=dict(defines))
+    dtype = _torch_dtype(graph)
+    names = list(kernel.spec.tensor_names[:3])  # the program's names for the q, k, v slots
+    variant = str(graph.params.get("Variant", "attention"))
+
+    def check(shapes: Shapes, seed: int) -> CheckResult:
+        _, ref_in, scalars = make_inputs(graph, shapes, seed)
+        args = [ref_in[n].to(device="cuda", dtype=dtype) for n in names[:3]]
+        extra = {k: float(v) for k, v in scalars.items() if k in shapes.floats and k != "scale"}
+        try:
+            out = kernel(*args, scale=scalars.get("scale"), inputs=extra or None)
+        except TlcError as exc:
+            return CheckResult(False, math.inf, None, f"launch refused: {exc.diagnostics[0].message}", shapes, seed)
+        torch.cuda.synchronize()
+        if variant == "b2b_gemm":
+            ok, err, bound = _b2b_tolerance(out, *args)
+            return CheckResult(ok, err, None, f"GPU: max|out-ref|={err:.3e} bound={bound:.3e}", shapes, seed)
+        report = check_attention(out, *args, scale=scalars.get("scale"), causal=bool(graph.params.get("Causal")),
+                                 alignment=str(graph.params.get("Align", "top_left")),
+                                 softcap=float(graph.params.get("Softcap", 0) or extra.get("Softcap", 0)) or None)
+        return CheckResult(report.passed, report.max_err, None, f"GPU: {report.message}", shapes, seed)
+
+    return check
