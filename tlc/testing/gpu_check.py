@@ -58,7 +58,8 @@ def make_gpu_check(path: str | Path, graph: Graph, defines: Mapping[str, Any], a
 
     def check(shapes: Shapes, seed: int) -> CheckResult:
         _, ref_in, scalars = make_inputs(graph, shapes, seed)
-        args = [ref_in[n].to(device="cuda", dtype=dtype) for n in names[:3]]
+        by_name = {k.lower(): v for k, v in ref_in.items()}  # the launcher spells attention's q, k, v lower case
+        args = [by_name[n.lower()].to(device="cuda", dtype=dtype) for n in names[:3]]
         extra = {k: float(v) for k, v in scalars.items() if k in shapes.floats and k != "scale"}
         try:
             out = kernel(*args, scale=scalars.get("scale"), inputs=extra or None)
