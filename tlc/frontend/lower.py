@@ -18,6 +18,7 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         ScalarOp, SoftmaxOp)
 from tlc.ir.types import DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Value
+from tlc.frontend.lower_scopes import assigned_names, sketch_prelude, subexprs, drop_dead_carried
 
 COORD_KEYS = {"L": 0, "C": 1}
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -122,8 +123,8 @@ class Lowerer:
                 continue
             self.err(f"undefined name '{n}' in {what}{self.suggest(n, self.scalar_names())}; "
                      "declare it with 'Param' or 'Input'", loc)
-        if isinstance(e, A.Call) or any(isinstance(x, A.Call) for x in _subexprs(e)):
-            for c in (x for x in _subexprs(e) if isinstance(x, A.Call)):
+        if isinstance(e, A.Call) or any(isinstance(x, A.Call) for x in subexprs(e)):
+            for c in (x for x in subexprs(e) if isinstance(x, A.Call)):
                 if c.fn not in A.EXPR_FUNCTIONS:
                     self.err(f"unknown function '{c.fn}' in {what}; use cdiv, min or max", loc)
 
@@ -175,7 +176,7 @@ class Lowerer:
                 self.err(f"parameter '{name}' has no value; write 'Param {name} = …' or pass -D {name}=…",
                          self.param_locs[name])
         if self.sketch:
-            self.block(_sketch_prelude(self.program.body))
+            self.block(sketch_prelude(self.program.body))
         self.block(self.program.body)
         self.finish_softmax()
         drop_dead_carried(self.graph)
@@ -453,7 +454,7 @@ class Lowerer:
             return
         self.check_expr(s.start, s.loc, "the loop start")
         self.check_expr(s.stop, s.loc, "the loop bound")
-        assigned = _assigned_names(s.body)
+        assigned = assigned_names(s.body)
         carried: list[tuple[str, str, _Def]] = []
         for name, spaces in assigned.items():
             for space in sorted(spaces):
@@ -510,84 +511,6 @@ class Lowerer:
         for region, op, sum_name in self.softmaxes:
             if sum_name is not None and sum_name in divisors:
                 region.replace(op, replace(op, normalized=False))
-
-
-def _walk(stmts):
-    for s in stmts:
-        yield s
-        if isinstance(s, A.ForStmt):
-            yield from _walk(s.body)
-
-
-def _sketch_prelude(stmts) -> list[A.Stmt]:
-    """A sketch leaves Allocates out: declare (shapeless) the global tensors it copies from
-    or stores to and the accumulators it accumulates into, so its structure can be checked."""
-    allocated = {(s.name, s.space.lower()) for s in _walk(stmts) if isinstance(s, A.AllocateStmt)}
-    wanted: dict[tuple[str, str], Loc] = {}
-    for s in _walk(stmts):
-        if isinstance(s, A.CopyStmt):
-            for space in (s.src.lower(), s.dst.lower()):
-                if space == "global":
-                    wanted.setdefault((s.name, "global"), s.loc)
-        elif isinstance(s, A.GemmStmt) and s.accumulate:
-            wanted.setdefault((s.out, "register"), s.loc)
-    return [A.AllocateStmt(name, space, (), loc=loc, name_loc=loc, space_loc=loc)
-            for (name, space), loc in wanted.items() if (name, space) not in allocated]
-
-
-def _subexprs(e: A.Expr):
-    yield e
-    if isinstance(e, A.BinOp):
-        yield from _subexprs(e.lhs)
-        yield from _subexprs(e.rhs)
-    elif isinstance(e, A.Neg):
-        yield from _subexprs(e.operand)
-    elif isinstance(e, A.Call):
-        for a in e.args:
-            yield from _subexprs(a)
-
-
-def _assigned_names(stmts) -> dict[str, set[str]]:
-    """name → spaces that a loop body (recursively) assigns."""
-    out: dict[str, set[str]] = {}
-
-    def add(name: str | None, space: str) -> None:
-        if name:
-            out.setdefault(name, set()).add(space)
-
-    for s in stmts:
-        if isinstance(s, A.CopyStmt):
-            add(s.name, s.dst.lower())
-        elif isinstance(s, A.GemmStmt):
-            add(s.out, "register")
-        elif isinstance(s, A.ComputeStmt):
-            add(s.out, "register")
-        elif isinstance(s, (A.SoftmaxStmt, A.MaskStmt)):
-            add(s.out or s.x, "register")
-        elif isinstance(s, A.ReshapeStmt):
-            add(s.x, "register")
-        elif isinstance(s, A.ForStmt):
-            for k, v in _assigned_names(s.body).items():
-                out.setdefault(k, set()).update(v)
-    return out
-
-
-def drop_dead_carried(graph: Graph) -> None:
-    """Remove loop-carried values that nothing reads (a shared buffer refilled each trip)."""
-    used = {v.uid for _, op in graph.walk() for v in op.operands}
-    used |= {v.uid for _, op in graph.walk() if isinstance(op, LoopOp) for v in op.yields}
-    for region, op in list(graph.walk()):
-        if not isinstance(op, LoopOp):
-            continue
-        n = len(op.operands)
-        keep = [i for i in range(n) if op.results[i].uid in used or op.args[i + 1].uid in used]
-        if len(keep) == n:
-            continue
-        region.replace(op, replace(
-            op, operands=tuple(op.operands[i] for i in keep),
-            args=(op.args[0],) + tuple(op.args[i + 1] for i in keep),
-            yields=tuple(op.yields[i] for i in keep) + op.yields[n:],
-            results=tuple(op.results[i] for i in keep) + op.results[n:]))
 
 
 def lower_program(program: A.Program, defines: dict[str, str] | None = None, sketch: bool = False) -> Graph:
