@@ -77,7 +77,7 @@ def _build_reporting(args: tuple[str, str, str, dict[str, str]]) -> tuple[str, s
     spills = f", {res.get('spill_store_bytes', 0)} B spilled" if "spill_store_bytes" in res else ""
     how = "cached" if meta["cached"] else f"in {meta['compile_seconds']} s"
     return path, (f"{path}: built {meta['program']} for {arch} {how}"
-                  f"{regs}{spills} → {out_dir}/{Path(path).stem}.{{cu,cubin,json}}"), 0
+                  f"{regs}{spills} → {Path(out_dir) / Path(path).stem}.{{cu,cubin,json}}"), 0
 
 
 def build_files(files: list[str], *, arch: str, out_dir: str, defines: Mapping[str, str], jobs: int = 0) -> int:
