@@ -64,12 +64,21 @@ def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) ->
     return meta
 
 
+def _located(path: str, exc: TlcError) -> str:
+    """Render, naming the file where a diagnostic has no location of its own."""
+    lines = []
+    for d in exc.diagnostics:
+        text = d.render(GLOBAL_SOURCES)
+        lines.append(text if d.loc is not None and d.loc.line > 0 else f"{path}: {text}")
+    return "\n".join(lines)
+
+
 def _build_reporting(args: tuple[str, str, str, dict[str, str]]) -> tuple[str, str, int]:
     path, arch, out_dir, defines = args
     try:
         meta = build_one(path, arch, out_dir, defines)
     except TlcError as exc:
-        return path, exc.render(GLOBAL_SOURCES), 1
+        return path, _located(path, exc), 1
     except OSError as exc:
         return path, f"{path}: error: {exc.strerror or exc}", 1
     res = meta.get("ptxas", {})
@@ -89,6 +98,40 @@ def build_files(files: list[str], *, arch: str, out_dir: str, defines: Mapping[s
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_build_reporting, tasks))
+    status = 0
+    for _, message, code in results:
+        print(message, file=sys.stderr if code else sys.stdout)
+        status |= code
+    return status
+
+
+def _precompile_reporting(args: tuple[str, str, dict[str, str]]) -> tuple[str, str, int]:
+    """Compile one (file, arch) into the kernel cache only; no artifacts are written."""
+    from tlc.backend_cute.compile import compile_kir
+
+    path, arch, defines = args
+    try:
+        stem = Path(path).stem
+        state, _ = lower_to_kernel_ir(Path(path).read_bytes(), path, arch, defines, name=stem)
+        compiled = compile_kir(state.kir, arch, source_name=Path(path).name, cu_name=f"{stem}.cu")
+    except TlcError as exc:
+        return path, _located(path, exc), 1
+    except OSError as exc:
+        return path, f"{path}: error: {exc.strerror or exc}", 1
+    how = "already cached" if compiled.cached else f"compiled in {compiled.compile_seconds:.1f} s"
+    return path, f"{path}: {arch}: {how}", 0
+
+
+def precompile_files(files: list[str], *, archs: list[str], defines: Mapping[str, str], jobs: int = 0) -> int:
+    """`tlc precompile`: fill the disk cache for every file × arch, in parallel processes."""
+    tasks = [(f, a, dict(defines)) for f in files for a in archs]
+    jobs = jobs or min(len(tasks), os.cpu_count() or 1)
+    print(f"tlc: precompiling {len(tasks)} kernel(s) with NVRTC into the cache…", file=sys.stderr)
+    if jobs <= 1 or len(tasks) == 1:
+        results = [_precompile_reporting(t) for t in tasks]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_precompile_reporting, tasks))
     status = 0
     for _, message, code in results:
         print(message, file=sys.stderr if code else sys.stdout)

@@ -139,6 +139,12 @@ def cmd_build(args) -> int:
                        jobs=args.jobs)
 
 
+def cmd_precompile(args) -> int:
+    from tlc.builder import precompile_files
+
+    return precompile_files(args.files, archs=args.arch or ["sm_90"], defines=_defines(args.define), jobs=args.jobs)
+
+
 def _plugin(name: str) -> Callable[[list[str]], int] | None:
     try:
         eps = metadata.entry_points(group="tlc.commands")
@@ -208,6 +214,12 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", default="build", metavar="DIR")
     sp.add_argument("-j", "--jobs", type=int, default=0, help="parallel builds (default: CPU count)")
     sp.set_defaults(fn=cmd_build)
+
+    sp = common(sub.add_parser("precompile", help="fill the kernel cache ahead of time (no artifacts)"))
+    sp.add_argument("files", nargs="+", metavar="FILE")
+    sp.add_argument("--arch", action="append", help="repeatable; default sm_90")
+    sp.add_argument("-j", "--jobs", type=int, default=0, help="parallel compiles (default: CPU count)")
+    sp.set_defaults(fn=cmd_precompile)
 
     sub.add_parser("gen", help="LLM workflow: request → TL → kernel (needs the tlc_llm package)", add_help=False)
     return p

@@ -79,3 +79,17 @@ def test_console_script_never_prints_a_traceback(tmp_path, payload: bytes) -> No
     proc = subprocess.run([sys.executable, "-m", "tlc.cli", "check", str(f)], capture_output=True, text=True)
     assert proc.returncode == 1
     assert "error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_precompile_names_the_file_for_an_unknown_arch(capsys) -> None:
+    assert main(["precompile", MHA, "--arch", "sm_75"]) == 1
+    err = capsys.readouterr().err
+    assert f"{MHA}: error: unknown target 'sm_75'" in err and "Traceback" not in err
+
+
+def test_build_refuses_an_unsupported_spec_with_the_line(tmp_path, capsys) -> None:
+    decode = str(ROOT / "specs" / "mla_decode_fwd.tl")
+    assert main(["build", decode, "-o", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "mla_decode_fwd.tl:" in err and "head dim 576" in err
+    assert not list(tmp_path.iterdir())
