@@ -39,6 +39,9 @@ SWEEP = [  # variants around the defaults; the full list measured on 2026-11-22 
     dict(bm=128, bn=64, warps=4, stages=1), dict(bm=128, bn=128, warps=4, stages=2),
     dict(bm=192, bn=64, warps=4, stages=2), dict(bm=128, bn=32, warps=4, stages=2),
 ]
+if os.environ.get("TLC_BENCH_SWEEP"):  # e.g. "128x48x4x2;128x64x4x1": BMxBNxWARPSxSTAGES, replaces the list
+    SWEEP = [dict(zip(("bm", "bn", "warps", "stages"), map(int, v.split("x"))))
+             for v in os.environ["TLC_BENCH_SWEEP"].split(";") if v]
 
 
 def flops(B, H, S, d, causal, d_v=None):
