@@ -89,20 +89,24 @@ def _build_reporting(args: tuple[str, str, str, dict[str, str]]) -> tuple[str, s
                   f"{regs}{spills} → {Path(out_dir) / Path(path).stem}.{{cu,cubin,json}}"), 0
 
 
-def build_files(files: list[str], *, arch: str, out_dir: str, defines: Mapping[str, str], jobs: int = 0) -> int:
-    jobs = jobs or min(len(files), os.cpu_count() or 1)
-    tasks = [(f, arch, out_dir, dict(defines)) for f in files]
-    print(f"tlc: compiling {len(files)} file(s) for {arch} with NVRTC (tens of seconds each)…", file=sys.stderr)
-    if jobs <= 1 or len(files) == 1:
-        results = [_build_reporting(t) for t in tasks]
+def _run_reporting(fn, tasks: list, jobs: int) -> int:
+    """Run `fn` over `tasks` in parallel processes; print each (path, message, code); OR the codes."""
+    jobs = jobs or min(len(tasks), os.cpu_count() or 1)
+    if jobs <= 1 or len(tasks) == 1:
+        results = [fn(t) for t in tasks]
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_build_reporting, tasks))
+            results = list(pool.map(fn, tasks))
     status = 0
     for _, message, code in results:
         print(message, file=sys.stderr if code else sys.stdout)
         status |= code
     return status
+
+
+def build_files(files: list[str], *, arch: str, out_dir: str, defines: Mapping[str, str], jobs: int = 0) -> int:
+    print(f"tlc: compiling {len(files)} file(s) for {arch} with NVRTC (tens of seconds each)…", file=sys.stderr)
+    return _run_reporting(_build_reporting, [(f, arch, out_dir, dict(defines)) for f in files], jobs)
 
 
 def _precompile_reporting(args: tuple[str, str, dict[str, str]]) -> tuple[str, str, int]:
@@ -125,15 +129,5 @@ def _precompile_reporting(args: tuple[str, str, dict[str, str]]) -> tuple[str, s
 def precompile_files(files: list[str], *, archs: list[str], defines: Mapping[str, str], jobs: int = 0) -> int:
     """`tlc precompile`: fill the disk cache for every file × arch, in parallel processes."""
     tasks = [(f, a, dict(defines)) for f in files for a in archs]
-    jobs = jobs or min(len(tasks), os.cpu_count() or 1)
     print(f"tlc: precompiling {len(tasks)} kernel(s) with NVRTC into the cache…", file=sys.stderr)
-    if jobs <= 1 or len(tasks) == 1:
-        results = [_precompile_reporting(t) for t in tasks]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_precompile_reporting, tasks))
-    status = 0
-    for _, message, code in results:
-        print(message, file=sys.stderr if code else sys.stdout)
-        status |= code
-    return status
+    return _run_reporting(_precompile_reporting, tasks, jobs)
