@@ -5,7 +5,6 @@ diagnostics. Nothing here raises anything but `TlcError` for bad input.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -67,18 +66,3 @@ def check_file(path: str | Path, **kw: Any) -> CheckResult:
     except OSError as exc:
         return CheckResult(False, [error(f"cannot read '{p}': {exc.strerror or exc}")])
     return check_source(data, str(p), **kw)
-
-
-def default_scalars(graph: Graph, tensors: Mapping[str, Any], scale: float | None = None) -> dict[str, Any]:
-    """Runtime inputs an attention-shaped program declares, taken from the tensors."""
-    out: dict[str, Any] = {}
-    first = tensors.get("Q", tensors.get("A"))
-    second = tensors.get("K", tensors.get("B"))
-    for name in graph.inputs:
-        if name == "seqlen_q" and first is not None:
-            out[name] = int(first.shape[2])
-        elif name == "seqlen_k" and second is not None:
-            out[name] = int(second.shape[2])
-        elif name == "scale":
-            out[name] = scale if scale is not None else 1.0 / math.sqrt(int(first.shape[-1]))
-    return out

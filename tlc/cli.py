@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from tlc.diagnostics import GLOBAL_SOURCES, TlcError
+from tlc.diagnostics import GLOBAL_SOURCES, TlcError, error
 
 
 def _defines(items: list[str] | None) -> dict[str, str]:
@@ -27,8 +27,6 @@ def _defines(items: list[str] | None) -> dict[str, str]:
 
 
 def _err(msg: str):
-    from tlc.diagnostics import error
-
     return error(msg)
 
 
@@ -105,20 +103,36 @@ def cmd_show(args) -> int:
     return 0
 
 
+DEFAULT_INTERP_SIZES = ((17, 33), (1, 1), (70, 9), (1, 65))  # odd, unequal, single-row and ragged tails
+
+
 def cmd_interp(args) -> int:
+    import math
+
     from tlc.api import compile_graph
-    from tlc.interp_check import DEFAULT_SIZES, check_interpreter
+    from tlc.frontend.ast import eval_expr
+    from tlc.testing.checks import Shapes, check_interpreter, program_info
 
     data = _read(args.file)
-    sizes = DEFAULT_SIZES
+    sizes = DEFAULT_INTERP_SIZES
     if args.sizes:
-        sizes = tuple(tuple(int(x) for x in s.split("x")) for s in args.sizes.split(","))  # type: ignore[misc]
+        try:
+            sizes = tuple(tuple(int(x) for x in s.split("x")) for s in args.sizes.split(","))  # type: ignore[misc]
+        except ValueError:
+            raise TlcError(_err(f"--sizes {args.sizes}: write QxK pairs such as 17x33,1x1")) from None
     graph, _ = compile_graph(data, args.file, defines=_defines(args.define), run_passes=args.passes)
+    info = program_info(graph)
+    params = {k: v for k, v in graph.params.items() if isinstance(v, int) and not isinstance(v, bool)}
+    d = int(eval_expr(info.tensors[0].dims[-1], params)) if info.tensors else 1
     worst = 0.0
-    for r in check_interpreter(graph, sizes, seed=args.seed):
-        print(f"{args.file}: seqlen_q={r.seqlen_q} seqlen_k={r.seqlen_k} max relative error {r.max_rel_error:.3e}"
-              f" at (batch, head, row) = {r.where}")
-        worst = max(worst, r.max_rel_error)
+    for i, pair in enumerate(sizes):
+        shapes = Shapes(batch=2, heads=4, kv_heads=2, ints=dict(zip(info.int_inputs, pair)),
+                        floats={n: 1.0 / math.sqrt(d) for n in info.float_inputs})
+        r = check_interpreter(graph, shapes, seed=args.seed + i, rtol=args.tolerance)
+        where = f" at (batch, head, row) = {r.where}" if r.where else ""
+        print(f"{args.file}: {shapes.describe()}: max relative error {r.max_error:.3e}{where}"
+              + (f" ({r.message})" if r.message else ""))
+        worst = max(worst, r.max_error)
     if worst > args.tolerance:
         print(f"{args.file}: error: max relative error {worst:.3e} exceeds {args.tolerance:g}", file=sys.stderr)
         return 1

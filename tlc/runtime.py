@@ -14,6 +14,7 @@ from tlc.diagnostics import fail
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 _DISPATCH: dict[tuple, Any] = {}
+_ATTENTION: dict[tuple, Any] = {}  # (dtype, d_qk, d_v, causal, device) → kernel: no file I/O per call
 
 
 def _read(path_or_text: str | Path) -> tuple[bytes, str]:
@@ -77,8 +78,12 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, enab
     if hq % hkv:
         raise fail(f"tlc.attention: {hq} query heads are not a multiple of {hkv} KV heads")
     dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-    spec, defines = attention_spec(dtype, q.shape[-1], v.shape[-1], is_causal)
-    return build(spec, defines=defines)(q, k, v, scale=scale)
+    key = (dtype, q.shape[-1], v.shape[-1], bool(is_causal), q.device)
+    kernel = _ATTENTION.get(key)
+    if kernel is None:
+        spec, defines = attention_spec(dtype, q.shape[-1], v.shape[-1], is_causal)
+        kernel = _ATTENTION[key] = build(spec, defines=defines)
+    return kernel(q, k, v, scale=scale)
 
 
 def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool) -> tuple[Path, dict[str, Any]]:

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import math
 
-from tlc.diagnostics import fail
-from tlc.kir.expr import BINOPS, BinOp, Call, Const, Expr, Index, Neg, Var
+from tlc.kir.expr import Expr, format_expr
 
 CPP_DTYPE = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t", "fp32": "float"}
 CPP_SCALAR = {"i32": "int", "i64": "int64_t", "f32": "float", "bool": "bool"}
@@ -25,28 +24,17 @@ def cpp_const(v: int | float | bool) -> str:
     return f"{text}f"
 
 
+def _cpp_call(fn: str, args: list[str]) -> str:
+    if fn == "isnan":
+        return f"({args[0]} != {args[0]})"
+    if fn == "select":
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    return f"{_FUNCS[fn]}({', '.join(args)})"
+
+
 def cpp_expr(e: Expr, parent_prec: int = 0) -> str:
-    if isinstance(e, Var):
-        return e.name
-    if isinstance(e, Const):
-        text = cpp_const(e.value)
-        return f"({text})" if text.startswith("-") and parent_prec else text
-    if isinstance(e, Neg):
-        return f"-{cpp_expr(e.arg, 7)}"
-    if isinstance(e, Call):
-        args = [cpp_expr(a) for a in e.args]
-        if e.fn == "isnan":
-            return f"({args[0]} != {args[0]})"
-        if e.fn == "select":
-            return f"({args[0]} ? {args[1]} : {args[2]})"
-        return f"{_FUNCS[e.fn]}({', '.join(args)})"
-    if isinstance(e, Index):
-        return f"{e.base.name}({', '.join(cpp_expr(a) for a in e.indices)})"
-    if isinstance(e, BinOp):
-        prec = BINOPS[e.op]
-        text = f"{cpp_expr(e.lhs, prec)} {e.op} {cpp_expr(e.rhs, prec + 1)}"
-        return f"({text})" if prec < parent_prec else text
-    raise fail(f"emitter: not a kernel-IR expression: {e!r}")
+    return format_expr(e, cpp_const, _cpp_call, lambda base, idx: f"{base}({', '.join(idx)})", parent_prec,
+                       wrap_negative=True)
 
 
 def static_shape(dims: tuple[int, ...]) -> str:

@@ -499,7 +499,7 @@ class Lowerer:
                 self.scopes[-1].newest[name] = want
         for (n, _), r in zip(exports, ex_results):
             self.define(n, "register", r, s.loc)
-            self.scopes[-1].exports[n] = _Def(r, s.loc) if len(self.scopes) > 1 else _Def(r, s.loc)
+            self.scopes[-1].exports[n] = _Def(r, s.loc)
         if len(self.scopes) == 1:
             self.scopes[0].exports.clear()
 

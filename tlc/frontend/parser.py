@@ -344,7 +344,7 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
     def body() -> list:
         return stack[-1].body if stack else top
 
-    def close_top(end_loc: Loc | None = None) -> None:
+    def close_top() -> None:
         blk = stack.pop()
         stmt = A.ForStmt(blk.var, blk.start, blk.stop, tuple(blk.body), blk.indented, loc=blk.loc)
         body().append(stmt)
@@ -401,7 +401,7 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
             if not stack:
                 sink.error("'end' without an open loop; remove it or add a 'for' header above", item[1])
             else:
-                close_top(item[1])
+                close_top()
         else:
             body().append(item)
     while stack:

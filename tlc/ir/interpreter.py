@@ -302,12 +302,9 @@ class Interpreter:
             self.region(body, local, dict(env, **{op.var: n}))
             last = [self.get(local, y) for y in op.yields]
             carried = last[: len(carried)]
-        if stop <= start:
-            last = list(carried) + [self._empty_stats(op, inner, k) for k in range(len(op.yields) - len(carried))]
+        if stop <= start and len(op.yields) > len(carried):
+            raise InterpError("a loop with no iterations leaves its softmax statistics undefined", op)
         return tuple(last)
-
-    def _empty_stats(self, op: LoopOp, inner, k):
-        raise InterpError("a loop with no iterations leaves its softmax statistics undefined", op)
 
     def _domain_stats(self, op: LoopOp, softmaxes, args, inner, env, start, stop) -> None:
         """First sweep: the scores every Softmax sees over the whole loop domain."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from tlc.diagnostics import fail
 
@@ -141,22 +142,35 @@ def _const_text(v: int | float | bool) -> str:
     return text
 
 
-def print_expr(e: Expr, parent_prec: int = 0) -> str:
+def format_expr(e: Expr, const: Callable[[int | float | bool], str], call: Callable[[str, list[str]], str],
+                index: Callable[[str, list[str]], str], parent_prec: int = 0, *,
+                wrap_negative: bool = False) -> str:
+    """Print `e` with the precedence rules shared by the IR text and the emitted C++; the
+    three callables spell constants, calls and indexing in the target syntax."""
+    def sub(x: Expr, prec: int = 0) -> str:
+        return format_expr(x, const, call, index, prec, wrap_negative=wrap_negative)
+
     if isinstance(e, Var):
         return e.name
     if isinstance(e, Const):
-        return _const_text(e.value)
+        text = const(e.value)
+        return f"({text})" if wrap_negative and text.startswith("-") and parent_prec else text
     if isinstance(e, Neg):
-        return f"-{print_expr(e.arg, 7)}"
+        return f"-{sub(e.arg, 7)}"
     if isinstance(e, Call):
-        return f"{e.fn}({', '.join(print_expr(a) for a in e.args)})"
+        return call(e.fn, [sub(a) for a in e.args])
     if isinstance(e, Index):
-        return f"{e.base.name}[{', '.join(print_expr(a) for a in e.indices)}]"
+        return index(e.base.name, [sub(a) for a in e.indices])
     if isinstance(e, BinOp):
         prec = BINOPS[e.op]
-        text = f"{print_expr(e.lhs, prec)} {e.op} {print_expr(e.rhs, prec + 1)}"
+        text = f"{sub(e.lhs, prec)} {e.op} {sub(e.rhs, prec + 1)}"
         return f"({text})" if prec < parent_prec else text
     raise fail(f"kernel IR: not an expression: {e!r}")
+
+
+def print_expr(e: Expr, parent_prec: int = 0) -> str:
+    return format_expr(e, _const_text, lambda fn, args: f"{fn}({', '.join(args)})",
+                       lambda base, idx: f"{base}[{', '.join(idx)}]", parent_prec)
 
 
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.\d*(?:e[+-]?\d+)?|\d+e[+-]?\d+|\d+)|(?P<name>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)?)"

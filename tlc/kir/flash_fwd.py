@@ -134,7 +134,8 @@ class FlashFwdConfig:
 # Measured defaults on an H200 (bench/bench_attention.py --sweep, 2026-11-22): double-buffered K/V
 # (stages=2) with 4 warps along M was the fastest of the swept tiles for d = 64 and 128.
 # d=128: BN=48 is spill-free at 255 registers and measured faster than BN=64, which spills 48 B
-# (H200, 2026-11-22: 365.5 vs 357.3 TFLOP/s non-causal, 326.2 vs 318.2 causal; bench/README.md).
+# (H200, 2026-11-22, `TLC_BENCH_SWEEP=128x48x4x2 python3 bench/bench_attention.py --sweep`:
+# 365.5 vs 357.3 TFLOP/s non-causal, 326.2 vs 318.2 causal; bench/README.md).
 DEFAULT_TILES = {64: dict(bm=128, bn=64, warps=4, stages=2), 128: dict(bm=128, bn=48, warps=4, stages=2),
                  # Not tuned: the largest tiles that compiled without spills (NVRTC 13.5, sm_90).
                  192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=64, bn=32, warps=4, stages=2)}
