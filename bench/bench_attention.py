@@ -20,8 +20,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
-from tlc.backend_cute.attention import attention_kernel  # noqa: E402
-from tlc.kir.flash_fwd import FlashFwdConfig, default_tiles  # noqa: E402
+import tlc  # noqa: E402
+from tlc.runtime import attention_spec  # noqa: E402
+from tlc.tuning import default_tiles  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
 
 ROWS = [  # DESIGN §7: B = 4, S = 4096, H = 16 at d = 128, H = 32 at d = 64
@@ -66,14 +67,16 @@ def sdpa_kernel_names(backend, q, k, v, causal) -> list[str]:
 def run_row(row, tiles, dtype=torch.bfloat16, check=True):
     B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
     dv = row.get("d_v", d)
-    cfg = FlashFwdConfig(dtype="bf16", d_qk=d, d_v=dv, causal=causal, **tiles)
-    kern = attention_kernel(cfg, "sm_90")
+    spec, defines = attention_spec("bf16", d, dv, causal)  # the shipped .tl tlc.attention builds
+    defines.update(BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"], Stages=tiles["stages"])
+    kern = tlc.build(spec, arch="sm_90", defines=defines)
+    key = f"{spec.stem} " + " ".join(f"{k}={v}" for k, v in defines.items() if k not in ("dtype",))
     q, k = (torch.randn(B, H, S, d, device="cuda", dtype=dtype) for _ in range(2))
     v = torch.randn(B, H, S, dv, device="cuda", dtype=dtype)
     out = torch.full((B, H, S, dv), float("nan"), device="cuda", dtype=dtype)
     kern(q, k, v, out=out)
     torch.cuda.synchronize()
-    result = dict(row, config=cfg.key(), compile_seconds=round(kern.compiled.compile_seconds, 1),
+    result = dict(row, config=key, compile_seconds=round(kern.compiled.compile_seconds, 1),
                   ptxas=kern.compiled.metadata.get("ptxas", {}), attributes=kern.attributes(0))
     if check:
         from bench.gpu_smoke import sass_summary
@@ -105,6 +108,19 @@ def run_baselines(row, qkv, result):
         result["flash_is_fa2"] = any("flash_fwd_kernel" in n for n in result["flash_kernels"])
 
 
+def _warm(args) -> str:
+    """Build one row's kernel into the disk cache (a child process: NVRTC runs in parallel)."""
+    row, tiles = args
+    d, dv = row["d"], row.get("d_v", row["d"])
+    spec, defines = attention_spec("bf16", d, dv, row["causal"])
+    defines.update(BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"], Stages=tiles["stages"])
+    try:
+        tlc.build(spec, arch="sm_90", defines=defines)
+        return f"built {row['name']} {tiles}"
+    except Exception as exc:  # noqa: BLE001 - the timed run reports it again
+        return f"build failed {row['name']} {tiles}: {exc}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", action="store_true")
@@ -112,6 +128,13 @@ def main() -> int:
     ap.add_argument("--extra", action="store_true", help="also the MLA-prefill and d=256 rows")
     a = ap.parse_args()
     torch.manual_seed(0)
+    from concurrent.futures import ProcessPoolExecutor
+    rows = ROWS + (EXTRA_ROWS if a.extra else [])
+    todo = [(r, default_tiles(r["d"], r.get("d_v", r["d"]))) for r in rows]
+    todo += [(r, t) for r in ROWS for t in SWEEP] if a.sweep else []
+    with ProcessPoolExecutor(max_workers=min(16, len(todo))) as pool:
+        for line in pool.map(_warm, todo):
+            print(line, flush=True)
     dev = torch.cuda.get_device_name()
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": dev,
               "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "rows": [], "sweep": []}

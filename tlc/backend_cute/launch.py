@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
 from typing import Mapping
 
 from tlc.backend_cute.compile import CompiledKernel
 from tlc.diagnostics import fail
 from tlc.kir.evaluate import evaluate
-from tlc.kir.expr import free_names, parse_expr
 from tlc.kir.ops import KernelOp, ParamsOp
-from tlc.kir.score_ops import SCORE_FIELDS
+from tlc.lowering.abi import LaunchABI, TensorArg
 
 _CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64,
            "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
@@ -41,24 +39,6 @@ def _check(result, what: str) -> None:
     if result != driver.CUresult.CUDA_SUCCESS:
         _, name = driver.cuGetErrorName(result)
         raise fail(f"CUDA driver call {what} failed: {name.decode() if isinstance(name, bytes) else name}")
-
-
-@dataclass(frozen=True)
-class AttentionSpec:
-    """What a two-GEMM kernel (attention, or a back-to-back GEMM without softmax) was specialized
-    for, checked against the arguments. `tensor_names` are the program's names for the q, k, v and
-    o slots (A, B, C, O for `relu(A·Bᵀ)·C`); `score_scalars[i]` is the host expression, over the
-    runtime inputs, that fills the parameter field `score_s<i>`."""
-
-    dtype: str
-    d_qk: int
-    d_v: int
-    causal: bool
-    lse: bool = False
-    softcap: bool = False
-    softmax: bool = True
-    score_scalars: tuple[str, ...] = ()
-    tensor_names: tuple[str, ...] = ("q", "k", "v", "o")
 
 
 class _Loaded:
@@ -94,62 +74,126 @@ class _Loaded:
 
 
 class Kernel:
-    """Forward attention on torch tensors in SDPA layout: q (B, Hq, Sq, Dqk), k (B, Hkv, Sk, Dqk),
-    v (B, Hkv, Sk, Dv) → o (B, Hq, Sq, Dv) [and fp32 lse (B, Hq, Sq)]. Hq must be a multiple of Hkv
-    (GQA/MQA); the last dimension must be contiguous; strides are free otherwise. A back-to-back
-    GEMM takes its A, B, C in the q, k, v slots (same shapes: rows, N1, N1 rows) and returns O."""
+    """A built TL program on torch tensors. Inputs are the program's global tensors that it does
+    not store, in `Allocate` order, each (batch, heads, rows, cols) like SDPA's q/k/v; the stored
+    tensors are allocated and returned. Runtime `Input`s are keyword arguments; an int Input that
+    is a tensor's row count is read from the tensors, and a float Input named `scale` defaults to
+    1/sqrt(cols of the first tensor), as SDPA's."""
 
-    def __init__(self, compiled: CompiledKernel, spec: AttentionSpec) -> None:
+    def __init__(self, compiled: CompiledKernel, abi: LaunchABI) -> None:
         kernels = compiled.program.kernels()
         if len(kernels) != 1:
-            raise fail(f"attention Kernel expects one kernel in the program, found {len(kernels)}")
-        self.compiled, self.spec, self.kernel = compiled, spec, kernels[0]
-        struct = next(op for op in compiled.program.body if isinstance(op, ParamsOp) and op.name == self.kernel.params)
-        self._params_op = struct
-        self._struct = params_struct(struct)
+            raise fail(f"a TL kernel has one kernel in its program, found {len(kernels)}")
+        self.compiled, self.abi, self.kernel = compiled, abi, kernels[0]
+        self._params_op = next(op for op in compiled.program.body
+                               if isinstance(op, ParamsOp) and op.name == self.kernel.params)
+        self._struct = params_struct(self._params_op)
         self._loaded: dict[int, _Loaded] = {}
+        self.inputs = [t for t in abi.tensors if not t.output]
+        self.outputs = [t for t in abi.tensors if t.output]
 
     # ------------------------------------------------------------------ validation
-    def _validate(self, q, k, v):
+    def _check_tensor(self, t, arg: TensorArg):
         import torch
-        spec = self.spec
-        want = getattr(torch, _TORCH_DTYPE[spec.dtype])
-        nq, nk, nv = spec.tensor_names[:3]
-        for name, t in ((nq, q), (nk, k), (nv, v)):
-            if not isinstance(t, torch.Tensor):
-                raise fail(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if not t.is_cuda:
-                raise fail(f"{name} is on {t.device}; move {nq}, {nk}, {nv} to a CUDA device")
-            if t.dtype != want:
-                raise fail(f"{name} has dtype {t.dtype}; this kernel was built for {want} (rebuild with another dtype)")
-            if t.dim() != 4:
-                raise fail(f"{name} must be 4-D (batch, heads, seq, head_dim) like SDPA, got shape {tuple(t.shape)}")
-            if t.stride(-1) != 1 and t.shape[-1] > 1:
-                raise fail(f"{name}'s last dimension must be contiguous (stride 1), got stride {t.stride(-1)}; "
-                           f"call .contiguous()")
-            if t.data_ptr() % 16:
-                raise fail(f"{name}'s data pointer is not 16-byte aligned (needed by cp.async); pass a fresh tensor")
-            for dim in range(3):
-                if (t.stride(dim) * t.element_size()) % 16 and t.shape[dim] > 1:
-                    raise fail(f"{name}.stride({dim}) = {t.stride(dim)} elements is not a multiple of 16 bytes "
-                               f"(needed by cp.async); call .contiguous()")
-            if any(s > _INT32_MAX for s in t.shape):
-                raise fail(f"{name} has a dimension above 2^31-1: {tuple(t.shape)}")
-        if not (q.device == k.device == v.device):
-            raise fail(f"{nq}, {nk}, {nv} are on different devices: {q.device}, {k.device}, {v.device}")
-        B, Hq, Sq, Dqk = q.shape
-        if k.shape[0] != B or v.shape[0] != B:
-            raise fail(f"batch sizes differ: {nq} {B}, {nk} {k.shape[0]}, {nv} {v.shape[0]}")
-        if Dqk != spec.d_qk or k.shape[3] != spec.d_qk:
-            raise fail(f"head dim of {nq}/{nk} is {Dqk}/{k.shape[3]}; this kernel was built for d_qk={spec.d_qk}")
-        if v.shape[3] != spec.d_v:
-            raise fail(f"head dim of {nv} is {v.shape[3]}; this kernel was built for d_v={spec.d_v}")
-        if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
-            raise fail(f"{nk} {tuple(k.shape)} and {nv} {tuple(v.shape)} disagree on heads or sequence length")
-        Hkv = k.shape[1]
-        if Hkv == 0 or Hq % Hkv:
-            raise fail(f"{nq} heads ({Hq}) must be a multiple of key/value heads ({nk}/{nv}: {Hkv}) for GQA/MQA")
-        return B, Hq, Hkv, Sq, k.shape[2]
+        want = getattr(torch, _TORCH_DTYPE[arg.dtype])
+        if not isinstance(t, torch.Tensor):
+            raise fail(f"{arg.name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_cuda:
+            raise fail(f"{arg.name} is on {t.device}; move the tensors to a CUDA device")
+        if t.dtype != want:
+            raise fail(f"{arg.name} has dtype {t.dtype}; this kernel was built for {want} (rebuild with -D dtype=...)")
+        if t.dim() != 4:
+            raise fail(f"{arg.name} must be 4-D (batch, heads, rows, cols) like SDPA, got shape {tuple(t.shape)}")
+        if t.shape[3] != arg.cols:
+            raise fail(f"{arg.name} has {t.shape[3]} columns; this kernel was built for {arg.cols}")
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise fail(f"{arg.name}'s last dimension must be contiguous (stride 1), got stride {t.stride(-1)}; "
+                       "call .contiguous()")
+        if t.data_ptr() % 16:
+            raise fail(f"{arg.name}'s data pointer is not 16-byte aligned (needed by cp.async); pass a fresh tensor")
+        for dim in range(3):
+            if (t.stride(dim) * t.element_size()) % 16 and t.shape[dim] > 1:
+                raise fail(f"{arg.name}.stride({dim}) = {t.stride(dim)} elements is not a multiple of 16 bytes "
+                           "(needed by cp.async); call .contiguous()")
+        if any(x > _INT32_MAX for x in t.shape):
+            raise fail(f"{arg.name} has a dimension above 2^31-1: {tuple(t.shape)}")
+
+    def _bind(self, tensors, inputs: Mapping[str, float]) -> tuple[dict, dict]:
+        """Runtime values of the Inputs, the grid's heads and batch, and the group, from the tensors."""
+        env: dict = {}
+        for arg, t in zip(self.inputs, tensors):
+            if not arg.rows.isdigit():
+                if env.setdefault(arg.rows, t.shape[2]) != t.shape[2]:
+                    raise fail(f"{arg.name} has {t.shape[2]} rows but an earlier tensor gave {arg.rows} = {env[arg.rows]}")
+            elif t.shape[2] != int(arg.rows):
+                raise fail(f"{arg.name} has {t.shape[2]} rows; this kernel was built for {arg.rows}")
+        for name, kind in self.abi.inputs:
+            if name in inputs:
+                value = inputs[name]
+                env[name] = int(value) if kind == "int" else float(value)
+            elif name not in env:
+                if name == "scale" and kind == "float":
+                    env[name] = 1.0 / math.sqrt(self.inputs[0].cols if self.inputs else 1)
+                else:
+                    raise fail(f"this kernel needs the runtime input '{name}': pass {name}=<value>")
+        batch = {t.shape[0] for t in tensors}
+        if len(batch) > 1:
+            raise fail(f"batch sizes differ: {', '.join(f'{a.name} {t.shape[0]}' for a, t in zip(self.inputs, tensors))}")
+        heads_of = {a.name: t.shape[1] for a, t in zip(self.inputs, tensors)}
+        full = [a for a in self.inputs if a.head == "head_idx"]
+        heads = heads_of[full[0].name] if full else 1
+        grouped = [a for a in self.inputs if "group" in a.head]
+        group = 1
+        if grouped:
+            kv = heads_of[grouped[0].name]
+            if kv == 0 or heads % kv:
+                raise fail(f"{full[0].name if full else 'the query'} heads ({heads}) must be a multiple of "
+                           f"{grouped[0].name}'s heads ({kv}) (GQA/MQA)")
+            group = heads // kv
+        from tlc.frontend.ast import ExprError, eval_expr
+        from tlc.frontend.parser import parse_expr as parse_expr_text
+        for a in self.inputs:
+            try:
+                last = eval_expr(parse_expr_text(a.head), {"head_idx": heads - 1, "group": group})
+            except ExprError as exc:
+                raise fail(f"cannot evaluate {a.name}'s head offset '{a.head}': {exc}") from None
+            if heads and not 0 <= last < heads_of[a.name]:
+                raise fail(f"{a.name} has {heads_of[a.name]} heads but query head {heads - 1} reads head {last} "
+                           f"(offset {a.head})")
+        return env, {"batch": batch.pop() if batch else 1, "heads": heads, "group": group}
+
+    def __call__(self, *tensors, out=None, **inputs):
+        """`kernel(q, k, v, scale=None)`: returns the stored tensor (a tuple when several)."""
+        import torch
+        if len(tensors) != len(self.inputs):
+            raise fail(f"this kernel takes {len(self.inputs)} tensor(s) ({', '.join(a.name for a in self.inputs)}), "
+                       f"got {len(tensors)}")
+        for arg, t in zip(self.inputs, tensors):
+            self._check_tensor(t, arg)
+        if len({t.device for t in tensors}) > 1:
+            raise fail(f"the tensors are on different devices: {', '.join(str(t.device) for t in tensors)}")
+        inputs = {k: v for k, v in inputs.items() if v is not None}
+        env, dims = self._bind(tensors, inputs)
+        dev, dtype = tensors[0].device, tensors[0].dtype
+        outs = []
+        for i, arg in enumerate(self.outputs):
+            rows = int(arg.rows) if arg.rows.isdigit() else env.get(arg.rows)
+            if rows is None:
+                raise fail(f"the rows of output {arg.name} ({arg.rows}) are not set by any input tensor")
+            shape = (dims["batch"], dims["heads"], rows, arg.cols)
+            given = out if (out is not None and i == 0) else None
+            if given is not None and (tuple(given.shape) != shape or given.stride(-1) != 1):
+                raise fail(f"out must be {shape} with a contiguous last dimension")
+            outs.append(given if given is not None else torch.empty(shape, dtype=dtype, device=dev))
+        if all(o.numel() == 0 for o in outs):
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        values = dict(env, **dims)
+        for arg, t in list(zip(self.inputs, tensors)) + list(zip(self.outputs, outs)):
+            values[arg.ptr] = t.data_ptr()
+            for which, stride in zip(("batch", "head", "row"), t.stride()[:3]):
+                values[arg.stride(which)] = stride
+        self.launch(values, dev, torch.cuda.current_stream(dev).cuda_stream)
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     # ------------------------------------------------------------------ launch
     def _module(self, device_index: int) -> _Loaded:
@@ -163,58 +207,6 @@ class Kernel:
     def grid(self, env: dict) -> tuple[int, int, int]:
         gx, gy, gz = (int(evaluate(g, env)) for g in self.kernel.grid)
         return gx, gy, gz
-
-    def __call__(self, q, k, v, *, scale: float | None = None, softcap: float | None = None, out=None,
-                 return_lse: bool = False, inputs: Mapping[str, float] | None = None):
-        """`inputs`: values of the program's other runtime scalar Inputs (those the score program reads)."""
-        import torch
-        B, Hq, Hkv, Sq, Sk = self._validate(q, k, v)
-        spec = self.spec
-        if return_lse and not spec.lse:
-            raise fail("return_lse=True but this kernel was built without the LSE output (build with lse)")
-        if (softcap is not None) != spec.softcap:
-            raise fail("softcap given but the kernel was built without it" if softcap is not None
-                       else "this kernel was built with softcap: pass softcap=<value>")
-        scale = 1.0 / math.sqrt(spec.d_qk) if scale is None else float(scale)
-        if out is None:
-            out = torch.empty((B, Hq, Sq, spec.d_v), dtype=q.dtype, device=q.device)
-        elif out.shape != (B, Hq, Sq, spec.d_v) or out.dtype != q.dtype or out.stride(-1) != 1:
-            raise fail(f"out must be {(B, Hq, Sq, spec.d_v)} {q.dtype} with a contiguous last dim")
-        lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if spec.lse else None
-        if B * Hq * Sq == 0:
-            return (out, lse) if return_lse else out
-        if softcap is not None:
-            softcap_scale, scale_log2 = scale / softcap, softcap * math.log2(math.e)
-        else:
-            softcap_scale, scale_log2 = 0.0, scale * math.log2(math.e)
-        values = {
-            "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": out.data_ptr(),
-            "lse": lse.data_ptr() if lse is not None else 0,
-            "b": B, "hq": Hq, "hkv": Hkv, "h_ratio": Hq // Hkv, "sq": Sq, "sk": Sk,
-            "lse_stride_b": lse.stride(0) if lse is not None else 0,
-            "lse_stride_h": lse.stride(1) if lse is not None else 0,
-            "scale": scale, "scale_log2": scale_log2, "softcap_scale": softcap_scale,
-            **self._score_values(scale, inputs or {}),
-        }
-        for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
-            values[f"{name}_stride_b"], values[f"{name}_stride_h"], values[f"{name}_stride_s"] = t.stride()[:3]
-        self.launch(values, q.device, torch.cuda.current_stream(q.device).cuda_stream)
-        return (out, lse) if return_lse else out
-
-    def _score_values(self, scale: float, inputs: Mapping[str, float]) -> dict[str, float]:
-        """p.score_s<i> from the host expressions the kernel was built with (the .json's `score_scalars`)."""
-        env = {"scale": scale, **{k: float(v) for k, v in inputs.items()}}
-        values = {f: 0.0 for f in SCORE_FIELDS}
-        for field, text in zip(SCORE_FIELDS, self.spec.score_scalars):
-            missing = sorted(free_names(parse_expr(text)) - set(env))
-            if missing:
-                raise fail(f"this kernel reads the runtime input(s) {', '.join(missing)} (in {text}): "
-                           f"pass inputs={{{missing[0]!r}: <value>, ...}}")
-            try:
-                values[field] = float(evaluate(parse_expr(text), env))
-            except ZeroDivisionError:
-                raise fail(f"the score scalar {text} divides by zero for inputs {env}") from None
-        return values
 
     def launch(self, values: dict, device, stream: int) -> None:
         """Pack `values` (field name → value) into the struct and launch on `stream`."""

@@ -20,7 +20,7 @@ def _trunc_div(a, b):
 
 
 _FUNCS = {"min": min, "max": max, "ceil_div": lambda a, b: -((-a) // b), "floor_div": _floor_div,
-          "exp2": lambda x: 2.0 ** x, "log": math.log, "tanh": math.tanh, "abs": abs, "isnan": math.isnan,
+          "exp2": lambda x: 2.0 ** x, "exp": math.exp, "sqrt": math.sqrt, "log": math.log, "tanh": math.tanh, "abs": abs, "isnan": math.isnan,
           "select": lambda c, a, b: a if c else b}
 _BIN = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _trunc_div,
         "%": lambda a, b: int(math.fmod(a, b)), "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,

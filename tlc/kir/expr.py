@@ -26,8 +26,8 @@ CPP_KEYWORDS = frozenset(
 BINOPS = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
           "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
 # name -> arity; the emitter owns the C++ spelling of each.
-FUNCTIONS = {"min": 2, "max": 2, "ceil_div": 2, "floor_div": 2, "select": 3, "exp2": 1, "log": 1,
-             "tanh": 1, "abs": 1, "isnan": 1}
+FUNCTIONS = {"min": 2, "max": 2, "ceil_div": 2, "floor_div": 2, "select": 3, "exp2": 1, "exp": 1, "log": 1,
+             "tanh": 1, "abs": 1, "sqrt": 1, "isnan": 1}
 
 
 def check_ident(name: str, what: str = "identifier") -> str:

@@ -127,6 +127,8 @@ class SharedBufferOp(Op):
     dtype: str
     layout: str
     offset_bytes: int
+    # May overlap buffers that are dead when it is first written (epilogue staging).
+    reuse: bool = False
     defines = ("name",)
 
     def check(self) -> None:

@@ -18,6 +18,8 @@ class AsyncCopyOp(Op):
     dst: Expr
     pred: Expr | None = None
     row_limit: Expr | None = None
+    # The shared buffer written (scheduling passes read it; the emitter does not).
+    buffer: str = ""
     defines = ("token",)
 
     def check(self) -> None:
@@ -63,6 +65,9 @@ class CopyOp(Op):
     dst: Expr
     pred: Expr | None = None
     row_limit: Expr | None = None
+    # Shared buffers read and written (scheduling passes read them; the emitter does not).
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
     def check(self) -> None:
         check_ident(self.copy, "tiled copy")
@@ -97,6 +102,8 @@ class GemmOp(Op):
     b_view: str = ""
     # Software-pipeline the S2R loads: issue k-block kb+1 before the MMAs of kb (more registers).
     prefetch: bool = True
+    # Shared buffers the operands are loaded from (scheduling passes read them).
+    reads: tuple[str, ...] = ()
 
     def check(self) -> None:
         for n in (self.mma, self.acc, self.a, self.b):

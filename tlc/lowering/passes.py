@@ -1,155 +1,143 @@
-"""The lowering passes, run after the TL pipeline on the same graph: `select-atoms` (target
-choices) → `pipeline` (schedule, kernel IR) → `check-resources` (shared memory, registers).
+"""The lowering passes, run after the TL pipeline on the same graph; state accumulates on the
+PassContext (`LoweringState`) and `--print-after` shows the kernel IR after each:
 
-They leave the TL graph alone and accumulate a `LoweringState` on the PassContext;
-`--print-after` shows that state (the kernel IR text after `pipeline`):
-
-    S = Q·K.T:  operand B K k-major  → ldmatrix (SM75_U32x4_LDSM_N)
-    O += P·V:   operand A P          → registers (accumulator regrouped), B V mn-major → ldmatrix.trans
+    lower-tile-ops   each TL op by its own rule → kernel IR (no sync, one stage, no swizzle)
+    infer-layouts    shared layouts' swizzles from how the tiles are read
+    insert-sync      cp.async waits and barriers from the shared-memory effects
+    pipeline         multi-stage copies of a loop (Param Stages, else 2 where shared memory allows)
+    check-resources  shared memory and a register estimate against the arch table
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
-from tlc.ir.ops import AllocateOp, GemmOp, ReshapeOp
-from tlc.kir.ops import ForOp, GemmOp as KirGemmOp, RetileAccToAOp, walk
+from tlc.ir.ops import GemmOp
+from tlc.kir.ops import ForOp, GemmOp as KirGemmOp, KernelOp, walk
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
 from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
-from tlc.lowering.state import (DEFAULT_ARCH, Allocation, LoweringState, OperandLoad, ResourceReport, get_state,
-                                start_state)
+from tlc.lowering.state import DEFAULT_ARCH, Allocation, LoweringState, ResourceReport, get_state, start_state
+from tlc.names import kernel_name
 from tlc.passes.base import Pass, PassContext
 
 
-def _state(ctx: PassContext, pass_name: str, needs: str) -> LoweringState:
+def _state(ctx: PassContext, pass_name: str) -> LoweringState:
     state = get_state(ctx)
-    if state is None or getattr(state, needs) is None:
-        raise fail(f"pass '{pass_name}' needs '{'select-atoms' if needs == 'config' else 'pipeline'}' to run "
-                   "first (the lowering order is select-atoms, pipeline, check-resources)")
+    if state is None or state.kir is None:
+        raise fail(f"pass '{pass_name}' needs 'lower-tile-ops' to run first (the lowering order is "
+                   f"{', '.join(LOWERING_ORDER)})")
     return state
 
 
-def _gemm_text(op: GemmOp) -> str:
-    a, b = op.operands[0].base, op.operands[1].base
-    eq = "+=" if op.accumulate else "="
-    return f"{op.results[0].base} {eq} {a}{'.T' if op.trans_a else ''}·{b}{'.T' if op.trans_b else ''}"
+def _with_kernel(state: LoweringState, kernel: KernelOp) -> None:
+    params = [op for op in state.kir.body if not isinstance(op, KernelOp)]
+    state.kir = dataclasses.replace(state.kir, body=(*params, kernel))
+    state.kir.verify()
 
 
-def _row_bytes_swizzle(width: int, elem_bytes: int) -> tuple[int, int, int]:
-    """Swizzle<B,3,3> over a row atom of 64 (or 32) elements: B = log2(16-byte chunks per row),
-    so the 8 rows of an ldmatrix phase land in 8 different bank groups (layout_check (c))."""
-    atom = 64 if width % 64 == 0 else 32
-    chunks = min(atom * elem_bytes // 16, 8)
-    return (chunks.bit_length() - 1, 3, 3)
+def _kernel(state: LoweringState) -> KernelOp:
+    return state.kir.kernels()[0]
+
+
+LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "check-resources")
 
 
 @dataclass(frozen=True)
-class SelectAtomsPass(Pass):
-    """Fix the target choices: MMA atom, warps, per-operand loads, swizzles."""
+class LowerTileOpsPass(Pass):
+    """Each TL op by its own rule into kernel IR (tlc.lowering.tile_ops)."""
 
-    name: ClassVar[str] = "select-atoms"
+    name: ClassVar[str] = "lower-tile-ops"
     arch: str = ""  # overrides the context's target (tlc show has no --arch)
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        from tlc.lowering.select_atoms import flash_config, select_attention
+        from tlc.lowering.tile_ops import TileOpLowering
 
         arch = self.arch or ctx.arch or DEFAULT_ARCH
         state = get_state(ctx)
         if state is None or state.arch.name != arch:
-            state = start_state(ctx, arch, name=Path(graph.file).stem.replace("-", "_") or "tl_kernel")
-        gemms = [(region, op) for region, op in graph.walk() if isinstance(op, GemmOp)]
+            state = start_state(ctx, arch, name=kernel_name(graph.file))
+        if state.lse:
+            raise fail("tlc build: the log-sum-exp output is not lowered from TL programs yet; build without lse")
         if state.arch.mma_path != "mma.sync":
+            gemm = next((op for _, op in graph.walk() if isinstance(op, GemmOp)), None)
             raise fail(f"--arch {arch}: the Hopper path ({state.arch.mma_path}, TMA) is not built yet; "
-                       "--arch sm_90 runs the sm_80-family kernels on Hopper", gemms[0][1].loc if gemms else None)
-        shape = select_attention(graph, arch)
-        state.shape, state.config = shape, flash_config(shape, name=state.name, lse=state.lse)
-        state.mma_atom, state.warps = state.arch.mma_atoms[shape.dtype], (state.config.warps, 1, 1)
-        state.tl_allocs = {f"{op.name}@{op.space}": (f"Allocate {op.name} in {op.space}", op.loc)
-                           for _, op in graph.walk() if isinstance(op, AllocateOp) and op.space != "global"}
-        state.loads = [self._load(ctx, state, region, op, role) for region, op in gemms for role in "AB"]
-        elem = 2 if shape.dtype in ("bf16", "fp16") else 4
-        for ld in state.loads:
-            if ld.load != "registers":
-                width = shape.d_v if (ld.role, ld.major) == ("B", "mn") else shape.d_qk
-                state.swizzles[ld.tensor] = _row_bytes_swizzle(width, elem)
-
-    @staticmethod
-    def _load(ctx: PassContext, state: LoweringState, region: Graph, op: GemmOp, role: str) -> OperandLoad:
-        value = op.operands[0 if role == "A" else 1]
-        if isinstance(region.producer(value), ReshapeOp):
-            # P stays in registers: only sound if the accumulator regroup gives the A layout.
-            if problems := layout_check.regroup_problems():
-                ctx.error(f"internal: accumulator → A regroup is wrong: {problems[0]}", op.loc)
-            return OperandLoad(_gemm_text(op), role, value.base, "acc", "registers", "", op.loc)
-        major = op.a_major if role == "A" else op.b_major
-        if major is None:
-            raise fail(f"select-atoms needs 'resolve-transpose' to have run (GEMM operand {value.base} has "
-                       "no majorness)", op.loc)
-        load = layout_check.required_load(role, major)
-        atom = state.arch.copy_atoms["s2r" if load == "ldmatrix" else "s2r_trans"]
-        return OperandLoad(_gemm_text(op), role, value.base, major, load, atom, op.loc)
+                       "--arch sm_90 runs the sm_80-family kernels on Hopper", gemm.loc if gemm else None)
+        lowering = TileOpLowering(graph, state.arch, state.name)
+        state.kir, state.abi = lowering.run(), lowering.abi
+        state.tl_allocs = {b.name: (f"Allocate {b.tl_name} in shared", b.loc) for b in lowering.buffers.values()
+                           if not b.reuse}
+        state.loc = next((op.loc for _, op in graph.walk() if isinstance(op, GemmOp)), None)
 
     def print_state(self, ctx: PassContext) -> str:
         state = get_state(ctx)
-        return state.describe_atoms() if state and state.shape else "// select-atoms: nothing selected\n"
+        return print_kir(state.kir) if state and state.kir else "// lower-tile-ops: no kernel IR\n"
+
+
+@dataclass(frozen=True)
+class InferLayoutsPass(Pass):
+    """Swizzled shared layouts from how each tile is read (tlc.lowering.layouts)."""
+
+    name: ClassVar[str] = "infer-layouts"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.layouts import infer_layouts
+
+        state = _state(ctx, self.name)
+        kernel, state.layout_notes = infer_layouts(_kernel(state))
+        _with_kernel(state, kernel)
+        for problem in layout_check.check_program(state.kir, {}):
+            ctx.error(f"internal: a shared layout fails the bank-conflict check: {problem}", state.loc)
+
+    def print_state(self, ctx: PassContext) -> str:
+        state = get_state(ctx)
+        return ("\n".join(f"// {n}" for n in state.layout_notes) + "\n" + print_kir(state.kir)) if state else ""
+
+
+@dataclass(frozen=True)
+class InsertSyncPass(Pass):
+    """cp.async waits and barriers from the shared-memory effects (tlc.lowering.sync)."""
+
+    name: ClassVar[str] = "insert-sync"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.sync import insert_sync
+
+        state = _state(ctx, self.name)
+        _with_kernel(state, insert_sync(_kernel(state)))
+
+    def print_state(self, ctx: PassContext) -> str:
+        state = get_state(ctx)
+        return print_kir(state.kir) if state and state.kir else ""
 
 
 @dataclass(frozen=True)
 class PipelinePass(Pass):
-    """Stages (double-buffered K/V by default where shared memory allows), prefetch order,
-    then the kernel IR; checked against select-atoms' choices and the swizzle rule."""
+    """Multi-stage software pipelining of loop copies (tlc.lowering.software_pipeline). Stages:
+    this option, else Param Stages, else 2 where shared memory allows (one otherwise)."""
 
     name: ClassVar[str] = "pipeline"
-    stages: int = 0  # 0: choose; Param Stages or this option fixes it
+    stages: int = 0
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        from tlc.kir.flash_fwd import build_flash_fwd_kir
+        from tlc.lowering.software_pipeline import pipeline_kernel
 
-        state = _state(ctx, self.name, "config")
-        cfg, limit = state.config, state.arch.smem_per_block
-        if self.stages:
-            stages, why = self.stages, f"pipeline{{stages={self.stages}}}"
-        elif "Stages" in graph.params:
-            stages, why = cfg.stages, "Param Stages"
-        else:
-            need = dataclasses.replace(cfg, stages=2).smem_bytes()
-            stages = 2 if need <= limit else 1
-            why = (f"double-buffered K/V fits ({need} of {limit} bytes)" if stages == 2 else
-                   f"2 stages would need {need} > {limit} bytes of shared memory; one buffer, FA2's overlap")
-        state.config = dataclasses.replace(cfg, stages=stages)
-        state.stages, state.stages_reason = stages, why
-        state.kir = build_flash_fwd_kir(state.config)
-        loops = [op for op in walk(state.kir) if isinstance(op, ForOp)]
-        state.prefetch = ("next K/V tile issued before the current tile's compute"
-                          if any(lp.prefetch for lp in loops) else "no prefetch")
-        for problem in self._disagreements(state):
-            ctx.error(f"internal: the kernel IR disagrees with the layout checks: {problem}", state.shape.loc)
-
-    @staticmethod
-    def _disagreements(state: LoweringState) -> list[str]:
-        kir_gemms = [op for op in walk(state.kir) if isinstance(op, KirGemmOp)]
-        tl = [(state.loads[2 * i], state.loads[2 * i + 1]) for i in range(len(state.loads) // 2)]
-        chosen, problems = {}, []
-        for g, (a, b) in zip(kir_gemms, tl):
-            for ld, copy, smem, frag in ((a, g.a_copy, g.a_smem, g.a), (b, g.b_copy, g.b_smem, g.b)):
-                if ld.load != "registers":
-                    chosen[copy] = ld.load
-                elif smem is not None or not any(isinstance(op, RetileAccToAOp) and op.name == frag
-                                                  for op in walk(state.kir)):
-                    problems.append(f"{ld.tensor} should stay in registers (regrouped accumulator) in {ld.gemm}")
-        return problems + layout_check.check_program(state.kir, chosen)
+        state = _state(ctx, self.name)
+        stages = self.stages or graph.params.get("Stages", 2)
+        if not isinstance(stages, int) or isinstance(stages, bool) or stages not in (1, 2):
+            raise fail(f"Param Stages = {stages!r}: the sm_80 pipeline runs 1 or 2 stages")
+        kernel, state.schedule = pipeline_kernel(_kernel(state), stages, state.arch.smem_per_block)
+        _with_kernel(state, kernel)
+        state.stages = max((op.stages for op in walk(kernel) if isinstance(op, ForOp)), default=1)
 
     def print_state(self, ctx: PassContext) -> str:
         state = get_state(ctx)
         if state is None or state.kir is None:
             return "// pipeline: no kernel IR\n"
-        return (f"// schedule: {state.stages} stage(s) ({state.stages_reason}); {state.prefetch}\n"
-                + print_kir(state.kir))
+        return "".join(f"// schedule: {r}\n" for r in state.schedule) + print_kir(state.kir)
 
 
 @dataclass(frozen=True)
@@ -160,13 +148,13 @@ class CheckResourcesPass(Pass):
     name: ClassVar[str] = "check-resources"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        state = _state(ctx, self.name, "kir")
-        arch, where = state.arch, state.shape.loc
+        state = _state(ctx, self.name)
+        arch, where = state.arch, state.loc
         tl_gemms = [op for _, op in graph.walk() if isinstance(op, GemmOp)]
         for kernel in state.kir.kernels():
             smem = []
             for b in shared_buffers(kernel):
-                stmt, loc = state.tl_allocs.get(f"{b.name[1:]}@shared", ("", None))
+                stmt, loc = state.tl_allocs.get(b.name, ("", None))
                 tile = "×".join(map(str, b.shape[:2]))
                 tl = (f"{stmt}: {tile} {b.dtype}" if stmt else "epilogue staging") + (
                     f" × {b.shape[2]} stage(s)" if len(b.shape) == 3 else "")
@@ -208,7 +196,7 @@ class CheckResourcesPass(Pass):
                 key = f"{tg.results[0].base}@register"
                 if tg.accumulate and key in state.tl_allocs:
                     return state.tl_allocs[key]
-                return f"result of GEMM {_gemm_text(tg)}", tg.loc
+                return f"result of the GEMM at line {tg.loc.line}", tg.loc
         return "per-row statistics (online softmax, epilogue)", None
 
     @staticmethod
@@ -242,7 +230,7 @@ def full_pipeline(arch: str | None = None) -> list[str]:
 
 def run_lowering(graph: Graph, arch: str, *, name: str, lse: bool = False,
                  ctx: PassContext | None = None) -> tuple[LoweringState, PassContext]:
-    """Run select-atoms → pipeline → check-resources on a graph the TL pipeline has processed."""
+    """Run the lowering passes on a graph the TL pipeline has processed."""
     from tlc.passes.pipeline import PassManager, parse_pipeline
 
     ctx = ctx or PassContext(arch=arch)

@@ -90,9 +90,14 @@ def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
         # an m16 atom gives each thread 2 rows (groupID, groupID + 8)
         return max(frag.shape[0] // (16 * mma.warps[0]), 1) * 2
 
+    # A fragment only named as a row vector's layout holds no data (nvcc drops it).
+    used = {n for op in walk(kernel) if not isinstance(op, (FragmentOp, RowVectorOp))
+            for n in re.findall(r"[A-Za-z_]\w*", repr(op))}
     frags: list[Fragment] = []
     resident = 0
     for op in walk(kernel):
+        if isinstance(op, FragmentOp) and op.role == "C" and op.name not in used:
+            continue
         if isinstance(op, FragmentOp) and op.role == "C":
             top = op.name not in in_loop
             frags.append(Fragment(op.name, acc_regs(op), "accumulator", top))

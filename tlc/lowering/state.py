@@ -1,8 +1,6 @@
-"""`LoweringState`: what the lowering passes (select-atoms → pipeline → check-resources)
-accumulate on the `PassContext` while the TL graph stays as the TL passes left it.
-
-select-atoms fills the target choices, pipeline the schedule and the kernel IR,
-check-resources the resource report; `describe()` is what `--print-after` shows.
+"""`LoweringState`: what the lowering passes (lower-tile-ops → … → check-resources) accumulate
+on the `PassContext` while the TL graph stays as the TL passes left it: the kernel IR, the
+launch ABI, the schedule's decisions and the resource report.
 """
 from __future__ import annotations
 
@@ -15,19 +13,6 @@ from tlc.kir.ops import ProgramOp
 
 # What `tlc build` assumes without --arch; `tlc show` uses it when no target is named.
 DEFAULT_ARCH = "sm_90"
-
-
-@dataclass(frozen=True)
-class OperandLoad:
-    """How one GEMM operand reaches registers: ldmatrix, ldmatrix.trans, or already there."""
-
-    gemm: str        # "S = Q·K.T"
-    role: str        # "A" or "B"
-    tensor: str      # the TL name
-    major: str       # "k" or "mn" (resolve-transpose), "acc" for a regrouped accumulator
-    load: str        # "ldmatrix", "ldmatrix.trans" or "registers"
-    atom: str        # the CuTe copy atom ("" for registers)
-    loc: Loc | None = None
 
 
 @dataclass(frozen=True)
@@ -65,34 +50,14 @@ class LoweringState:
     arch: ArchInfo
     name: str = "tl_kernel"
     lse: bool = False
-    shape: Any = None            # tlc.lowering.select_atoms.AttentionShape
-    config: Any = None           # tlc.kir.flash_fwd.FlashFwdConfig
-    mma_atom: str = ""
-    warps: tuple[int, int, int] = (1, 1, 1)
-    loads: list[OperandLoad] = field(default_factory=list)
-    swizzles: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    tl_allocs: dict[str, tuple[str, Loc]] = field(default_factory=dict)  # TL name@space → (statement, loc)
-    stages: int = 0
-    stages_reason: str = ""
-    prefetch: str = ""
     kir: ProgramOp | None = None
+    abi: Any = None              # tlc.lowering.abi.LaunchABI
+    loc: Loc | None = None       # the first GEMM: where program-wide problems are reported
+    tl_allocs: dict[str, tuple[str, Loc | None]] = field(default_factory=dict)  # shared buffer → (statement, loc)
+    layout_notes: list[str] = field(default_factory=list)
+    schedule: list[str] = field(default_factory=list)
+    stages: int = 0
     resources: ResourceReport | None = None
-
-    def describe_atoms(self) -> str:
-        s = self.shape
-        lines = [f"// target {self.arch.name}: {self.arch.mma_path}, "
-                 f"{self.arch.smem_per_block} B shared memory per block, {self.arch.regs_per_thread} registers per thread",
-                 f"specialization {self.name}: dtype {s.dtype}, d_qk {s.d_qk}, d_v {s.d_v}, BM {s.bm}, BN {s.bn}, "
-                 f"causal {str(s.causal).lower()}" + (f" ({s.alignment})" if s.causal else ""),
-                 f"mma atom {self.mma_atom}, warps (M, N, K) = {self.warps}"]
-        for ld in self.loads:
-            if ld.load == "registers":
-                lines.append(f"operand {ld.role} of {ld.gemm}: {ld.tensor} regrouped accumulator → registers")
-            else:
-                lines.append(f"operand {ld.role} of {ld.gemm}: {ld.tensor} {ld.major}-major → {ld.load} ({ld.atom})")
-        for buf, sw in self.swizzles.items():
-            lines.append(f"shared {buf}: Swizzle<{sw[0]},{sw[1]},{sw[2]}>")
-        return "\n".join(lines) + "\n"
 
 
 def get_state(ctx: Any) -> LoweringState | None:

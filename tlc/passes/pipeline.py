@@ -27,9 +27,11 @@ DEFAULT_PIPELINE = [
 
 # After DEFAULT_PIPELINE, on the same graph; state accumulates on the PassContext (tlc.lowering.passes).
 LOWERING_PIPELINE = [
-    "select-atoms",       # needs the target and the repaired graph (majorness, Reshape): atoms, loads, swizzles
-    "pipeline",           # needs the atoms: stages and prefetch order, then the kernel IR they shape
-    "check-resources",    # needs atoms and stages: shared bytes and registers against the arch table
+    "lower-tile-ops",     # needs the repaired graph (majorness, Reshape, online softmax, masks): one rule per op
+    "infer-layouts",      # needs the kernel IR's tiles and their readers: swizzles
+    "insert-sync",        # needs every copy and read in program order: waits and barriers
+    "pipeline",           # rewrites a loop's copies and the waits insert-sync placed into stages
+    "check-resources",    # needs the final buffers and fragments: shared bytes and registers
 ]
 
 _ITEM = re.compile(r"\s*([a-z0-9-]+)\s*(?:\{([^}]*)\})?\s*(?:,|$)")

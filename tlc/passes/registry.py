@@ -25,7 +25,9 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "online-softmax": _lazy("tlc.passes.online_softmax:OnlineSoftmaxPass"),
     "mask": _lazy("tlc.passes.mask:MaskPass"),
     "verify-final": _lazy("tlc.passes.verify_final:VerifyFinalPass"),
-    "select-atoms": _lazy("tlc.lowering.passes:SelectAtomsPass"),
+    "lower-tile-ops": _lazy("tlc.lowering.passes:LowerTileOpsPass"),
+    "infer-layouts": _lazy("tlc.lowering.passes:InferLayoutsPass"),
+    "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
     "check-resources": _lazy("tlc.lowering.passes:CheckResourcesPass"),
 }

@@ -1,0 +1,50 @@
+"""The TL program drives the kernel: structural variants of MHA build into different CuTe, or are
+refused at a location — none builds into the MHA kernel (emitted source only: no NVRTC)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.lowering.variants import BUILDS, MHA, REFUSED, write
+from tlc.diagnostics import TlcError
+from tlc.lowering.emit_text import emit_text
+
+
+def _cute(path) -> str:
+    return emit_text(path.read_bytes(), str(path), "sm_90", {}, "cute", line_directives=False)
+
+
+@pytest.fixture(scope="module")
+def mha_cute(tmp_path_factory):
+    return _cute(write(tmp_path_factory.mktemp("mha"), "mha_fwd", MHA))
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_variant_builds_into_a_different_kernel(name, tmp_path, mha_cute):
+    src = _cute(write(tmp_path, "mha_fwd", BUILDS[name]))
+    assert src != mha_cute
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_variant_is_refused_at_a_line(name, tmp_path):
+    text, where = REFUSED[name]
+    path = write(tmp_path, name, text)
+    with pytest.raises(TlcError) as exc:
+        _cute(path)
+    diag = exc.value.diagnostics[0]
+    if where is not None:
+        assert diag.loc is not None and diag.loc.line > 0
+        assert where in text.splitlines()[diag.loc.line - 1]
+
+
+def test_loop_bounds_reach_the_kernel(tmp_path):
+    half = _cute(write(tmp_path, "a", BUILDS["half_loop"]))
+    from1 = _cute(write(tmp_path, "b", BUILDS["loop_from_1"]))
+    assert "tlc::ceil_div(tlc::ceil_div(p.seqlen_k, 64), 2)" in half
+    assert "for (int n = 1;" in from1
+
+
+def test_three_gemms_lower_to_three_mmas():
+    from pathlib import Path
+    spec = Path(__file__).resolve().parents[2] / "specs" / "chain3_fwd.tl"
+    src = emit_text(spec.read_bytes(), str(spec), "sm_90", {}, "cute", line_directives=False)
+    assert src.count("cute::gemm(") == 3

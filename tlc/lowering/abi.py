@@ -1,0 +1,142 @@
+"""The launch ABI a TL program implies: one parameter struct, read off the program.
+
+Every `Allocate X in global (rows, cols) with offset h` becomes a tensor argument (pointer and
+batch/head/row strides, SDPA layout (batch, heads, rows, cols)); every `Input` a scalar field;
+the grid is (tiles of the rows copied at `[L = block_idx]`, heads, batch). The launcher binds
+torch tensors by this description, so the struct and the host agree by construction.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from tlc.diagnostics import Loc, fail
+from tlc.frontend import ast as A
+from tlc.ir.graph import Graph
+from tlc.ir.ops import AllocateOp, CopyOp
+from tlc.kir.expr import check_ident
+from tlc.kir.ops import ParamsOp
+
+DIM_FIELDS = (("batch", "i32"), ("heads", "i32"), ("group", "i32"))
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """One global tensor: `rows` is a runtime Input name or a number, `head` the offset
+    expression (over head_idx and group) choosing its head."""
+
+    name: str
+    dtype: str
+    rows: str
+    cols: int
+    head: str
+    output: bool
+
+    @property
+    def ptr(self) -> str:
+        return f"{self.name}_ptr"
+
+    def stride(self, which: str) -> str:
+        return f"{self.name}_{which}_stride"
+
+
+@dataclass(frozen=True)
+class LaunchABI:
+    name: str
+    tensors: tuple[TensorArg, ...]
+    inputs: tuple[tuple[str, str], ...]     # (Input name, "int" | "float")
+    grid_rows: str                          # rows tiled by block_idx: an Input name or a number
+    grid_tile: int
+
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        out: list[tuple[str, str]] = []
+        for t in self.tensors:
+            out.append((t.ptr, f"ptr<{'f32' if t.dtype == 'fp32' else t.dtype}>"))
+            out += [(t.stride(w), "i64") for w in ("batch", "head", "row")]
+        out += list(DIM_FIELDS)
+        out += [(n, "i32" if kind == "int" else "f32") for n, kind in self.inputs]
+        return tuple(out)
+
+    def params_op(self) -> ParamsOp:
+        return ParamsOp(name=f"{self.name}_params", fields=self.fields())
+
+    def to_json(self) -> dict:
+        return {"tensors": [asdict(t) for t in self.tensors], "inputs": [list(i) for i in self.inputs],
+                "grid_rows": self.grid_rows, "grid_tile": self.grid_tile}
+
+    @staticmethod
+    def from_json(name: str, data: dict) -> "LaunchABI":
+        return LaunchABI(name, tuple(TensorArg(**t) for t in data["tensors"]),
+                         tuple((n, k) for n, k in data["inputs"]), data["grid_rows"], int(data["grid_tile"]))
+
+
+def _stored(graph: Graph) -> set[str]:
+    out = set()
+    for _, op in graph.walk():
+        if isinstance(op, CopyOp) and op.dst_space == "global" and len(op.operands) == 2:
+            out.add(op.operands[1].base)
+    return out
+
+
+def _rows_text(e: A.Expr, graph: Graph, loc: Loc) -> str:
+    if isinstance(e, A.Name) and graph.inputs.get(e.id) == "int":
+        return e.id
+    if isinstance(e, A.Num) and isinstance(e.value, int):
+        return str(e.value)
+    if isinstance(e, A.Name) and isinstance(graph.params.get(e.id), int):
+        return str(graph.params[e.id])
+    raise fail(f"tlc build: the rows of a global tensor must be an `Input … : int` (a sequence length) or a "
+               f"number, not '{e}'", loc)
+
+
+def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
+    """The ABI of `graph` (after the TL passes); `int_value(expr, loc, what)` evaluates Params."""
+    stored = _stored(graph)
+    tensors: list[TensorArg] = []
+    for op in graph.ops():
+        if not (isinstance(op, AllocateOp) and op.space == "global"):
+            continue
+        check_ident(op.name, "tensor name")
+        if len(op.shape) != 2:
+            raise fail(f"tlc build: a global tensor is (rows, cols); '{op.name}' has {len(op.shape)} dimensions",
+                       op.loc)
+        dtype = op.result.type.dtype or str(graph.params.get("dtype", "bf16"))
+        if dtype not in ("bf16", "fp16"):
+            raise fail(f"tlc build: global tensor '{op.name}' is {dtype}; the sm_80 kernels read and write bf16 "
+                       "or fp16 tensors", op.loc)
+        tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc),
+                                 int_value(op.shape[1], op.loc, f"the columns of '{op.name}'"),
+                                 str(op.offset) if op.offset is not None else "head_idx", op.name in stored))
+    if not any(t.output for t in tensors):
+        raise fail("tlc build: the program stores no global tensor (add `Copy O (…) in coordinate [L = block_idx] "
+                   "from register to global`)")
+    inputs = tuple((n, k) for n, k in graph.inputs.items())
+    names = [f for f, _ in LaunchABI(name, tuple(tensors), inputs, "1", 1).fields()]
+    dup = sorted({f for f in names if names.count(f) > 1})
+    if dup:
+        raise fail(f"tlc build: the launch struct would have two fields named '{dup[0]}'; rename the tensor or "
+                   "Input (names batch, heads and group are reserved)")
+    grid_rows, grid_tile = _grid(graph, int_value)
+    return LaunchABI(name, tuple(tensors), inputs, grid_rows, grid_tile)
+
+
+def _grid(graph: Graph, int_value) -> tuple[str, int]:
+    """block_idx ranges over the tiles of the tensors copied at `[L = block_idx]` (LANGUAGE.md §6)."""
+    found: list[tuple[str, int, CopyOp]] = []
+    for region, op in graph.walk():
+        if not isinstance(op, CopyOp) or "global" not in (op.src_space, op.dst_space) or op.tile is None:
+            continue
+        coord = dict(op.coord).get("L")
+        if isinstance(coord, A.Name) and coord.id == "block_idx":
+            tensor = op.operands[0] if op.src_space == "global" else op.operands[1]
+            alloc = graph.root().producer(tensor) if graph.root().producer(tensor) else None
+            if isinstance(alloc, AllocateOp):
+                found.append((_rows_text(alloc.shape[0], graph, alloc.loc),
+                              int_value(op.tile[0], op.loc, "the tile rows"), op))
+    if not found:
+        return "1", 1
+    rows, tile, first = found[0]
+    for r, t, op in found[1:]:
+        if (r, t) != (rows, tile):
+            raise fail(f"tlc build: block_idx tiles {rows} by {tile} rows at line {first.loc.line} but {r} by {t} "
+                       "here; one grid cannot cover both", op.loc)
+    return rows, tile

@@ -1,0 +1,127 @@
+"""`insert-sync`: cp.async waits and CTA barriers from the kernel IR's shared-memory effects.
+
+The lowering emits copies and compute with no synchronization; this pass adds exactly what the
+effects require, walking each region in order with the async groups still in flight:
+
+    read of a buffer an in-flight group writes → cp.async.wait_group N (N = newer groups) + barrier
+    read of a buffer written by registers       → barrier (other threads wrote it)
+    write to a buffer read since the last barrier (write-after-read, also across loop trips) → barrier
+
+Buffers overlap when their bytes do (an epilogue staging tile over dead operand tiles).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from tlc.kir import ops as K
+
+
+@dataclass
+class _State:
+    groups: list[tuple[str, frozenset[str]]] = field(default_factory=list)
+    uncommitted: set[str] = field(default_factory=set)
+    dirty: set[str] = field(default_factory=set)      # written by registers since the last barrier
+    read: set[str] = field(default_factory=set)       # read since the last barrier
+
+    def copy(self) -> "_State":
+        return _State(list(self.groups), set(self.uncommitted), set(self.dirty), set(self.read))
+
+    def merge(self, other: "_State") -> "_State":
+        names = [g for g, _ in self.groups]
+        groups = list(self.groups) + [g for g in other.groups if g[0] not in names]
+        return _State(groups, self.uncommitted | other.uncommitted, self.dirty | other.dirty, self.read | other.read)
+
+
+def _extent(kernel: K.KernelOp) -> dict[str, tuple[int, int]]:
+    layouts = {op.name: op for op in K.walk(kernel) if isinstance(op, K.SmemLayoutOp)}
+    out = {}
+    for op in K.walk(kernel):
+        if isinstance(op, K.SharedBufferOp):
+            n = 1
+            for d in layouts[op.layout].shape:
+                n *= d
+            out[op.name] = (op.offset_bytes, op.offset_bytes + n * (4 if op.dtype == "fp32" else 2))
+    return out
+
+
+class _Sync:
+    def __init__(self, kernel: K.KernelOp) -> None:
+        self.span = _extent(kernel)
+        self.views = {op.name: op.of for op in K.walk(kernel) if isinstance(op, K.SharedViewOp)}
+
+    def _hits(self, a: str, names: set[str] | frozenset[str]) -> bool:
+        """Whether buffer `a` shares bytes with any of `names`."""
+        a = self.views.get(a, a)
+        lo, hi = self.span.get(a, (0, 0))
+        for b in names:
+            b = self.views.get(b, b)
+            blo, bhi = self.span.get(b, (0, 0))
+            if a == b or (lo < bhi and blo < hi):
+                return True
+        return False
+
+    @staticmethod
+    def effects(op: K.Op) -> tuple[set[str], set[str], set[str]]:
+        """(async writes, reads, register writes) of `op`, through If bodies."""
+        if isinstance(op, K.AsyncCopyOp):
+            return {op.buffer} if op.buffer else set(), set(), set()
+        if isinstance(op, K.GemmOp):
+            return set(), set(op.reads), set()
+        if isinstance(op, K.CopyOp):
+            return set(), set(op.reads), set(op.writes)
+        if isinstance(op, K.IfOp):
+            acc: tuple[set[str], set[str], set[str]] = (set(), set(), set())
+            for child in op.body:
+                for mine, theirs in zip(acc, _Sync.effects(child)):
+                    mine |= theirs
+            return acc
+        return set(), set(), set()
+
+    def _barrier(self, st: _State, out: list[K.Op], loc) -> None:
+        out.append(K.BarrierOp(loc=loc))
+        st.dirty.clear()
+        st.read.clear()
+
+    def _wait_for(self, names: set[str], st: _State, out: list[K.Op], loc) -> None:
+        newest = max((i for i, (_, written) in enumerate(st.groups) if any(self._hits(n, written) for n in names)),
+                     default=None)
+        if newest is not None:
+            out.append(K.WaitOp(pending=len(st.groups) - 1 - newest, groups=(st.groups[newest][0],), loc=loc))
+            st.groups = st.groups[newest + 1:]
+            self._barrier(st, out, loc)
+
+    def region(self, ops: tuple[K.Op, ...], st: _State) -> list[K.Op]:
+        out: list[K.Op] = []
+        for op in ops:
+            if isinstance(op, K.ForOp):
+                trial = st.copy()
+                self.region(op.body, trial)
+                entry = st.merge(trial)
+                body = self.region(op.body, entry)
+                out.append(dataclasses.replace(op, body=tuple(body)))
+                merged = st.merge(entry)
+                st.groups, st.uncommitted, st.dirty, st.read = merged.groups, merged.uncommitted, merged.dirty, merged.read
+                continue
+            if isinstance(op, K.CommitOp):
+                st.groups.append((op.name, frozenset(st.uncommitted)))
+                st.uncommitted = set()
+                out.append(op)
+                continue
+            writes, reads, reg_writes = self.effects(op)
+            touched = reads | reg_writes
+            if touched:
+                self._wait_for(touched, st, out, op.loc)
+            if any(self._hits(r, st.dirty) for r in reads):
+                self._barrier(st, out, op.loc)
+            if any(self._hits(w, st.read) for w in writes | reg_writes):
+                self._barrier(st, out, op.loc)
+            out.append(op)
+            st.uncommitted |= writes
+            st.read |= reads
+            st.dirty |= reg_writes
+        return out
+
+
+def insert_sync(kernel: K.KernelOp) -> K.KernelOp:
+    return dataclasses.replace(kernel, body=tuple(_Sync(kernel).region(kernel.body, _State())))

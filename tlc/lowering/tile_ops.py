@@ -1,0 +1,646 @@
+"""`lower-tile-ops`: the TL graph → kernel IR, one rule per TL op (sm_80 family: mma.sync).
+
+Each statement lowers by its own rule, in program order, into the region it sits in:
+
+    Allocate … in global    → a global tensor view (pointer + the program's head offset)
+    Allocate … in shared    → a shared buffer           Allocate … in register → a cleared fragment
+    Copy global → shared    → cp.async of the tile at the program's coordinate (zero-fill past the end)
+    Copy shared → register  → the GEMM operand's ldmatrix source (a hint, LANGUAGE.md §5)
+    Copy register → global  → convert, stage in shared memory, 16-byte stores of in-range rows
+    GEMM                    → mma.sync over the operands the program names
+    elementwise, mask, row reductions, scaled exp2, Reshape, loops → fragment ops, ForOp
+
+Nothing else is generated: no barrier or wait (`insert-sync`), no second stage (`pipeline`),
+no swizzle (`infer-layouts`). A construct with no rule is refused at its line.
+"""
+from __future__ import annotations
+
+from tlc.arch import ArchInfo
+from tlc.diagnostics import Loc, fail
+from tlc.frontend import ast as A
+from tlc.ir.graph import Graph
+from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
+                        RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
+from tlc.ir.types import Value
+from tlc.kir import ops as K
+from tlc.kir.expr import BinOp, Const, E, Expr, Index, Var
+from tlc.kir.score_ops import substitute
+from tlc.lowering.abi import LaunchABI, derive_abi
+from tlc.lowering.exprs import BUILTINS, ExprLowering
+from tlc.lowering.storage import Buffer, Namer, Slot, last_uses
+from tlc.passes.tile_origin import origin
+
+CP_ASYNC = "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>"
+LDSM_N, LDSM_T = "SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T"
+ALL = Var("_")
+LOG2E = 1.4426950408889634
+
+# TL elementwise function → kernel-IR expression in x0, x1 (LANGUAGE.md §5: division by zero is 0).
+FN = {"add": "x0 + x1", "sub": "x0 - x1", "mul": "x0 * x1", "div": "select(x1 == 0.0, 0.0, x0 / x1)",
+      "max": "max(x0, x1)", "min": "min(x0, x1)", "exp": f"exp2(x0 * {LOG2E!r})", "exp2": "exp2(x0)",
+      "log": "log(x0)", "tanh": "tanh(x0)", "relu": "max(x0, 0.0)", "neg": "-x0", "abs": "abs(x0)",
+      "sqrt": "sqrt(x0)", "square": "x0 * x0"}
+
+
+def kblock(cols: int) -> int:
+    """Row atom of a shared tile: 64 elements (128 bytes) where the width allows."""
+    for kb in (64, 32, 16, 8):
+        if cols % kb == 0:
+            return kb
+    return 0
+
+
+class TileOpLowering:
+    """Lower one TL program (after the TL passes) to a `ProgramOp` for `arch`."""
+
+    def __init__(self, graph: Graph, arch: ArchInfo, name: str) -> None:
+        self.g, self.arch, self.name = graph, arch, name
+        self.dtype = str(graph.params.get("dtype", "bf16"))
+        self.warps = self._int_param("Warps", 4)
+        self.names = Namer(reserved=(*BUILTINS, "p", "tidx", "smem_"))
+        self.fields = {n: n for n in graph.inputs}
+        self.x = ExprLowering(graph.params, graph.inputs, self.fields)
+        self.abi: LaunchABI = derive_abi(graph, name, self.x.int_value)
+        self.layouts: list[K.Op] = []
+        self.decls: list[K.Op] = []
+        self.memo: dict[tuple, str] = {}
+        self.slots: dict[int, Slot] = {}
+        self.buffers: dict[str, Buffer] = {}
+        self.m_rows: int | None = None
+        self.region = 0
+        self.loops: list[tuple[str, set[str]]] = []   # enclosing loops: (kernel var, buffers written)
+        self.row_ref: dict[int, str] = {}
+        self.global_rows: dict[str, Expr] = {}
+        self._regions = 0
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> K.ProgramOp:
+        if self.dtype not in ("bf16", "fp16"):
+            raise fail(f"tlc build: dtype {self.dtype} has no mma.sync path (bf16 or fp16)")
+        body: list[K.Op] = []
+        self._lower_region(self.g, body)
+        if self.m_rows is None:
+            raise fail("tlc build: the program has no GEMM; the sm_80 lowering needs one to fix the thread layout")
+        rev = any(isinstance(op, LoopOp) and op.stop is not None and "block_idx" in str(op.stop)
+                  for _, op in self.g.walk())
+        lets = [K.LetOp(name="block_idx", type="i32", value=E("gridDim.x - 1 - blockIdx.x" if rev else "blockIdx.x")),
+                K.LetOp(name="head_idx", type="i32", value=E("blockIdx.y")),
+                K.LetOp(name="batch_idx", type="i32", value=E("blockIdx.z")),
+                K.LetOp(name="group", type="i32", value=Var("p.group"))]
+        mma = K.TiledMmaOp(name="tiled_mma", atom=self.arch.mma_atoms[self.dtype], warps=(self.warps, 1, 1),
+                           tile=(16 * self.warps, 16, 16), thread_slice="thr_mma")
+        smem = self._smem_decls()
+        rows = Var(f"p.{self.abi.grid_rows}") if not self.abi.grid_rows.isdigit() else Const(int(self.abi.grid_rows))
+        grid = (E(f"ceil_div({rows}, {self.abi.grid_tile})"), Var("p.heads"), Var("p.batch"))
+        kernel = K.KernelOp(name=self.name, params=self.abi.params_op().name, threads=32 * self.warps, min_blocks=1,
+                            grid=grid, smem_bytes=smem_extent(smem),
+                            body=tuple(lets + [mma] + smem + self.layouts + self.decls + body))
+        program = K.ProgramOp(name=self.name, body=(self.abi.params_op(), kernel))
+        program.verify()
+        return program
+
+    def _int_param(self, name: str, default: int) -> int:
+        v = self.g.params.get(name, default)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise fail(f"tlc build: Param {name} must be a positive integer, not {v!r}")
+        return v
+
+    def _lower_region(self, region: Graph, out: list[K.Op], yields: tuple[Value, ...] = ()) -> None:
+        ops = region.ops()
+        self._last = last_uses(region, ops, yields)
+        for i, op in enumerate(ops):
+            self._index = i
+            rule = getattr(self, f"_{type(op).__name__}", None)
+            if rule is None or isinstance(op, SoftmaxOp):
+                raise fail(f"tlc build: no kernel lowering for '{op.mnemonic}' here (run the TL passes first; "
+                           "the sm_80 lowering handles Allocate, Copy, GEMM, elementwise, Mask, the online "
+                           "softmax's ops, Reshape and loops)", op.loc)
+            rule(op, region, out)
+
+    # ------------------------------------------------------------------ slots and storage
+    def slot(self, v: Value, op: Op) -> Slot:
+        s = self.slots.get(v.uid)
+        if s is None:
+            raise fail(f"tlc build: '{v.name}' has no storage in the kernel here (read before it is defined?)", op.loc)
+        return s
+
+    def _dies_here(self, v: Value) -> bool:
+        s = self.slots.get(v.uid)
+        return (s is not None and s.region == self.region and s.kind in ("frag", "row")
+                and self._last.get(v.uid, -1) <= self._index)
+
+    def _bind(self, v: Value, s: Slot) -> Slot:
+        self.slots[v.uid] = s
+        return s
+
+    def _row_ref(self, rows: int) -> str:
+        if rows not in self.row_ref:
+            name = self.names.fresh(f"row_layout_{rows}")
+            self.decls.append(K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(rows, 16)))
+            self.row_ref[rows] = name
+        return self.row_ref[rows]
+
+    def _fresh_like(self, s: Slot, base: str, out: list[K.Op], loc: Loc | None, init: float | None = None) -> Slot:
+        name = self.names.fresh(base)
+        if s.kind == "row":
+            out.append(K.RowVectorOp(name=name, like=self._row_ref(s.rows), init=Const(0.0 if init is None else init),
+                                     loc=loc))
+        else:
+            out.append(K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(s.rows, s.cols), loc=loc))
+        return Slot(s.kind, name, s.rows, s.cols, region=self.region)
+
+    def _target(self, v: Value, result: Value, out: list[K.Op], loc: Loc | None) -> Slot:
+        """Storage for `result` computed from `v` by an in-place op: v's own if v dies here."""
+        src = self.slots[v.uid]
+        if self._dies_here(v):
+            return self._bind(result, Slot(src.kind, src.name, src.rows, src.cols, region=self.region))
+        dst = self._fresh_like(src, result.base, out, loc)
+        out.append(K.MapOp(target=dst.name, srcs=(src.name,), fn=E("x0"), loc=loc))
+        return self._bind(result, dst)
+
+    def _tile(self, v: Value, op: Op) -> Slot:
+        s = self.slot(v, op)
+        if s.kind not in ("frag", "row"):
+            what = {"smem": "a shared-memory tile", "global": "a global tensor", "afrag": "a GEMM A-operand fragment",
+                    "scalar": "a scalar"}[s.kind]
+            raise fail(f"tlc build: '{v.base}' is {what} here; this operation needs an fp32 register tile (an "
+                       "accumulator) or a row vector", op.loc)
+        return s
+
+    # ------------------------------------------------------------------ Allocate
+    def _AllocateOp(self, op: AllocateOp, region: Graph, out: list[K.Op]) -> None:
+        if op.space == "global":
+            t = next(t for t in self.abi.tensors if t.name == op.name)
+            head = self.x.lower(op.offset if op.offset is not None else A.Name("head_idx"), op.loc)
+            offset = BinOp("+", BinOp("*", Var("batch_idx"), Var(f"p.{t.stride('batch')}")),
+                           BinOp("*", head, Var(f"p.{t.stride('head')}")))
+            name = self.names.fresh(f"m{op.name}")
+            self.decls.append(K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset,
+                                               rows=self.x.lower(op.shape[0], op.loc), cols=t.cols,
+                                               row_stride=Var(f"p.{t.stride('row')}"), loc=op.loc))
+            self.global_rows[name] = self.x.lower(op.shape[0], op.loc)
+            self._bind(op.result, Slot("global", name, cols=t.cols, region=-1))
+            return
+        rows, cols = self._shape2(op.shape, op.loc, f"'{op.name}'")
+        if op.space == "shared":
+            dtype = op.result.type.dtype or self.dtype
+            if op.name in self.buffers:
+                raise fail(f"tlc build: shared buffer '{op.name}' is allocated twice", op.loc)
+            if not kblock(cols):
+                raise fail(f"tlc build: shared tile '{op.name}' has {cols} columns; the copies move 8 elements "
+                           "(16 bytes) per thread, so the width must be a multiple of 8", op.loc)
+            self.buffers[op.name] = Buffer(op.name, self.names.fresh(f"s{op.name}"), rows, cols, dtype, op.loc)
+            self._bind(op.result, Slot("smem", self.buffers[op.name].name, rows, cols, region=-1,
+                                       buffer=self.buffers[op.name], uid=-1))
+            return
+        name = self.names.fresh(f"r{op.name}")
+        out += [K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(rows, cols), loc=op.loc),
+                K.ClearOp(target=name, loc=op.loc)]
+        self._bind(op.result, Slot("frag", name, rows, cols, region=self.region))
+
+    def _shape2(self, shape, loc: Loc, what: str) -> tuple[int, int]:
+        if len(shape) != 2:
+            raise fail(f"tlc build: {what} must be a 2-D tile (rows, cols)", loc)
+        return self.x.int_value(shape[0], loc, "a tile extent"), self.x.int_value(shape[1], loc, "a tile extent")
+
+    # ------------------------------------------------------------------ Copy
+    def _CopyOp(self, op: CopyOp, region: Graph, out: list[K.Op]) -> None:
+        route = (op.src_space, op.dst_space)
+        if route == ("global", "shared"):
+            return self._load(op, out)
+        if route == ("shared", "register"):
+            src = self.slot(op.operands[0], op)
+            if src.kind != "smem":
+                raise fail("tlc build: a copy from shared to register reads a shared tile", op.loc)
+            users = [u for _, u in self.g.walk() if not isinstance(u, LoopOp)
+                     and any(x is op.result for x in u.operands)]
+            for user in users:
+                if not isinstance(user, GemmOp):
+                    raise fail(f"tlc build: '{op.result.base}' is copied to registers for a {user.mnemonic}; the sm_80 "
+                               "lowering loads shared tiles into registers only as GEMM operands (ldmatrix)", user.loc)
+            self._bind(op.result, Slot("smem", src.name, src.rows, src.cols, region=self.region, buffer=src.buffer,
+                                       uid=src.uid))
+            return
+        if route == ("register", "global"):
+            return self._store(op, out)
+        raise fail(f"tlc build: a copy from {op.src_space} to {op.dst_space} has no sm_80 lowering (supported: "
+                   "global→shared, shared→register, register→global)", op.loc)
+
+    def _coords(self, op: CopyOp, rows_tile: int, cols_tile: int, cols: int) -> tuple[Expr, Expr]:
+        coord = dict(op.coord)
+        unknown = sorted(set(coord) - {"L", "C"})
+        if unknown:
+            raise fail(f"tlc build: coordinate '{unknown[0]}' is not a tile axis (L: rows, C: columns)", op.loc)
+        r = self.x.lower(coord.get("L", A.Num(0)), op.loc)
+        c = self.x.lower(coord.get("C", A.Num(0)), op.loc)
+        if cols % cols_tile:
+            raise fail(f"tlc build: the tile's {cols_tile} columns do not divide the tensor's {cols}; a partial "
+                       "column tile is not supported", op.loc)
+        return r, c
+
+    def _copy_atom(self, cols: int, dtype: str, atom: str, rows: int, loc: Loc) -> tuple[str, str]:
+        """A thread-cooperative copy of 16-byte chunks for tiles `cols` wide (memoised)."""
+        key = ("gmem_copy", cols, dtype, atom)
+        if key not in self.memo:
+            tpr = kblock(cols) // 8
+            threads = 32 * self.warps
+            name = self.names.fresh(f"gmem_copy_{cols}" if "ASYNC" in atom else f"store_copy_{cols}")
+            self.decls.append(K.TiledCopyOp(name=name, atom=atom, dtype=dtype, kind="threads",
+                                            thread_slice=f"{name}_thr", thread_layout=(threads // tpr, tpr),
+                                            value_layout=(1, 8)))
+            self.memo[key] = name
+        name = self.memo[key]
+        per_pass = 32 * self.warps // (kblock(cols) // 8)
+        if rows % per_pass:
+            raise fail(f"tlc build: a {rows}-row tile cannot be copied by {32 * self.warps} threads moving "
+                       f"{per_pass} rows per pass; make the tile rows a multiple of {per_pass}", loc)
+        return name, f"{name}_thr"
+
+    def _partition(self, key: tuple, base: str, slice_: str, method: str, src: Expr) -> str:
+        if key not in self.memo:
+            name = self.names.fresh(base)
+            self.decls.append(K.PartitionOp(name=name, slice=slice_, method=method, src=src))
+            self.memo[key] = name
+        return self.memo[key]
+
+    def _global_tile(self, g: Slot, rows: int, cols: int) -> str:
+        key = ("gtile", g.name, rows, cols)
+        if key not in self.memo:
+            name = self.names.fresh("g" + g.name[1:])
+            self.decls.append(K.GlobalTileOp(name=name, src=g.name, tile=(rows, cols), coord=(ALL, ALL)))
+            self.memo[key] = name
+        return self.memo[key]
+
+    def _identity(self, rows: int, cols: int) -> str:
+        key = ("ident", rows, cols)
+        if key not in self.memo:
+            name = self.names.fresh(f"c{rows}x{cols}")
+            self.decls.append(K.IdentityTileOp(name=name, shape=(rows, cols)))
+            self.memo[key] = name
+        return self.memo[key]
+
+    def _load(self, op: CopyOp, out: list[K.Op]) -> None:
+        g = self.slot(op.operands[0], op)
+        if g.kind != "global":
+            raise fail("tlc build: a copy from global reads a global tensor", op.loc)
+        buf = self.buffers.get(op.result.base)
+        if buf is None:
+            raise fail(f"tlc build: no `Allocate {op.result.base} in shared` for this copy to write", op.loc)
+        tr, tc = self._shape2(op.tile or (), op.loc, "the copied tile")
+        if (tr, tc) != (buf.rows, buf.cols):
+            raise fail(f"tlc build: the copied tile is {tr}×{tc} but shared '{buf.tl_name}' is {buf.rows}×{buf.cols}",
+                       op.loc)
+        r, c = self._coords(op, tr, tc, g.cols)
+        copy, thr = self._copy_atom(tc, buf.dtype, CP_ASYNC, tr, op.loc)
+        gt = self._global_tile(g, tr, tc)
+        src = self._partition(("S", gt, copy), f"t{buf.tl_name}{gt}", thr, "partition_S", Var(gt))
+        dst = self._partition(("D", buf.name, copy), f"t{buf.tl_name}{buf.name}", thr, "partition_D", Var(buf.name))
+        ident = self._identity(tr, tc)
+        pred = self._partition(("S", ident, copy), f"t{buf.tl_name}{ident}", thr, "partition_S", Var(ident))
+        tile = Index(Var(src), (ALL, ALL, ALL, r, c))
+        rows = self.global_rows[g.name]
+        limit = BinOp("-", rows, BinOp("*", r, Const(tr)))
+        full, part = self.names.fresh(f"tok_{buf.tl_name}"), self.names.fresh(f"tok_{buf.tl_name}_edge")
+        out += [K.IfOp(cond=BinOp(">=", limit, Const(tr)), loc=op.loc, body=(
+                    K.AsyncCopyOp(token=full, copy=copy, src=tile, dst=Var(dst), buffer=buf.name, loc=op.loc),)),
+                K.IfOp(cond=BinOp("<", limit, Const(tr)), loc=op.loc, body=(
+                    K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
+                                  buffer=buf.name, loc=op.loc),)),
+                K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(full, part), loc=op.loc)]
+        buf.last_write = op.result.uid
+        for _, written in self.loops:
+            written.add(buf.name)
+        self._bind(op.result, Slot("smem", buf.name, tr, tc, region=self.region, buffer=buf, uid=op.result.uid))
+
+    def _store(self, op: CopyOp, out: list[K.Op]) -> None:
+        src = self.slot(op.operands[0], op)
+        g = self.slot(op.operands[1], op)
+        if g.kind != "global":
+            raise fail("tlc build: a copy to global writes a global tensor", op.loc)
+        if src.kind != "frag":
+            raise fail(f"tlc build: '{op.operands[0].base}' is not an accumulator tile; the sm_80 lowering stores "
+                       "fp32 register tiles (GEMM results) to global", op.loc)
+        tr, tc = self._shape2(op.tile or (), op.loc, "the stored tile")
+        if (tr, tc) != (src.rows, src.cols):
+            raise fail(f"tlc build: the stored tile is {tr}×{tc} but '{op.operands[0].base}' is {src.rows}×{src.cols}",
+                       op.loc)
+        r, c = self._coords(op, tr, tc, g.cols)
+        t = next(t for t in self.abi.tensors if t.ptr == f"{op.operands[1].base}_ptr")
+        stage = Buffer(f"{t.name}_out", self.names.fresh(f"s{t.name}_out"), tr, tc, t.dtype, op.loc, reuse=True)
+        self.buffers[stage.tl_name] = stage
+        rname = self.names.fresh(f"r{t.name}_out")
+        r2s = self._memo_copy(("r2s", t.dtype), "r2s_copy", "UniversalCopy<uint32_t>", t.dtype, "C")
+        s2g, thr = self._copy_atom(tc, t.dtype, "UniversalCopy<cute::uint128_t>", tr, op.loc)
+        gt = self._global_tile(g, tr, tc)
+        ident = self._identity(tr, tc)
+        r_view = self.names.fresh(f"t{t.name}r{t.name}")
+        s_dst = self._partition(("D", stage.name, r2s), f"t{t.name}s{t.name}", f"{r2s}_thr", "partition_D",
+                                Var(stage.name))
+        s_src = self._partition(("S", stage.name, s2g), f"t{t.name}s{t.name}_out", thr, "partition_S", Var(stage.name))
+        g_dst = self._partition(("D", gt, s2g), f"t{t.name}{gt}", thr, "partition_D", Var(gt))
+        pred = self._partition(("D", ident, s2g), f"t{t.name}{ident}", thr, "partition_D", Var(ident))
+        rows = self.global_rows[g.name]
+        out += [K.ConvertOp(name=rname, src=src.name, dtype=t.dtype, loc=op.loc),
+                K.PartitionOp(name=r_view, slice=f"{r2s}_thr", method="retile_S", src=Var(rname), loc=op.loc),
+                K.CopyOp(copy=r2s, src=Var(r_view), dst=Var(s_dst), writes=(stage.name,), loc=op.loc),
+                K.CopyOp(copy=s2g, src=Var(s_src), dst=Index(Var(g_dst), (ALL, ALL, ALL, r, c)), pred=Var(pred),
+                         row_limit=BinOp("-", rows, BinOp("*", r, Const(tr))), reads=(stage.name,), loc=op.loc)]
+        self._bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
+
+    def _memo_copy(self, key: tuple, base: str, atom: str, dtype: str, kind: str) -> str:
+        if key not in self.memo:
+            name = self.names.fresh(base)
+            self.decls.append(K.TiledCopyOp(name=name, atom=atom, dtype=dtype, kind=kind, mma="tiled_mma",
+                                            thread_slice=f"{name}_thr"))
+            self.memo[key] = name
+        return self.memo[key]
+
+    # ------------------------------------------------------------------ GEMM
+    def _operand(self, v: Value, role: str, major: str | None, op: GemmOp) -> tuple[str, int, int, dict]:
+        """(fragment, rows, cols, GemmOp loads) for operand `role` of `op`."""
+        s = self.slot(v, op)
+        if s.kind == "afrag" and role == "A":
+            return s.name, s.rows, s.cols, {}
+        if s.kind != "smem":
+            where = {"frag": "an accumulator (Reshape it to MMA_A first)", "afrag": "an A-operand fragment",
+                     "row": "a row vector", "scalar": "a scalar", "global": "a global tensor (copy it to shared)"}
+            raise fail(f"tlc build: GEMM operand {role} '{v.base}' is {where.get(s.kind, s.kind)}; the sm_80 lowering "
+                       f"reads operand {role} from a shared tile" + (" or a reshaped accumulator" if role == "A" else ""),
+                       op.loc)
+        buf = s.buffer
+        assert buf is not None
+        if s.uid == -1:
+            raise fail(f"tlc build: GEMM operand '{v.base}' reads shared '{buf.tl_name}' before any copy writes it",
+                       op.loc)
+        if s.uid != buf.last_write:
+            raise fail(f"tlc build: GEMM operand '{v.base}' reads shared '{buf.tl_name}' after a later copy "
+                       "overwrote it; copy the tile again or reorder the copies", op.loc)
+        for _, written in self.loops:
+            if buf.name in written and s.region != self.region:
+                raise fail(f"tlc build: GEMM operand '{v.base}' was loaded before this loop, but the loop overwrites "
+                           f"shared '{buf.tl_name}'", op.loc)
+        if role == "A" and major != "k":
+            raise fail(f"tlc build: operand A '{v.base}' is read transposed (stored M-contiguous); the sm_80 "
+                       "lowering reads A as stored, rows × K", op.loc)
+        trans = role == "B" and major == "mn"
+        src = buf.name
+        if trans:
+            src = self._transposed(buf)
+        frag_src = f"{buf.name}t_plain" if trans else buf.name
+        frag = self._memo_decl(("frag", buf.name, role, trans), f"t{role}r{buf.tl_name}",
+                               lambda n: K.FragmentOp(name=n, mma="tiled_mma", role=role, dtype=buf.dtype,
+                                                      src=Var(frag_src)))
+        copy = self._memo_copy(("s2r", role, trans, buf.dtype), f"s2r_{role}{'_trans' if trans else ''}",
+                               LDSM_T if trans else LDSM_N, buf.dtype, role)
+        smem = self._partition(("S2R", src, copy), f"t{role}s{buf.tl_name}", f"{copy}_thr", "partition_S", Var(src))
+        view = self._partition(("view", frag, copy), f"{frag}_view", f"{copy}_thr", "retile_D", Var(frag))
+        # A: (M, K) as stored. B: (K, N) — a k-major tile is stored (N, K), an mn-major one (K, N).
+        rows, cols = (buf.rows, buf.cols) if role == "A" or trans else (buf.cols, buf.rows)
+        return frag, rows, cols, {f"{role.lower()}_smem": Var(smem), f"{role.lower()}_copy": copy,
+                                  f"{role.lower()}_view": view, "_buf": buf.name}
+
+    def _memo_decl(self, key: tuple, base: str, make) -> str:
+        if key not in self.memo:
+            name = self.names.fresh(base)
+            self.decls.append(make(name))
+            self.memo[key] = name
+        return self.memo[key]
+
+    def _transposed(self, buf: Buffer) -> str:
+        """Views of a (K, N) row-major tile as (N, K) for ldmatrix.trans (and without swizzle for the fragment)."""
+        key = ("transposed", buf.name)
+        if key not in self.memo:
+            lay = f"{buf.name}_layout"
+            self.layouts += [
+                K.SmemTransposeLayoutOp(name=f"{lay}_t", of=lay, shape=(buf.cols, buf.rows)),
+                K.SmemTransposeLayoutOp(name=f"{lay}_t_plain", of=lay, shape=(buf.cols, buf.rows), strip_swizzle=True),
+                K.SharedViewOp(name=f"{buf.name}t", of=buf.name, layout=f"{lay}_t"),
+                K.SharedViewOp(name=f"{buf.name}t_plain", of=buf.name, layout=f"{lay}_t_plain")]
+            self.names.taken.update({f"{buf.name}t", f"{buf.name}t_plain"})
+            self.memo[key] = f"{buf.name}t"
+        return self.memo[key]
+
+    def _GemmOp(self, op: GemmOp, region: Graph, out: list[K.Op]) -> None:
+        a, am, ak, a_load = self._operand(op.operands[0], "A", op.a_major or "k", op)
+        b, bk, bn, b_load = self._operand(op.operands[1], "B", op.b_major or "k", op)
+        if ak != bk:
+            raise fail(f"tlc build: GEMM inner dimensions differ: A is {am}×{ak}, B is {bk}×{bn}", op.loc)
+        per_warp = 16 * self.warps
+        if am % per_warp or bn % 16 or ak % 16:
+            raise fail(f"tlc build: GEMM {am}×{bn}×{ak} does not fit mma.sync m16n8k16 on {self.warps} warps: M must "
+                       f"be a multiple of {per_warp}, N and K multiples of 16", op.loc)
+        if self.m_rows is None:
+            self.m_rows = am
+        elif am != self.m_rows:
+            raise fail(f"tlc build: every GEMM of a kernel shares the block's rows; this one has M = {am}, an earlier "
+                       f"one {self.m_rows}", op.loc)
+        if op.accumulate:
+            acc = self._target(op.operands[2], op.result, out, op.loc)
+            if (acc.rows, acc.cols) != (am, bn):
+                raise fail(f"tlc build: accumulator '{op.operands[2].base}' is {acc.rows}×{acc.cols}, the product "
+                           f"{am}×{bn}", op.loc)
+        else:
+            acc = self._bind(op.result, Slot("frag", self.names.fresh(f"acc_{op.result.base}"), am, bn,
+                                             region=self.region))
+            out += [K.FragmentOp(name=acc.name, mma="tiled_mma", role="C", dtype="fp32", shape=(am, bn), loc=op.loc),
+                    K.ClearOp(target=acc.name, loc=op.loc)]
+        reads = tuple(ld.pop("_buf") for ld in (a_load, b_load) if ld)
+        out.append(K.GemmOp(mma="tiled_mma", acc=acc.name, a=a, b=b, prefetch=True, reads=reads, loc=op.loc,
+                            **a_load, **b_load))
+
+    # ------------------------------------------------------------------ fragment math
+    def _ScalarOp(self, op: ScalarOp, region: Graph, out: list[K.Op]) -> None:
+        value = self.x.lower(op.expr, op.loc)
+        is_float = not self.x._is_int(value)
+        name = self.names.fresh(op.result.base)
+        out.append(K.LetOp(name=name, type="f32" if is_float else "i32", value=value, loc=op.loc))
+        if is_float:
+            self.x.float_names.add(name)
+        self._bind(op.result, Slot("scalar", name, region=self.region, is_float=is_float))
+
+    def _scalar_expr(self, v: Value, op: Op) -> Expr | None:
+        s = self.slot(v, op)
+        return Var(s.name) if s.kind == "scalar" else None
+
+    def _ElementwiseOp(self, op: ElementwiseOp, region: Graph, out: list[K.Op]) -> None:
+        fn = E(FN[op.fn])
+        slots = [self.slot(v, op) for v in op.operands]
+        tiles = [i for i, s in enumerate(slots) if s.kind != "scalar"]
+        if not tiles:
+            raise fail("tlc build: an elementwise op on scalars only; write it as an expression", op.loc)
+        for i, s in enumerate(slots):
+            if s.kind == "scalar":
+                fn = substitute(fn, f"x{i}", Var(s.name))
+        kinds = {slots[i].kind for i in tiles}
+        if kinds - {"frag", "row"}:
+            self._tile(op.operands[tiles[0]], op)
+        if kinds == {"frag", "row"}:
+            t = next(i for i in tiles if slots[i].kind == "frag")
+            r = next(i for i in tiles if slots[i].kind == "row")
+            if slots[t].rows != slots[r].rows:
+                raise fail("tlc build: the row vector's length differs from the tile's rows", op.loc)
+            fn = substitute(substitute(fn, f"x{t}", Var("x")), f"x{r}", Var("r"))
+            dst = self._target(op.operands[t], op.result, out, op.loc)
+            out.append(K.RowBroadcastOp(target=dst.name, vec=slots[r].name, fn=fn, loc=op.loc))
+            return
+        shapes = {(slots[i].rows, slots[i].cols) for i in tiles}
+        if len(shapes) > 1:
+            raise fail(f"tlc build: elementwise operands have different shapes {sorted(shapes)}", op.loc)
+        for k, i in enumerate(tiles):
+            fn = substitute(fn, f"x{i}", Var(f"y{k}"))
+        for k in range(len(tiles)):
+            fn = substitute(fn, f"y{k}", Var(f"x{k}"))
+        first = op.operands[tiles[0]]
+        if self._dies_here(first):
+            dst = self._bind(op.result, Slot(slots[tiles[0]].kind, slots[tiles[0]].name, slots[tiles[0]].rows,
+                                             slots[tiles[0]].cols, region=self.region))
+        else:
+            dst = self._bind(op.result, self._fresh_like(slots[tiles[0]], op.result.base, out, op.loc))
+        out.append(K.MapOp(target=dst.name, srcs=tuple(slots[i].name for i in tiles), fn=fn, loc=op.loc))
+
+    def _MaskOp(self, op: MaskOp, region: Graph, out: list[K.Op]) -> None:
+        s = self._tile(op.operands[0], op)
+        rows_o, cols_o = origin(region, op.operands[0], 0), origin(region, op.operands[0], 1)
+        if rows_o is None or cols_o is None:
+            raise fail("tlc build: cannot tell which query rows and key columns this tile holds (mask a GEMM "
+                       "result of tiles copied from global)", op.loc)
+        row0 = BinOp("*", self.x.lower(rows_o.coord, op.loc), self.x.lower(rows_o.tile, op.loc))
+        col0 = BinOp("*", self.x.lower(cols_o.coord, op.loc), self.x.lower(cols_o.tile, op.loc))
+        ident = self._identity(s.rows, s.cols)
+        coord = self._partition(("C", ident), f"tS{ident}", "thr_mma", "partition_C", Var(ident))
+        dst = self._target(op.operands[0], op.result, out, op.loc)
+        if op.kind == "bounds":
+            mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=Const(0),
+                            sk=self.x.lower(op.limit, op.loc), causal=False, alignment="top_left", bounds=True,
+                            loc=op.loc)
+        else:
+            if rows_o.extent is None or cols_o.extent is None:
+                raise fail("tlc build: a causal mask needs the lengths of both sequences", op.loc)
+            mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0,
+                            sq=self.x.lower(rows_o.extent, op.loc), sk=self.x.lower(cols_o.extent, op.loc),
+                            causal=True, alignment=op.alignment, bounds=False, loc=op.loc)
+        if not op.from_iteration:
+            out.append(mask)
+            return
+        (var, first), = op.from_iteration
+        cond = BinOp(">=", self.x.lower(A.Name(var), op.loc), self.x.lower(first, op.loc))
+        out.append(K.IfOp(cond=cond, body=(mask,), loc=op.loc))
+
+    def _RowReduceOp(self, op: RowReduceOp, region: Graph, out: list[K.Op]) -> None:
+        s = self._tile(op.operands[0], op)
+        if s.kind != "frag":
+            raise fail("tlc build: a row reduction reads a tile", op.loc)
+        dst = self._bind(op.result, self._fresh_like(Slot("row", "", s.rows), op.result.base, out, op.loc))
+        out += [K.RowReduceOp(dst=dst.name, src=s.name, kind=op.fn, accumulate=False, loc=op.loc),
+                K.AllReduceOp(target=dst.name, kind=op.fn, width=4, loc=op.loc)]
+
+    def _ScaledExpOp(self, op: ScaledExpOp, region: Graph, out: list[K.Op]) -> None:
+        x, m = (self._tile(v, op) for v in op.operands[:2])
+        scale = self._scalar_expr(op.operands[2], op)
+        if m.kind != "row" or scale is None:
+            raise fail("tlc build: scaled_exp2 takes a tile, a row vector and a scalar", op.loc)
+        if x.kind == "frag":
+            dst = self._target(op.operands[0], op.result, out, op.loc)
+            out.append(K.Exp2ScaleOp(target=dst.name, row_max=m.name, scale_log2=scale, loc=op.loc))
+            return
+        fn = substitute(E("exp2(x0 * s - select(x1 == -inf, 0.0, x1 * s))"), "s", scale)
+        dst = self._bind(op.result, self._fresh_like(x, op.result.base, out, op.loc))
+        out.append(K.MapOp(target=dst.name, srcs=(x.name, m.name), fn=fn, loc=op.loc))
+
+    def _FullOp(self, op: FullOp, region: Graph, out: list[K.Op]) -> None:
+        dims = [self.x.int_value(d, op.loc, "a tile extent") for d in op.shape]
+        if len(dims) == 1:
+            dst = self._fresh_like(Slot("row", "", dims[0]), op.result.base, out, op.loc, init=float(op.value))
+        else:
+            dst = self._fresh_like(Slot("frag", "", *dims), op.result.base, out, op.loc)
+            out.append(K.MapOp(target=dst.name, srcs=(), fn=Const(float(op.value)), loc=op.loc))
+        self._bind(op.result, dst)
+
+    def _ReshapeOp(self, op: ReshapeOp, region: Graph, out: list[K.Op]) -> None:
+        s = self._tile(op.operands[0], op)
+        if s.kind != "frag" or (op.src_modes[:1], op.dst_modes[:1]) != (("MMA_C",), ("MMA_A",)):
+            raise fail("tlc build: the sm_80 lowering regroups an accumulator (MMA_C) as an A operand (MMA_A) "
+                       f"only; this Reshape goes {op.src_modes[:1]} → {op.dst_modes[:1]}", op.loc)
+        dtype = op.dtype or self.dtype
+        if dtype not in ("bf16", "fp16"):
+            raise fail(f"tlc build: an A operand is bf16 or fp16, not {dtype}", op.loc)
+        conv, frag = self.names.fresh(f"r{op.result.base}"), self.names.fresh(f"tAr{op.result.base}")
+        out += [K.ConvertOp(name=conv, src=s.name, dtype=dtype, loc=op.loc),
+                K.RetileAccToAOp(name=frag, src=conv, mma="tiled_mma", loc=op.loc)]
+        self._bind(op.result, Slot("afrag", frag, s.rows, s.cols, region=self.region))
+
+    # ------------------------------------------------------------------ loops
+    def _LoopOp(self, op: LoopOp, region: Graph, out: list[K.Op]) -> None:
+        var = self.names.fresh(op.var)
+        self.x.bind(op.var, var)
+        start = self.x.lower(op.start if op.start is not None else A.Num(0), op.loc)
+        stop = self.x.lower(op.stop, op.loc, ceil=True)
+        carried = len(op.operands)
+        if len(op.yields) > carried:
+            raise fail("tlc build: values exported from a loop body (not carried) have no sm_80 lowering; "
+                       "run the TL passes (online-softmax carries the softmax statistics)", op.loc)
+        homes: list[Slot] = []
+        for v in op.operands:
+            if self._dies_here(v):
+                home = self.slots[v.uid]
+            else:
+                like = self._tile(v, op)
+                home = self._fresh_like(like, v.base, out, op.loc)
+                out.append(K.MapOp(target=home.name, srcs=(like.name,), fn=E("x0"), loc=op.loc))
+            homes.append(home)
+        outer = (self.region, self._last, self._index)
+        self._regions += 1
+        self.region = inner_region = self._regions
+        for arg, home in zip(op.args[1:], homes):
+            self._bind(arg, Slot(home.kind, home.name, home.rows, home.cols, region=inner_region))
+        body: list[K.Op] = []
+        self.loops.append((var, set()))
+        self._lower_region(op.body, body, tuple(op.yields[:carried]))
+        self.loops.pop()
+        moves = [(self.slots[y.uid].name, h.name) for y, h in zip(op.yields, homes) if self.slots[y.uid].name != h.name]
+        homes_set = {h.name for h in homes}
+        if any(src in homes_set for src, _ in moves):
+            temps = []
+            for src, dst in moves:
+                tmp = self._fresh_like(next(h for h in homes if h.name == dst), f"{dst}_next", body, op.loc)
+                body.append(K.MapOp(target=tmp.name, srcs=(src,), fn=E("x0"), loc=op.loc))
+                temps.append((tmp.name, dst))
+            moves = temps
+        body += [K.MapOp(target=dst, srcs=(src,), fn=E("x0"), loc=op.loc) for src, dst in moves]
+        self.region, self._last, self._index = outer
+        out.append(K.ForOp(var=var, start=start, stop=stop, step=1, body=tuple(body), loc=op.loc))
+        for res, home in zip(op.results, homes):
+            self._bind(res, Slot(home.kind, home.name, home.rows, home.cols, region=self.region))
+
+    # ------------------------------------------------------------------ shared memory
+    def _smem_decls(self) -> list[K.Op]:
+        out: list[K.Op] = []
+        offset = 0
+        for buf in self.buffers.values():
+            kb = kblock(buf.cols)
+            out.append(K.SmemLayoutOp(name=f"{buf.name}_layout", swizzle=(0, 0, 0), atom=(8, kb),
+                                      shape=(buf.rows, buf.cols), loc=buf.loc))
+        for buf in self.buffers.values():
+            at = 0 if buf.reuse else offset
+            out.append(K.SharedBufferOp(name=buf.name, dtype=buf.dtype, layout=f"{buf.name}_layout", offset_bytes=at,
+                                        reuse=buf.reuse, loc=buf.loc))
+            if not buf.reuse:
+                offset += -(-buf.bytes // 128) * 128
+        return out
+
+
+def smem_extent(ops: list[K.Op]) -> int:
+    """Bytes of dynamic shared memory the buffers among `ops` span (layout shapes × element size)."""
+    layouts = {op.name: op for op in ops if isinstance(op, K.SmemLayoutOp)}
+    end = 0
+    for op in ops:
+        if isinstance(op, K.SharedBufferOp):
+            n = 1
+            for d in layouts[op.layout].shape:
+                n *= d
+            end = max(end, op.offset_bytes + n * (4 if op.dtype == "fp32" else 2))
+    return end
+
+
+def lower_tile_ops(graph: Graph, arch: ArchInfo, name: str) -> K.ProgramOp:
+    return TileOpLowering(graph, arch, name).run()
