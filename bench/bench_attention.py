@@ -68,7 +68,7 @@ def run_row(row, tiles, dtype=torch.bfloat16, check=True):
     B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
     dv = row.get("d_v", d)
     spec, defines = attention_spec("bf16", d, dv, causal)  # the shipped .tl tlc.attention builds
-    defines.update(BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"], Stages=tiles["stages"])
+    defines.update(_tile_defines(spec, tiles))
     kern = tlc.build(spec, arch="sm_90", defines=defines)
     key = f"{spec.stem} " + " ".join(f"{k}={v}" for k, v in defines.items() if k not in ("dtype",))
     q, k = (torch.randn(B, H, S, d, device="cuda", dtype=dtype) for _ in range(2))
@@ -108,12 +108,20 @@ def run_baselines(row, qkv, result):
         result["flash_is_fa2"] = any("flash_fwd_kernel" in n for n in result["flash_kernels"])
 
 
+def _tile_defines(spec, tiles) -> dict:
+    """-D bindings for the tiles: BM and BN, and Warps/Stages where the spec declares them."""
+    text = spec.read_text()
+    out = dict(BM=tiles["bm"], BN=tiles["bn"])
+    out.update({p: tiles[k] for p, k in (("Warps", "warps"), ("Stages", "stages")) if f"Param {p} " in text})
+    return out
+
+
 def _warm(args) -> str:
     """Build one row's kernel into the disk cache (a child process: NVRTC runs in parallel)."""
     row, tiles = args
     d, dv = row["d"], row.get("d_v", row["d"])
     spec, defines = attention_spec("bf16", d, dv, row["causal"])
-    defines.update(BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"], Stages=tiles["stages"])
+    defines.update(_tile_defines(spec, tiles))
     try:
         tlc.build(spec, arch="sm_90", defines=defines)
         return f"built {row['name']} {tiles}"

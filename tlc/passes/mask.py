@@ -76,11 +76,13 @@ class _LoopMasks:
     def run(self) -> None:
         for x in scores_of(self.body):
             rows, cols = origin(self.body, x, 0), origin(self.body, x, 1)
-            if cols is None or cols.coord != self.var or cols.extent is None:
-                continue  # the scores' columns do not walk with this loop
-            self.bounds(x, rows, cols)
-            for mask in self.causal_masks(x):
-                self.causal(mask, rows, cols)
+            if cols is None or cols.extent is None:
+                continue  # no known key length: nothing can be past it
+            walking = cols.coord == self.var
+            self.bounds(x, rows, cols, walking)
+            if walking:  # otherwise the causal mask stays as written: every trip
+                for mask in self.causal_masks(x):
+                    self.causal(mask, rows, cols)
 
     def causal_masks(self, x: Value) -> list[MaskOp]:
         """Causal masks whose output is the scores themselves (through other masks only)."""
@@ -93,31 +95,34 @@ class _LoopMasks:
         return found
 
     # ------------------------------------------------------------ bounds
-    def bounds(self, x: Value, rows: Origin | None, cols: Origin) -> None:
+    def bounds(self, x: Value, rows: Origin | None, cols: Origin, walking: bool = True) -> None:
+        """Mask scores past the key length: from the trip whose tile crosses it when the tile walks
+        with the loop, in every trip when it does not (a tile at a fixed coordinate)."""
         limit = cols.extent
         assert limit is not None
-        switched = self.zero_fill(rows, limit)
+        switched = self.zero_fill(rows, limit, cols.coord)
         prod = self.body.producer(x)
         if isinstance(prod, MaskOp) and prod.kind == "bounds":
             return
         users = [u for u in self.body.ops() if any(v is x for v in u.operands)]
         loc = users[0].loc  # scores always have a reader: the softmax or its row max
         out = Value(fresh_name(self.root, x.base), x.type, x.base)
-        mask = MaskOp((out,), (x,), kind="bounds", limit=limit,
-                      from_iteration=((self.loop.var, BinOp("/", limit, cols.tile)),), loc=loc)
+        first = ((self.loop.var, BinOp("/", limit, cols.tile)),) if walking else ()
+        mask = MaskOp((out,), (x,), kind="bounds", limit=limit, from_iteration=first, loc=loc)
         self.body.insert_before(users[0], mask)  # right where the exp2 / row max reads the scores
         self.body.replace_all_uses(x, out, skip=mask)
+        when = f"from trip {self.loop.var} = {limit} / {cols.tile} on" if walking else "in every trip"
         self.ctx.remark(f"bounds: {', '.join(switched) or 'the loads'} zero-fill past the end; scores at "
-                        f"columns >= {limit} are masked explicitly, from trip {self.loop.var} = {limit} / "
-                        f"{cols.tile} on", loc)
+                        f"columns >= {limit} are masked explicitly, {when}", loc)
 
-    def zero_fill(self, rows: Origin | None, limit: Expr) -> list[str]:
+    def zero_fill(self, rows: Origin | None, limit: Expr, coord: Expr | None = None) -> list[str]:
         """Loads walking with the loop over a tensor of length `limit`, and the query tile."""
         switched = []
         for op in self.body.ops():
             if isinstance(op, CopyOp) and op.src_space == "global" and op.oob == "absent":
                 axes = (origin(self.body, op.result, axis) for axis in (0, 1))
-                if any(o is not None and o.coord == self.var and o.extent == limit for o in axes):
+                walk = self.var if coord is None else coord
+                if any(o is not None and o.coord == walk and o.extent == limit for o in axes):
                     self.body.replace(op, replace(op, oob="zero"))
                     switched.append(op.operands[0].base)
         if rows is not None and rows.copy.oob == "absent":
