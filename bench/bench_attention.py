@@ -79,7 +79,7 @@ def run_row(row, tiles, dtype=torch.bfloat16, check=True):
     result = dict(row, config=key, compile_seconds=round(kern.compiled.compile_seconds, 1),
                   ptxas=kern.compiled.metadata.get("ptxas", {}), attributes=kern.attributes(0))
     if check:
-        from bench.gpu_smoke import sass_summary
+        from bench.sass import sass_summary
         result["sass"] = sass_summary(kern.compiled.cubin)
     if check:
         rep = check_attention(out[:1, :2], q[:1, :2], k[:1, :2], v[:1, :2], causal=causal)
