@@ -1,5 +1,5 @@
-"""Kernel IR: the target-specific level below the TL graph (DESIGN §3), produced by `select-atoms`
-and `pipeline`, consumed by `tlc.backend_cute.emit` (one emitter handler per op class).
+"""Kernel IR: the target-specific level below the TL graph (DESIGN §3), produced by `lower-tile-ops`
+and rewritten by the scheduling passes, consumed by `tlc.backend_cute.emit` (one emitter handler per op class).
 
 README for the TL → kernel-IR lowering author
 =============================================
@@ -37,8 +37,8 @@ Fragment math
 Control flow and schedule
   ForOp(var, start, stop, step, body, stages, prefetch)   IfOp(cond, body)
 
-`tlc.kir.flash_fwd.build_flash_fwd_kir(FlashFwdConfig(...))` is the reference lowering for
-FlashAttention-2-style forward attention; `tlc.kir.text.print_kir` / `parse_kir` give the text form.
+`tlc.lowering.tile_ops` produces it from a TL program, op by op; `tlc.kir.text.print_kir` /
+`parse_kir` give the text form.
 """
 from __future__ import annotations
 

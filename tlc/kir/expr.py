@@ -271,3 +271,18 @@ def free_names(e: Expr) -> set[str]:
     if isinstance(e, Index):
         return {e.base.name}.union(*(free_names(a) for a in e.indices))
     return set()
+
+
+def substitute(e: Expr, name: str, value: Expr) -> Expr:
+    """`e` with every `Var(name)` replaced by `value` (also inside slices)."""
+    if isinstance(e, Var):
+        return value if e.name == name else e
+    if isinstance(e, Neg):
+        return Neg(substitute(e.arg, name, value))
+    if isinstance(e, BinOp):
+        return BinOp(e.op, substitute(e.lhs, name, value), substitute(e.rhs, name, value))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(substitute(a, name, value) for a in e.args))
+    if isinstance(e, Index):
+        return Index(e.base, tuple(substitute(a, name, value) for a in e.indices))
+    return e

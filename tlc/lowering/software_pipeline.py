@@ -18,25 +18,9 @@ from __future__ import annotations
 import dataclasses
 
 from tlc.kir import ops as K
-from tlc.kir.expr import BinOp, Call, Const, Expr, Index, Neg, Var
+from tlc.kir.expr import BinOp, Const, Expr, Index, Var, substitute
 
 ALL = Var("_")
-
-
-def _subst(e: Expr | None, name: str, value: Expr) -> Expr | None:
-    if e is None:
-        return None
-    if isinstance(e, Var):
-        return value if e.name == name else e
-    if isinstance(e, Neg):
-        return Neg(_subst(e.arg, name, value))
-    if isinstance(e, BinOp):
-        return BinOp(e.op, _subst(e.lhs, name, value), _subst(e.rhs, name, value))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(_subst(a, name, value) for a in e.args))
-    if isinstance(e, Index):
-        return Index(e.base, tuple(_subst(a, name, value) for a in e.indices))
-    return e
 
 
 def _staged(e: Expr, rank: dict[str, int], stage: Expr) -> Expr:
@@ -110,9 +94,9 @@ class Pipeliner:
         groups = {loop.body[i].name for i in commits}
 
         def shifted(ifop: K.IfOp, value: Expr, st: Expr) -> K.IfOp:
-            kids = tuple(dataclasses.replace(c, src=_subst(c.src, n, value), row_limit=_subst(c.row_limit, n, value),
+            kids = tuple(dataclasses.replace(c, src=substitute(c.src, n, value), row_limit=c.row_limit and substitute(c.row_limit, n, value),
                                              dst=_staged(c.dst, rank, st)) for c in ifop.body)
-            return dataclasses.replace(ifop, cond=_subst(ifop.cond, n, value), body=kids)
+            return dataclasses.replace(ifop, cond=substitute(ifop.cond, n, value), body=kids)
 
         pro_grp, next_grp = f"{n}_pipe_first", f"{n}_pipe_next"
         prologue = [K.IfOp(cond=BinOp("<", loop.start, loop.stop), loc=loop.loc,

@@ -23,8 +23,7 @@ from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopO
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
 from tlc.ir.types import Value
 from tlc.kir import ops as K
-from tlc.kir.expr import BinOp, Const, E, Expr, Index, Var
-from tlc.kir.score_ops import substitute
+from tlc.kir.expr import BinOp, Const, E, Expr, Index, Var, substitute
 from tlc.lowering.abi import LaunchABI, derive_abi
 from tlc.lowering.exprs import BUILTINS, ExprLowering
 from tlc.lowering.storage import Buffer, Namer, Slot, last_uses
