@@ -31,6 +31,10 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "b2b": ("b2b_gemm_relu", {}),
     "chain3": ("chain3_fwd", {}),
     **{f"variant_{k}": (f"variant:{k}", {"HeadDim": "64"}) for k in BUILDS},
+    # head dims that are multiples of 8, not of 32: padded inside the kernel (FlashAttention's rule)
+    **{f"mha_d{d}": ("mha_fwd", {"HeadDim": str(d), "BM": "128" if d <= 128 else "64"})
+       for d in (40, 80, 96, 112, 160, 224)},
+    "mha_d40_causal": ("mha_fwd", {"HeadDim": "40", "Causal": "true"}),
 }
 
 

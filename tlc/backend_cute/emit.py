@@ -210,18 +210,31 @@ class CuteEmitter:
         self.w.line(f"cute::fill({op.name}, {_ix(op.init)});")
 
     # ------------------------------------------------------------------ copies and synchronization
-    def _predicated_copy(self, copy: str, src: Expr, dst: Expr, pred: Expr, limit: Expr, zero_fill: bool) -> None:
+    def _predicated_copy(self, copy: str, src: Expr, dst: Expr, pred: Expr, limit: Expr, zero_fill: bool,
+                         col_limit: Expr | None = None) -> None:
         with self.w.block(""):
             self.w.line(f"auto src_ = {_ix(src)};")
             self.w.line(f"auto dst_ = {_ix(dst)};")
             self.w.line(f"const int row_limit_ = {_ix(limit)};")
+            if col_limit is not None:
+                self.w.line(f"const int col_limit_ = {_ix(col_limit)};")
             self.w.line("CUTE_UNROLL")
             with self.w.block("for (int m = 0; m < size<1>(dst_); ++m)"):
-                with self.w.block(f"if (get<0>({_ix(pred)}(0, m, 0)) < row_limit_)"):
-                    self.w.line(f"cute::copy({copy}, src_(_, m, _), dst_(_, m, _));")
-                if zero_fill:
-                    with self.w.block("else"):
-                        self.w.line("cute::clear(dst_(_, m, _));")
+                if col_limit is None:
+                    with self.w.block(f"if (get<0>({_ix(pred)}(0, m, 0)) < row_limit_)"):
+                        self.w.line(f"cute::copy({copy}, src_(_, m, _), dst_(_, m, _));")
+                    if zero_fill:
+                        with self.w.block("else"):
+                            self.w.line("cute::clear(dst_(_, m, _));")
+                    return
+                self.w.line("CUTE_UNROLL")
+                with self.w.block("for (int k = 0; k < size<2>(dst_); ++k)"):
+                    with self.w.block(f"if (get<0>({_ix(pred)}(0, m, k)) < row_limit_ && "
+                                      f"get<1>({_ix(pred)}(0, m, k)) < col_limit_)"):
+                        self.w.line(f"cute::copy({copy}, src_(_, m, k), dst_(_, m, k));")
+                    if zero_fill:
+                        with self.w.block("else"):
+                            self.w.line("cute::clear(dst_(_, m, k));")
 
     @emit.register
     def _(self, op: AsyncCopyOp) -> None:
@@ -230,7 +243,8 @@ class CuteEmitter:
         if op.pred is None:
             self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
         else:
-            self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=True)
+            self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=True,
+                                  col_limit=op.col_limit)
 
     @emit.register
     def _(self, op: CopyOp) -> None:
@@ -238,7 +252,8 @@ class CuteEmitter:
         if op.pred is None:
             self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
         else:
-            self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=False)
+            self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=False,
+                                  col_limit=op.col_limit)
 
     @emit.register
     def _(self, op: CommitOp) -> None:

@@ -18,6 +18,8 @@ class AsyncCopyOp(Op):
     dst: Expr
     pred: Expr | None = None
     row_limit: Expr | None = None
+    # Columns at or past `col_limit` (padding) are zero-filled too.
+    col_limit: Expr | None = None
     # The shared buffer written (scheduling passes read it; the emitter does not).
     buffer: str = ""
     defines = ("token",)
@@ -65,6 +67,8 @@ class CopyOp(Op):
     dst: Expr
     pred: Expr | None = None
     row_limit: Expr | None = None
+    # Columns at or past `col_limit` (padding) are skipped too.
+    col_limit: Expr | None = None
     # Shared buffers read and written (scheduling passes read them; the emitter does not).
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()

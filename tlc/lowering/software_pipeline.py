@@ -34,7 +34,9 @@ def _copies(body: tuple[K.Op, ...]) -> dict[str, list[int]]:
     """buffer → indices in `body` of the If-wrapped async copies writing it (and their commit)."""
     out: dict[str, list[int]] = {}
     for i, op in enumerate(body):
-        if isinstance(op, K.IfOp) and op.body and all(isinstance(c, K.AsyncCopyOp) for c in op.body):
+        if isinstance(op, K.AsyncCopyOp):
+            out.setdefault(op.buffer, []).append(i)
+        elif isinstance(op, K.IfOp) and op.body and all(isinstance(c, K.AsyncCopyOp) for c in op.body):
             out.setdefault(op.body[0].buffer, []).append(i)
     return out
 
@@ -63,7 +65,7 @@ class Pipeliner:
                 readers.setdefault(b, set()).add(id(op) in inside)
         out = []
         for buf, idx in _copies(loop.body).items():
-            copies = [c for i in idx for c in loop.body[i].body]
+            copies = [c for i in idx for c in (loop.body[i].body if isinstance(loop.body[i], K.IfOp) else (loop.body[i],))]
             moves = all(loop.var in str(c.src) for c in copies)
             if moves and writers.get(buf) == len(copies) and readers.get(buf) == {True}:
                 out.append(buf)
@@ -93,7 +95,9 @@ class Pipeliner:
         moved = [loop.body[i] for i in copy_idx]
         groups = {loop.body[i].name for i in commits}
 
-        def shifted(ifop: K.IfOp, value: Expr, st: Expr) -> K.IfOp:
+        def shifted(ifop: K.Op, value: Expr, st: Expr) -> K.Op:
+            if isinstance(ifop, K.AsyncCopyOp):
+                return shifted(K.IfOp(cond=Const(True), body=(ifop,), loc=ifop.loc), value, st).body[0]
             kids = tuple(dataclasses.replace(c, src=substitute(c.src, n, value), row_limit=c.row_limit and substitute(c.row_limit, n, value),
                                              dst=_staged(c.dst, rank, st)) for c in ifop.body)
             return dataclasses.replace(ifop, cond=substitute(ifop.cond, n, value), body=kids)

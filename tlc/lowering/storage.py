@@ -30,6 +30,7 @@ class Buffer:
     dtype: str
     loc: Loc | None
     reuse: bool = False          # may overlap buffers that are dead when it is first written
+    logical_cols: int = 0        # the program's width; `cols` is padded (tile_ops.padded)
     last_write: int = -1         # uid of the TL value of its latest write, in program order
 
     @property
@@ -49,6 +50,11 @@ class Slot:
     buffer: Buffer | None = None
     uid: int = -1                # smem: the TL value written (for staleness checks)
     is_float: bool = True
+    logical_cols: int = -1       # the program's width when `cols` is padded (-1: not padded)
+
+    def __post_init__(self) -> None:
+        if self.logical_cols < 0:
+            self.logical_cols = self.cols
 
 
 class Namer:

@@ -41,6 +41,13 @@ FN = {"add": "x0 + x1", "sub": "x0 - x1", "mul": "x0 * x1", "div": "select(x1 ==
       "sqrt": "sqrt(x0)", "square": "x0 * x0"}
 
 
+def padded(cols: int) -> int:
+    """Columns a tile occupies in the kernel: a multiple of 32 (FlashAttention pads head dims the
+    same way), so copies move 16-byte chunks and mma.sync's k16/n16 steps tile it; the padding is
+    zero-filled on load and never stored."""
+    return cols if cols % 32 == 0 else -(-cols // 32) * 32
+
+
 def kblock(cols: int) -> int:
     """Row atom of a shared tile: 64 elements (128 bytes) where the width allows."""
     for kb in (64, 32, 16, 8):
@@ -146,13 +153,14 @@ class TileOpLowering:
                                      loc=loc))
         else:
             out.append(K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(s.rows, s.cols), loc=loc))
-        return Slot(s.kind, name, s.rows, s.cols, region=self.region)
+        return Slot(s.kind, name, s.rows, s.cols, region=self.region, logical_cols=s.logical_cols)
 
     def _target(self, v: Value, result: Value, out: list[K.Op], loc: Loc | None) -> Slot:
         """Storage for `result` computed from `v` by an in-place op: v's own if v dies here."""
         src = self.slots[v.uid]
         if self._dies_here(v):
-            return self._bind(result, Slot(src.kind, src.name, src.rows, src.cols, region=self.region))
+            return self._bind(result, Slot(src.kind, src.name, src.rows, src.cols, region=self.region,
+                                           logical_cols=src.logical_cols))
         dst = self._fresh_like(src, result.base, out, loc)
         out.append(K.MapOp(target=dst.name, srcs=(src.name,), fn=E("x0"), loc=loc))
         return self._bind(result, dst)
@@ -175,12 +183,13 @@ class TileOpLowering:
                            BinOp("*", head, Var(f"p.{t.stride('head')}")))
             name = self.names.fresh(f"m{op.name}")
             self.decls.append(K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset,
-                                               rows=self.x.lower(op.shape[0], op.loc), cols=t.cols,
+                                               rows=self.x.lower(op.shape[0], op.loc), cols=padded(t.cols),
                                                row_stride=Var(f"p.{t.stride('row')}"), loc=op.loc))
             self.global_rows[name] = self.x.lower(op.shape[0], op.loc)
-            self._bind(op.result, Slot("global", name, cols=t.cols, region=-1))
+            self._bind(op.result, Slot("global", name, cols=padded(t.cols), region=-1, logical_cols=t.cols))
             return
-        rows, cols = self._shape2(op.shape, op.loc, f"'{op.name}'")
+        rows, logical = self._shape2(op.shape, op.loc, f"'{op.name}'")
+        cols = padded(logical)
         if op.space == "shared":
             dtype = op.result.type.dtype or self.dtype
             if op.name in self.buffers:
@@ -188,14 +197,15 @@ class TileOpLowering:
             if not kblock(cols):
                 raise fail(f"tlc build: shared tile '{op.name}' has {cols} columns; the copies move 8 elements "
                            "(16 bytes) per thread, so the width must be a multiple of 8", op.loc)
-            self.buffers[op.name] = Buffer(op.name, self.names.fresh(f"s{op.name}"), rows, cols, dtype, op.loc)
+            self.buffers[op.name] = Buffer(op.name, self.names.fresh(f"s{op.name}"), rows, cols, dtype, op.loc,
+                                           logical_cols=logical)
             self._bind(op.result, Slot("smem", self.buffers[op.name].name, rows, cols, region=-1,
-                                       buffer=self.buffers[op.name], uid=-1))
+                                       buffer=self.buffers[op.name], uid=-1, logical_cols=logical))
             return
         name = self.names.fresh(f"r{op.name}")
         out += [K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(rows, cols), loc=op.loc),
                 K.ClearOp(target=name, loc=op.loc)]
-        self._bind(op.result, Slot("frag", name, rows, cols, region=self.region))
+        self._bind(op.result, Slot("frag", name, rows, cols, region=self.region, logical_cols=logical))
 
     def _shape2(self, shape, loc: Loc, what: str) -> tuple[int, int]:
         if len(shape) != 2:
@@ -285,11 +295,12 @@ class TileOpLowering:
         buf = self.buffers.get(op.result.base)
         if buf is None:
             raise fail(f"tlc build: no `Allocate {op.result.base} in shared` for this copy to write", op.loc)
-        tr, tc = self._shape2(op.tile or (), op.loc, "the copied tile")
-        if (tr, tc) != (buf.rows, buf.cols):
-            raise fail(f"tlc build: the copied tile is {tr}×{tc} but shared '{buf.tl_name}' is {buf.rows}×{buf.cols}",
-                       op.loc)
-        r, c = self._coords(op, tr, tc, g.cols)
+        tr, logical = self._shape2(op.tile or (), op.loc, "the copied tile")
+        tc = padded(logical)
+        if (tr, logical) != (buf.rows, buf.logical_cols):
+            raise fail(f"tlc build: the copied tile is {tr}×{logical} but shared '{buf.tl_name}' is "
+                       f"{buf.rows}×{buf.logical_cols}", op.loc)
+        r, c = self._coords(op, tr, logical, g.logical_cols)
         copy, thr = self._copy_atom(tc, buf.dtype, CP_ASYNC, tr, op.loc)
         gt = self._global_tile(g, tr, tc)
         src = self._partition(("S", gt, copy), f"t{buf.tl_name}{gt}", thr, "partition_S", Var(gt))
@@ -300,16 +311,22 @@ class TileOpLowering:
         rows = self.global_rows[g.name]
         limit = BinOp("-", rows, BinOp("*", r, Const(tr)))
         full, part = self.names.fresh(f"tok_{buf.tl_name}"), self.names.fresh(f"tok_{buf.tl_name}_edge")
-        out += [K.IfOp(cond=BinOp(">=", limit, Const(tr)), loc=op.loc, body=(
+        if tc != logical:  # padded columns: every load checks them (zero-filled past `logical`)
+            out += [K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
+                                  col_limit=Const(logical), buffer=buf.name, loc=op.loc),
+                    K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(part,), loc=op.loc)]
+        else:
+            out += [K.IfOp(cond=BinOp(">=", limit, Const(tr)), loc=op.loc, body=(
                     K.AsyncCopyOp(token=full, copy=copy, src=tile, dst=Var(dst), buffer=buf.name, loc=op.loc),)),
                 K.IfOp(cond=BinOp("<", limit, Const(tr)), loc=op.loc, body=(
                     K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
                                   buffer=buf.name, loc=op.loc),)),
-                K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(full, part), loc=op.loc)]
+                    K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(full, part), loc=op.loc)]
         buf.last_write = op.result.uid
         for _, written in self.loops:
             written.add(buf.name)
-        self._bind(op.result, Slot("smem", buf.name, tr, tc, region=self.region, buffer=buf, uid=op.result.uid))
+        self._bind(op.result, Slot("smem", buf.name, tr, tc, region=self.region, buffer=buf, uid=op.result.uid,
+                                   logical_cols=logical))
 
     def _store(self, op: CopyOp, out: list[K.Op]) -> None:
         src = self.slot(op.operands[0], op)
@@ -319,11 +336,12 @@ class TileOpLowering:
         if src.kind != "frag":
             raise fail(f"tlc build: '{op.operands[0].base}' is not an accumulator tile; the sm_80 lowering stores "
                        "fp32 register tiles (GEMM results) to global", op.loc)
-        tr, tc = self._shape2(op.tile or (), op.loc, "the stored tile")
-        if (tr, tc) != (src.rows, src.cols):
-            raise fail(f"tlc build: the stored tile is {tr}×{tc} but '{op.operands[0].base}' is {src.rows}×{src.cols}",
-                       op.loc)
-        r, c = self._coords(op, tr, tc, g.cols)
+        tr, logical = self._shape2(op.tile or (), op.loc, "the stored tile")
+        tc = padded(logical)
+        if (tr, logical) != (src.rows, src.logical_cols):
+            raise fail(f"tlc build: the stored tile is {tr}×{logical} but '{op.operands[0].base}' is "
+                       f"{src.rows}×{src.logical_cols}", op.loc)
+        r, c = self._coords(op, tr, logical, g.logical_cols)
         t = next(t for t in self.abi.tensors if t.ptr == f"{op.operands[1].base}_ptr")
         stage = Buffer(f"{t.name}_out", self.names.fresh(f"s{t.name}_out"), tr, tc, t.dtype, op.loc, reuse=True)
         self.buffers[stage.tl_name] = stage
@@ -343,7 +361,8 @@ class TileOpLowering:
                 K.PartitionOp(name=r_view, slice=f"{r2s}_thr", method="retile_S", src=Var(rname), loc=op.loc),
                 K.CopyOp(copy=r2s, src=Var(r_view), dst=Var(s_dst), writes=(stage.name,), loc=op.loc),
                 K.CopyOp(copy=s2g, src=Var(s_src), dst=Index(Var(g_dst), (ALL, ALL, ALL, r, c)), pred=Var(pred),
-                         row_limit=BinOp("-", rows, BinOp("*", r, Const(tr))), reads=(stage.name,), loc=op.loc)]
+                         row_limit=BinOp("-", rows, BinOp("*", r, Const(tr))),
+                         col_limit=Const(logical) if tc != logical else None, reads=(stage.name,), loc=op.loc)]
         self._bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
 
     def _memo_copy(self, key: tuple, base: str, atom: str, dtype: str, kind: str) -> str:
@@ -439,8 +458,10 @@ class TileOpLowering:
                 raise fail(f"tlc build: accumulator '{op.operands[2].base}' is {acc.rows}×{acc.cols}, the product "
                            f"{am}×{bn}", op.loc)
         else:
+            b_slot = self.slots[op.operands[1].uid]
+            logical = b_slot.logical_cols if (op.b_major == "mn" and b_slot.kind == "smem") else bn
             acc = self._bind(op.result, Slot("frag", self.names.fresh(f"acc_{op.result.base}"), am, bn,
-                                             region=self.region))
+                                             region=self.region, logical_cols=logical))
             out += [K.FragmentOp(name=acc.name, mma="tiled_mma", role="C", dtype="fp32", shape=(am, bn), loc=op.loc),
                     K.ClearOp(target=acc.name, loc=op.loc)]
         reads = tuple(ld.pop("_buf") for ld in (a_load, b_load) if ld)
@@ -491,8 +512,9 @@ class TileOpLowering:
             fn = substitute(fn, f"y{k}", Var(f"x{k}"))
         first = op.operands[tiles[0]]
         if self._dies_here(first):
-            dst = self._bind(op.result, Slot(slots[tiles[0]].kind, slots[tiles[0]].name, slots[tiles[0]].rows,
-                                             slots[tiles[0]].cols, region=self.region))
+            first_slot = slots[tiles[0]]
+            dst = self._bind(op.result, Slot(first_slot.kind, first_slot.name, first_slot.rows, first_slot.cols,
+                                             region=self.region, logical_cols=first_slot.logical_cols))
         else:
             dst = self._bind(op.result, self._fresh_like(slots[tiles[0]], op.result.base, out, op.loc))
         out.append(K.MapOp(target=dst.name, srcs=tuple(slots[i].name for i in tiles), fn=fn, loc=op.loc))
@@ -529,6 +551,9 @@ class TileOpLowering:
         s = self._tile(op.operands[0], op)
         if s.kind != "frag":
             raise fail("tlc build: a row reduction reads a tile", op.loc)
+        if s.logical_cols != s.cols:
+            raise fail(f"tlc build: a row reduction over a tile whose {s.logical_cols} columns are padded to {s.cols} "
+                       "in the kernel is not supported; use a width that is a multiple of 32", op.loc)
         dst = self._bind(op.result, self._fresh_like(Slot("row", "", s.rows), op.result.base, out, op.loc))
         out += [K.RowReduceOp(dst=dst.name, src=s.name, kind=op.fn, accumulate=False, loc=op.loc),
                 K.AllReduceOp(target=dst.name, kind=op.fn, width=4, loc=op.loc)]
@@ -591,7 +616,8 @@ class TileOpLowering:
         self._regions += 1
         self.region = inner_region = self._regions
         for arg, home in zip(op.args[1:], homes):
-            self._bind(arg, Slot(home.kind, home.name, home.rows, home.cols, region=inner_region))
+            self._bind(arg, Slot(home.kind, home.name, home.rows, home.cols, region=inner_region,
+                                 logical_cols=home.logical_cols))
         body: list[K.Op] = []
         self.loops.append((var, set()))
         self._lower_region(op.body, body, tuple(op.yields[:carried]))
@@ -609,7 +635,8 @@ class TileOpLowering:
         self.region, self._last, self._index = outer
         out.append(K.ForOp(var=var, start=start, stop=stop, step=1, body=tuple(body), loc=op.loc))
         for res, home in zip(op.results, homes):
-            self._bind(res, Slot(home.kind, home.name, home.rows, home.cols, region=self.region))
+            self._bind(res, Slot(home.kind, home.name, home.rows, home.cols, region=self.region,
+                                 logical_cols=home.logical_cols))
 
     # ------------------------------------------------------------------ shared memory
     def _smem_decls(self) -> list[K.Op]:
