@@ -40,6 +40,10 @@ SWEEP = [  # variants around the defaults; the full list measured on 2026-11-22 
     dict(bm=128, bn=64, warps=4, stages=1), dict(bm=128, bn=128, warps=4, stages=2),
     dict(bm=192, bn=64, warps=4, stages=2), dict(bm=128, bn=32, warps=4, stages=2),
 ]
+WIDE_SWEEP = [  # for d >= 192 (--extra --sweep): FA2 runs d=256 with 128x64 tiles on 8 warps
+    dict(bm=128, bn=64, warps=8, stages=2), dict(bm=128, bn=32, warps=8, stages=2),
+    dict(bm=64, bn=64, warps=4, stages=2), dict(bm=64, bn=32, warps=4, stages=2),
+]
 if os.environ.get("TLC_BENCH_SWEEP"):  # e.g. "128x48x4x2;128x64x4x1": BMxBNxWARPSxSTAGES, replaces the list
     SWEEP = [dict(zip(("bm", "bn", "warps", "stages"), map(int, v.split("x"))))
              for v in os.environ["TLC_BENCH_SWEEP"].split(";") if v]
@@ -139,7 +143,9 @@ def main() -> int:
     from concurrent.futures import ProcessPoolExecutor
     rows = ROWS + (EXTRA_ROWS if a.extra else [])
     todo = [(r, default_tiles(r["d"], r.get("d_v", r["d"]))) for r in rows]
-    todo += [(r, t) for r in ROWS for t in SWEEP] if a.sweep else []
+    sweeps = [(r, t) for r in ROWS for t in SWEEP] if a.sweep else []
+    sweeps += [(r, t) for r in EXTRA_ROWS for t in WIDE_SWEEP] if a.sweep and a.extra else []
+    todo += sweeps
     with ProcessPoolExecutor(max_workers=min(16, len(todo))) as pool:
         for line in pool.map(_warm, todo):
             print(line, flush=True)
@@ -147,16 +153,15 @@ def main() -> int:
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": dev,
               "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "rows": [], "sweep": []}
     if a.sweep:
-        for row in ROWS:
-            for tiles in SWEEP:
-                try:
-                    res, _ = run_row(row, tiles, check=False)
-                    report["sweep"].append(res)
-                    print(f"sweep {row['name']:18s} {res['config']:58s} {res['tlc_tflops']:6.1f} TFLOP/s "
-                          f"regs={res['attributes'].get('registers')} local={res['attributes'].get('local_bytes')}",
-                          flush=True)
-                except Exception as exc:  # one failing variant must not hide the others
-                    print(f"sweep {row['name']} {tiles}: ERROR {str(exc)[:300]}", flush=True)
+        for row, tiles in sweeps:
+            try:
+                res, _ = run_row(row, tiles, check=False)
+                report["sweep"].append(res)
+                print(f"sweep {row['name']:18s} {res['config']:58s} {res['tlc_tflops']:6.1f} TFLOP/s "
+                      f"regs={res['attributes'].get('registers')} local={res['attributes'].get('local_bytes')}",
+                      flush=True)
+            except Exception as exc:  # one failing variant must not hide the others
+                print(f"sweep {row['name']} {tiles}: ERROR {str(exc)[:300]}", flush=True)
     for row in ROWS + (EXTRA_ROWS if a.extra else []):
         res, qkv = run_row(row, default_tiles(row["d"], row.get("d_v", row["d"])))
         if not a.no_baselines:
