@@ -5,6 +5,7 @@ PassContext (`LoweringState`) and `--print-after` shows the kernel IR after each
     infer-layouts    shared layouts' swizzles from how the tiles are read
     insert-sync      cp.async waits and barriers from the shared-memory effects
     pipeline         multi-stage copies of a loop (Param Stages, else 2 where shared memory allows)
+    defer-reductions running row sums reduced across lanes once, after the loop
     check-resources  shared memory and a register estimate against the arch table
 """
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _kernel(state: LoweringState) -> KernelOp:
     return state.kir.kernels()[0]
 
 
-LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "check-resources")
+LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "defer-reductions", "check-resources")
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,25 @@ class PipelinePass(Pass):
         if state is None or state.kir is None:
             return "// pipeline: no kernel IR\n"
         return "".join(f"// schedule: {r}\n" for r in state.schedule) + print_kir(state.kir)
+
+
+@dataclass(frozen=True)
+class DeferReductionsPass(Pass):
+    """Running row sums stay per lane in the loop; one cross-lane sum after (tlc.lowering.reductions)."""
+
+    name: ClassVar[str] = "defer-reductions"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.reductions import defer_reductions
+
+        state = _state(ctx, self.name)
+        kernel, notes = defer_reductions(_kernel(state))
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+    def print_state(self, ctx: PassContext) -> str:
+        state = get_state(ctx)
+        return print_kir(state.kir) if state and state.kir else ""
 
 
 @dataclass(frozen=True)
