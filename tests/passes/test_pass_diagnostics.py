@@ -49,9 +49,13 @@ def test_one_diagnostic_at_the_right_line(name: str, tmp_path: Path, capsys: pyt
 def test_undefined_loop_bound_in_ir_is_one_error_at_the_loop() -> None:
     ir = """tl.program "b.tl"
 input seqlen_k : int
+%O = allocate() {name = O, space = global, shape = (`seqlen_k`, `4`), dtype = bf16, offset = none} : global(seqlen_k, 4) bf16  loc(3:1)
+%O.1 = allocate() {name = O, space = register, shape = (`4`, `4`), dtype = fp32, offset = none} : register(4, 4) fp32  loc(4:1)
 loop() {var = n, start = `0`, stop = `seqlen_k / BN`} ^(%n : scalar int) [
   yield
 ]  loc(7:1)
+%O.2 = elementwise(%O.1) {fn = exp} : register(4, 4) fp32  loc(8:1)
+%O.3 = copy(%O.2, %O) {src_space = register, dst_space = global, tile = (`4`, `4`), coord = [L = `block_idx`], oob = absent} : global(4, 4) bf16  loc(9:1)
 """
     with pytest.raises(TlcError) as exc:
         run_pipeline(parse_ir(ir))

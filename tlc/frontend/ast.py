@@ -77,7 +77,21 @@ def _paren(e: Expr, parent: str, right: bool) -> str:
     return str(e)
 
 
-EXPR_FUNCTIONS = {"cdiv", "min", "max"}
+# name → (fewest, most) arguments; None: no upper bound. eval_expr and the frontend's
+# check both read this table, so an arity the checker accepts always evaluates.
+EXPR_FUNCTIONS: dict[str, tuple[int, int | None]] = {"cdiv": (2, 2), "min": (2, None), "max": (2, None)}
+
+
+def call_problem(fn: str, n_args: int) -> str | None:
+    """Why `fn(…n_args…)` is not a valid call of a built-in function, or None."""
+    if fn not in EXPR_FUNCTIONS:
+        return f"unknown function '{fn}'; the functions are cdiv(a, b), min(a, b, …) and max(a, b, …)"
+    least, most = EXPR_FUNCTIONS[fn]
+    if n_args < least or (most is not None and n_args > most):
+        want = f"exactly {least}" if most == least else f"at least {least}"
+        form = "cdiv(a, b)" if fn == "cdiv" else f"{fn}(a, b, …)"
+        return f"'{fn}' takes {want} arguments, got {n_args}; write {form}"
+    return None
 
 
 class ExprError(Exception):
@@ -95,14 +109,15 @@ def eval_expr(e: Expr, env: Mapping[str, float | int], *, ceil_div: bool = False
     if isinstance(e, Neg):
         return -eval_expr(e.operand, env, ceil_div=ceil_div)
     if isinstance(e, Call):
+        problem = call_problem(e.fn, len(e.args))
+        if problem:
+            raise ExprError(problem)
         args = [eval_expr(a, env, ceil_div=ceil_div) for a in e.args]
-        if e.fn == "cdiv" and len(args) == 2:
+        if e.fn == "cdiv":
             if args[1] == 0:
                 raise ExprError("cdiv by zero")
             return -(-args[0] // args[1])
-        if e.fn in ("min", "max") and args:
-            return (min if e.fn == "min" else max)(args)
-        raise ExprError(f"unknown function '{e.fn}'")
+        return (min if e.fn == "min" else max)(args)
     a = eval_expr(e.lhs, env, ceil_div=ceil_div)
     b = eval_expr(e.rhs, env, ceil_div=ceil_div)
     if e.op == "+":

@@ -8,16 +8,19 @@ inside a loop that existed before it becomes a loop-carried value.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tlc.diagnostics import DiagnosticSink, Loc, Note
 from tlc.frontend import ast as A
-from tlc.frontend.names import BUILTINS, identifier_problem
+from tlc.frontend.names import BUILTINS, identifier_problem, unknown_operation
+from tlc.frontend.params import bind_define
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         ScalarOp, SoftmaxOp)
-from tlc.ir.types import DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Value
+from tlc.ir.types import (MEMORY_DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Value, canonical_dtype,
+                          dtype_spellings)
 from tlc.frontend.lower_scopes import assigned_names, sketch_prelude, subexprs, drop_dead_carried
 
 COORD_KEYS = {"L": 0, "C": 1}
@@ -28,6 +31,7 @@ ALIGNMENTS = ("top_left", "bottom_right")
 class _Def:
     value: Value
     loc: Loc
+    empty: bool = False  # a shared buffer nothing has been copied into yet
 
 
 @dataclass
@@ -37,20 +41,6 @@ class _Scope:
     defs: dict[str, dict[str, _Def]] = field(default_factory=dict)
     newest: dict[str, str] = field(default_factory=dict)
     exports: dict[str, _Def] = field(default_factory=dict)  # softmax statistics
-
-
-def _parse_define(value: str) -> Any:
-    low = value.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(value)
-    except ValueError:
-        pass
-    try:
-        return float(value)
-    except ValueError:
-        return value.strip()
 
 
 class Lowerer:
@@ -64,6 +54,7 @@ class Lowerer:
         self.regions: list[Graph] = [self.graph]
         self.versions: dict[str, int] = {}
         self.param_locs: dict[str, Loc] = {}
+        self.bad_params: set[str] = set()  # already reported: stay quiet where they are used
         self.loop_vars: list[str] = []
         self.softmaxes: list[tuple[Graph, SoftmaxOp, str | None]] = []
 
@@ -98,9 +89,9 @@ class Lowerer:
                     return spaces[space]
         return None
 
-    def define(self, name: str, space: str, value: Value, loc: Loc) -> None:
+    def define(self, name: str, space: str, value: Value, loc: Loc, *, empty: bool = False) -> None:
         scope = self.scopes[-1]
-        scope.defs.setdefault(name, {})[space] = _Def(value, loc)
+        scope.defs.setdefault(name, {})[space] = _Def(value, loc, empty)
         scope.newest[name] = space
 
     def scalar_names(self) -> set[str]:
@@ -123,10 +114,24 @@ class Lowerer:
                 continue
             self.err(f"undefined name '{n}' in {what}{self.suggest(n, self.scalar_names())}; "
                      "declare it with 'Param' or 'Input'", loc)
-        if isinstance(e, A.Call) or any(isinstance(x, A.Call) for x in subexprs(e)):
-            for c in (x for x in subexprs(e) if isinstance(x, A.Call)):
-                if c.fn not in A.EXPR_FUNCTIONS:
-                    self.err(f"unknown function '{c.fn}' in {what}; use cdiv, min or max", loc)
+        for x in subexprs(e):
+            if isinstance(x, A.Call) and A.call_problem(x.fn, len(x.args)):
+                self.err(f"{A.call_problem(x.fn, len(x.args))} (in {what})", loc)
+            divisor = x.rhs if isinstance(x, A.BinOp) and x.op in "/%" else (
+                x.args[1] if isinstance(x, A.Call) and x.fn == "cdiv" and len(x.args) == 2 else None)
+            if divisor is not None and self.constant(divisor) == 0:
+                self.err(f"division by zero in {what}: '{divisor}' is 0 here; divide by a nonzero tile size", loc)
+
+    def constant(self, e: A.Expr) -> int | float | None:
+        """The value of `e` if it is known at compile time (numbers and valued Params), else None."""
+        env = {k: v for k, v in self.graph.params.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if not A.expr_names(e) <= env.keys():
+            return None
+        try:
+            return A.eval_expr(e, env, ceil_div=True)
+        except (A.ExprError, ArithmeticError):
+            return None
 
     @staticmethod
     def suggest(name: str, candidates) -> str:
@@ -136,16 +141,16 @@ class Lowerer:
     def dtype(self, name: str | None, loc: Loc) -> str | None:
         if name is None:
             return None
-        if name in DTYPES:
-            return DTYPES[name]
-        if name in self.graph.params and str(self.graph.params[name]) in DTYPES:
-            return DTYPES[str(self.graph.params[name])]
-        self.err(f"unknown element type '{name}'; use bf16, fp16 or fp32", loc)
+        if canonical_dtype(name):
+            return canonical_dtype(name)
+        if name in self.graph.params and canonical_dtype(self.graph.params[name]):
+            return canonical_dtype(self.graph.params[name])
+        if name not in self.bad_params:  # a bad 'Param dtype' is reported once, at its line
+            self.err(f"unknown element type '{name}'; the element types are {dtype_spellings()}", loc)
         return None
 
     def program_dtype(self) -> str | None:
-        v = self.graph.params.get("dtype")
-        return DTYPES.get(str(v)) if v is not None else None
+        return canonical_dtype(self.graph.params.get("dtype"))
 
     def space(self, name: str, loc: Loc) -> str | None:
         low = name.lower()
@@ -192,11 +197,26 @@ class Lowerer:
         if s.name in BUILTINS:
             self.err(f"'{s.name}' is a built-in runtime index; choose another parameter name", s.loc)
             return
-        value = _parse_define(self.defines[s.name]) if s.name in self.defines else s.value
+        value = self.define_value(s) if s.name in self.defines else s.value
         if isinstance(value, str) and value.lower() in ("true", "false"):
             value = value.lower() == "true"
+        value = canonical_dtype(value) or value  # later layers key on bf16/fp16/fp32 only
+        if s.name == "dtype" and value is not None and value not in MEMORY_DTYPES:
+            self.bad_params.add(s.name)
+            what = ("fp32 is the accumulators' type, not a tile's in memory" if value == "fp32"
+                    else f"'{value}' is not an element type")
+            self.err(f"Param dtype = {value}: {what}; write one of {dtype_spellings(MEMORY_DTYPES)}", s.loc)
         self.graph.params[s.name] = value
         self.param_locs[s.name] = s.loc
+
+    def define_value(self, s: A.ParamStmt) -> Any:
+        """The value `-D NAME=…` binds, checked against what the Param was declared as."""
+        value, problem = bind_define(s.name, s.value, self.defines[s.name])
+        if problem:
+            self.err(problem, s.loc)
+            self.bad_params.add(s.name)
+            return s.value
+        return value
 
     def guarded_off(self, s: A.Stmt) -> bool:
         if s.when is None:
@@ -253,7 +273,7 @@ class Lowerer:
         v = self.fresh(s.name, ty)
         self.emit(AllocateOp((v,), (), name=s.name, space=space, shape=tuple(s.shape), dtype=dtype,
                              offset=s.offset, loc=s.loc))
-        self.define(s.name, space, v, s.name_loc)
+        self.define(s.name, space, v, s.name_loc, empty=space == "shared")
 
     def producer_is_alloc(self, v: Value) -> bool:
         op = self.regions[-1].producer(v)
@@ -283,6 +303,8 @@ class Lowerer:
                 self.err(f"'{s.name}' has no value in {src} memory to copy from: {hint}; {fix}", s.name_loc)
                 return
         assert source is not None
+        if source.empty:
+            self.report_empty(s.name, source, s.name_loc)
         for key, e in s.coord:
             if key not in COORD_KEYS:
                 self.err(f"unknown coordinate '{key}'; use L (tile index along rows) or C (along columns)", s.loc)
@@ -315,7 +337,17 @@ class Lowerer:
             self.err(f"undefined tile '{name}' used as {what}{self.suggest(name, self.known_tile_names())}; "
                      "define it first (Allocate, Copy or Compute … and get)", loc)
             return None
+        if d.empty:
+            self.report_empty(name, d, loc)
         return d.value
+
+    def report_empty(self, name: str, d: _Def, loc: Loc) -> None:
+        """A shared buffer read before any Copy fills it holds nothing (the interpreter rejects it).
+        Reported once; lowering goes on with the buffer so later lines are still checked."""
+        d.empty = False
+        self.err(f"'{name}' is read from shared memory before anything is copied into it; add "
+                 f"'Copy {name} (rows, cols) in coordinate […] from global to shared' before this line",
+                 loc, Note(f"'{name}' is allocated in shared memory here, empty", d.loc))
 
     def gemm_operand(self, op: A.Operand, role: str) -> Value | None:
         v = self.operand(op.name, op.loc, f"the {role} operand of a GEMM")
@@ -357,10 +389,9 @@ class Lowerer:
 
     def stmt_ComputeStmt(self, s: A.ComputeStmt) -> None:
         spec = ELEMENTWISE.get(s.op.lower())
-        if spec is None:
-            known = sorted({k.capitalize() for k in ELEMENTWISE} | {"GEMM", "Softmax", "Mask"})
-            self.err(f"unknown operation '{s.op}'{self.suggest(s.op.lower(), ELEMENTWISE)}; known: "
-                     + ", ".join(known), s.op_loc)
+        if spec is None:  # `Compute Sofmax S and get P` parses as an elementwise op
+            self.err(unknown_operation(s.op) or f"'{s.op}' is not an elementwise operation; see its own form "
+                     "in LANGUAGE.md §5", s.op_loc)
             return
         fn, arity = spec
         if len(s.args) != arity:
@@ -454,6 +485,7 @@ class Lowerer:
             return
         self.check_expr(s.start, s.loc, "the loop start")
         self.check_expr(s.stop, s.loc, "the loop bound")
+        self.check_trips(s)
         assigned = assigned_names(s.body)
         carried: list[tuple[str, str, _Def]] = []
         for name, spaces in assigned.items():
@@ -468,7 +500,7 @@ class Lowerer:
         for name, space, d in carried:
             arg = self.fresh(name, d.value.type)
             args.append(arg)
-            scope.defs.setdefault(name, {})[space] = _Def(arg, d.loc)
+            scope.defs.setdefault(name, {})[space] = _Def(arg, d.loc, d.empty)  # empty on the first trip
         for name in {n for n, _, _ in carried}:
             outer = self.lookup(name)
             if outer is not None:
@@ -502,6 +534,20 @@ class Lowerer:
             self.scopes[-1].exports[n] = _Def(r, s.loc)
         if len(self.scopes) == 1:
             self.scopes[0].exports.clear()
+
+    def check_trips(self, s: A.ForStmt) -> None:
+        """A loop whose bounds are known now must run at least once (as the interpreter requires)."""
+        start, stop = self.constant(s.start), self.constant(s.stop)
+        if start is None or stop is None:
+            return
+        if math.ceil(stop) - int(start) <= 0:  # the interpreter's rule: a bound's division rounds up
+
+            def shown(e: A.Expr, v: int | float) -> str:
+                return str(e) if isinstance(e, A.Num) else f"{e} = {v}"
+
+            self.err(f"loop '{s.var}' never runs: its bound ({shown(s.stop, stop)}) is not above its start "
+                     f"({shown(s.start, start)}); it runs {s.var} = start … bound − 1, so make the bound "
+                     "larger than the start, or remove the loop", s.loc)
 
     # ------------------------------------------------------------ softmax normalisation
     def finish_softmax(self) -> None:

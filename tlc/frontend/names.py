@@ -5,6 +5,7 @@ emitter can print IR names without quoting worries.
 """
 from __future__ import annotations
 
+import difflib
 import re
 
 BUILTINS = {
@@ -41,3 +42,27 @@ def identifier_problem(name: str) -> str | None:
     if name in CPP_KEYWORDS:
         return f"'{name}' is a C++ keyword or a name the generated code uses; rename it"
     return None
+
+
+def operation_names(*, aliases: bool = True) -> list[str]:
+    """Every operation a `Compute` line may name, as the docs spell them (`Sub` and `Mul`
+    are aliases of `Subtract` and `Multiply`)."""
+    from tlc.ir.ops import ELEMENTWISE  # the elementwise table lives with its op
+
+    seen: set[str] = set()
+    out = ["GEMM", "Softmax", "Mask"]
+    for spelling, (fn, _) in ELEMENTWISE.items():
+        if aliases or fn not in seen:
+            out.append(spelling.capitalize())
+        seen.add(fn)
+    return out
+
+
+def unknown_operation(op: str) -> str | None:
+    """`unknown operation 'Sofmax'; did you mean 'Softmax'?`, or None if `op` is known."""
+    by_lower = {n.lower(): n for n in operation_names()}
+    if op.lower() in by_lower:
+        return None
+    close = difflib.get_close_matches(op.lower(), list(by_lower), n=1, cutoff=0.6)
+    hint = f"; did you mean '{by_lower[close[0]]}'?" if close else ""
+    return f"unknown operation '{op}'{hint} (the operations are {', '.join(operation_names(aliases=False))})"

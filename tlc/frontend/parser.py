@@ -16,10 +16,16 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, DiagnosticSink, Loc, Note, TlcError, error
 from tlc.frontend import ast as A
+from tlc.frontend.names import unknown_operation
 
 MAX_SOURCE_BYTES = 1_000_000
 MAX_ERRORS = 25
 MAX_LOOP_DEPTH = 64  # deeper nesting is never a real kernel; the lowering and passes recurse per level
+# Operators, calls and parentheses per line. Expressions are trees that lark's transformer,
+# the AST helpers, the passes (which combine a few user expressions) and the emitters all
+# recurse on, so bounding them here keeps every later layer far from Python's stack limit.
+# A real kernel line has fewer than ten.
+MAX_EXPR_OPERATORS = 64
 STATEMENT_WORDS = ("Param", "Input", "Allocate", "Copy", "Compute", "Reshape", "for", "end")
 
 _TERMINAL_WORDS = {
@@ -219,6 +225,19 @@ class _ToAst(Transformer):
         return stmt
 
 
+_EXPR_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|([-+*/%(])")
+
+
+def _too_long(text: str) -> tuple[str, int] | None:
+    """(message, 1-based column) when `text` holds more operators than MAX_EXPR_OPERATORS."""
+    ops = [m.start(1) for m in _EXPR_TOKEN.finditer(text) if m.group(1)]
+    if len(ops) <= MAX_EXPR_OPERATORS:
+        return None
+    return (f"expression too long or too deep: {len(ops)} operators and parentheses on one line, at most "
+            f"{MAX_EXPR_OPERATORS}; simplify it (write 'n * 500', not 500 '+ n' terms) or bind part of it "
+            "to a Param", ops[MAX_EXPR_OPERATORS] + 1)
+
+
 class _LineError(Exception):
     def __init__(self, message: str, token):
         super().__init__(message)
@@ -227,6 +246,9 @@ class _LineError(Exception):
 
 def parse_expr(text: str) -> A.Expr:
     """One integer/scalar expression (used by the IR text parser and `-D` checks)."""
+    problem = _too_long(text)
+    if problem:
+        raise ValueError(problem[0])
     return _ToAst("<expr>", 1).transform(_lark().parse(text, start="expr"))
 
 
@@ -272,6 +294,17 @@ def _hint(text: str, exc: UnexpectedInput) -> str:
     return "syntax error"
 
 
+_COMPUTE_OP = re.compile(r"(\s*compute\s+)([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+
+
+def _unknown_operation(line: str, file: str, lineno: int) -> tuple[str, Loc] | None:
+    m = _COMPUTE_OP.match(line)
+    message = unknown_operation(m.group(2)) if m else None
+    if m is None or message is None:
+        return None
+    return message, Loc(file, lineno, m.start(2) + 1, m.end(2) + 1)
+
+
 def _join(words: list[str]) -> str:
     if len(words) <= 1:
         return "".join(words)
@@ -292,6 +325,7 @@ class _Block:
     body: list = field(default_factory=list)
     body_indent: int | None = None
     broken: bool = False  # header failed to parse: already reported, stay quiet
+    indent_chars: set[str] = field(default_factory=set)  # whitespace seen in an indented loop's lines
 
 
 def _decode(data: bytes | str, file: str, sink: DiagnosticSink) -> str | None:
@@ -330,6 +364,21 @@ def _strip_comment(line: str) -> str:
 _INDENT_RE = re.compile(r"^[ \t]*")
 
 
+def _check_indent_chars(stack: list[_Block], lead: str, loc: Loc, sink: DiagnosticSink) -> None:
+    """In an indented loop the indentation decides the structure, and a tab's width is
+    anyone's guess: its header and body lines must all use spaces, or all tabs."""
+    outer = next((b for b in stack if b.indented), None)
+    if outer is None or {" ", "\t"} <= outer.indent_chars:  # none, or already reported
+        return
+    before = set(outer.indent_chars)
+    outer.indent_chars |= set(lead)
+    if {" ", "\t"} <= outer.indent_chars:
+        names = {" ": "spaces", "\t": "tabs"}
+        where = (f": earlier lines of the loop at line {outer.loc.line} use {names[next(iter(before))]}, "
+                 f"this one {names[lead[0]]}" if len(before) == 1 and len(set(lead)) == 1 else "")
+        sink.error(f"indentation mixes tabs and spaces in an indented loop{where}; indent with spaces only", loc)
+
+
 def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
     """Parse TL source; raises `TlcError` with every syntax error found (up to MAX_ERRORS)."""
     sink = DiagnosticSink()
@@ -357,9 +406,6 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
         if not line.strip():
             continue
         lead = _INDENT_RE.match(line).group(0)
-        if " " in lead and "\t" in lead and any(b.indented for b in stack):
-            sink.error("indentation mixes tabs and spaces; use spaces only", Loc(file, lineno, 1, len(lead) + 1))
-            continue
         indent = len(lead.expandtabs(4))
         # dedent closes indentation-delimited loops
         while stack and stack[-1].indented and stack[-1].body_indent is not None and indent < stack[-1].body_indent:
@@ -375,15 +421,29 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
                 close_top()
             else:
                 stack[-1].body_indent = indent
+        _check_indent_chars(stack, lead, Loc(file, lineno, 1, len(lead) + 1), sink)
+        problem = _too_long(line)
+        if problem:
+            sink.error(problem[0], Loc(file, lineno, problem[1], len(line) + 1))
+            if line.strip().lower().startswith("for"):  # keep the block structure: its body still follows
+                indented = line.rstrip().endswith(":")
+                stack.append(_Block("?", A.Num(0), A.Num(0), indented, indent, Loc(file, lineno, 1), broken=True,
+                                    indent_chars=set(lead)))
+            continue
         try:
             item = _parse_line(line, file, lineno)
         except UnexpectedInput as exc:
+            unknown = _unknown_operation(line, file, lineno)
+            if unknown is not None:  # `Compute Sofmax S`: name the word, not the grammar's wish list
+                sink.error(*unknown)
+                continue
             col = getattr(exc, "column", 0) or 0
             if isinstance(exc, UnexpectedEOF) or col <= 0:
                 col = len(line) + 1
             sink.error(_hint(line, exc), Loc(file, lineno, col, col + 1))
             if line.strip().lower().startswith("for") and line.rstrip().endswith(":"):
-                stack.append(_Block("?", A.Num(0), A.Num(0), True, indent, Loc(file, lineno, 1), broken=True))
+                stack.append(_Block("?", A.Num(0), A.Num(0), True, indent, Loc(file, lineno, 1), broken=True,
+                                    indent_chars=set(lead)))
             continue
         except VisitError as exc:
             orig = exc.orig_exc
@@ -396,7 +456,8 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
             too_deep = len(stack) >= MAX_LOOP_DEPTH
             if len(stack) == MAX_LOOP_DEPTH:
                 sink.error(f"loops nest more than {MAX_LOOP_DEPTH} deep; flatten them", replace(loc, col=indent + 1))
-            stack.append(_Block(var, start, stop, indented, indent, replace(loc, col=indent + 1), broken=too_deep))
+            stack.append(_Block(var, start, stop, indented, indent, replace(loc, col=indent + 1), broken=too_deep,
+                                indent_chars=set(lead)))
         elif isinstance(item, tuple) and item[0] == "end":
             if not stack:
                 sink.error("'end' without an open loop; remove it or add a 'for' header above", item[1])

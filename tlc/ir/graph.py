@@ -4,6 +4,9 @@ A `Graph` is one region (the program, or a loop body) of ops connected by SSA da
 edges and an effect chain through every op that touches global or shared memory, so a
 reordering can never move a copy past the copy it depends on. Iteration is a
 topological order with ties broken by program position: golden tests depend on it.
+
+Lookups a pass makes per op (`producer`, the position behind `replace`) go through
+indexes rebuilt lazily after an edit, so checking a program stays linear in its size.
 """
 from __future__ import annotations
 
@@ -23,45 +26,78 @@ class Graph:
         self.params: dict[str, Any] = {}
         self.inputs: dict[str, str] = {}
         self._order: list[Op] = []
-        self._nx: nx.DiGraph | None = None
-        self._topo: list[Op] | None = None  # ops() cache, dropped whenever _nx is rebuilt
+        self._nx: nx.DiGraph | None = None  # nodes are positions in _order
+        self._topo: list[int] | None = None  # topological order (positions), dropped whenever _nx is rebuilt
+        self._ops: list[Op] | None = None    # ops() in that order, dropped by any edit
+        self._positions: dict[int, int] | None = None  # id(op) → index in _order
+        self._producers: dict[int, Op] | None = None   # value uid → the op (or loop) defining it here
 
     # ------------------------------------------------------------ building
     def add(self, op: Op) -> Op:
         self._order.append(op)
         self._adopt(op)
         self._nx = None
+        if self._positions is not None:  # appending keeps both indexes valid: extend them
+            self._positions[id(op)] = len(self._order) - 1
+        if self._producers is not None:
+            for uid in _defined_uids(op):
+                self._producers.setdefault(uid, op)
         return op
 
     def insert_before(self, anchor: Op, op: Op) -> Op:
         self._order.insert(self._index(anchor), op)
-        self._adopt(op)
-        self._nx = None
+        self._edited(op)
         return op
 
     def insert_after(self, anchor: Op, op: Op) -> Op:
         self._order.insert(self._index(anchor) + 1, op)
-        self._adopt(op)
-        self._nx = None
+        self._edited(op)
         return op
 
     def replace(self, old: Op, new: Op) -> Op:
-        self._order[self._index(old)] = new
+        """Put `new` at `old`'s position. When it reads and defines the same values (an
+        attribute changed), the dependency graph and indexes stay valid: a pass that
+        rewrites every op's attributes costs no rebuild per op."""
+        i = self._index(old)
+        self._order[i] = new
         self._adopt(new)
-        self._nx = None
+        self._ops = None
+        same_values = _defined_uids(old) == _defined_uids(new)
+        if isinstance(new, LoopOp) or not (same_values and old.has_effect == new.has_effect
+                                           and [v.uid for v in old.operands] == [v.uid for v in new.operands]):
+            self._nx = None  # a loop's edges also depend on its body, which may have changed since
+        if not same_values:
+            self._producers = None
+        elif self._producers is not None:
+            for uid in _defined_uids(new):
+                if self._producers.get(uid) is old:
+                    self._producers[uid] = new
+        if self._positions is not None:
+            del self._positions[id(old)]
+            self._positions[id(new)] = i
         return new
 
     def erase(self, op: Op) -> None:
         self._order.pop(self._index(op))
+        self._edited(None)
+
+    def _edited(self, op: Op | None) -> None:
+        if op is not None:
+            self._adopt(op)
         self._nx = None
+        self._positions = None
+        self._producers = None
 
     def _index(self, op: Op) -> int:
-        for i, o in enumerate(self._order):
-            if o is op:
-                return i
-        raise KeyError(f"op {op.mnemonic} is not in this region")
+        if self._positions is None:
+            self._positions = {id(o): i for i, o in enumerate(self._order)}
+        i = self._positions.get(id(op))
+        if i is None or self._order[i] is not op:
+            raise KeyError(f"op {op.mnemonic} is not in this region")
+        return i
 
     def _adopt(self, op: Op) -> None:
+        self._ops = None
         if isinstance(op, LoopOp) and op.body is not None:
             op.body.parent = self
             op.body.file = self.file
@@ -72,29 +108,31 @@ class Graph:
             return self._nx
         self._topo = None
         g = nx.DiGraph()
-        producer: dict[int, Op] = {}
-        last_effect: Op | None = None
+        producer: dict[int, int] = {}
+        last_effect: int | None = None
         for pos, op in enumerate(self._order):
-            g.add_node(op, pos=pos)
+            g.add_node(pos)
             for v in _uses(op):
                 src = producer.get(v.uid)
-                if src is not None and src is not op:
-                    g.add_edge(src, op, kind="data")
+                if src is not None and src != pos:
+                    g.add_edge(src, pos, kind="data")
             if op.has_effect:
                 if last_effect is not None:
-                    g.add_edge(last_effect, op, kind="effect")
-                last_effect = op
+                    g.add_edge(last_effect, pos, kind="effect")
+                last_effect = pos
             for r in op.results:
-                producer[r.uid] = op
+                producer[r.uid] = pos
         self._nx = g
         return g
 
     def ops(self) -> list[Op]:
         g = self._graph()
         if self._topo is None:  # the interpreter asks once per trip: sort once per edit
-            pos = nx.get_node_attributes(g, "pos")
-            self._topo = list(nx.lexicographical_topological_sort(g, key=lambda op: pos[op]))
-        return list(self._topo)
+            self._topo = list(nx.lexicographical_topological_sort(g))  # ties: program position
+            self._ops = None
+        if self._ops is None:
+            self._ops = [self._order[i] for i in self._topo]
+        return list(self._ops)
 
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops())
@@ -103,17 +141,20 @@ class Graph:
         return len(self._order)
 
     def effect_edges(self) -> list[tuple[Op, Op]]:
-        return [(a, b) for a, b, k in self._graph().edges(data="kind") if k == "effect"]
+        return [(self._order[a], self._order[b]) for a, b, k in self._graph().edges(data="kind") if k == "effect"]
 
     def producer(self, value: Value) -> Op | None:
         """The op defining `value`, searched here and in enclosing regions."""
         region: Graph | None = self
         while region is not None:
-            for op in region._order:
-                if any(r is value for r in op.results):
-                    return op
-                if isinstance(op, LoopOp) and any(a is value for a in op.args):
-                    return op
+            if region._producers is None:
+                region._producers = {}
+                for op in region._order:
+                    for uid in _defined_uids(op):
+                        region._producers.setdefault(uid, op)  # the first definition, as a scan finds
+            op = region._producers.get(value.uid)
+            if op is not None and _defines(op, value):
+                return op
             region = region.parent
         return None
 
@@ -149,6 +190,17 @@ class Graph:
             new = fn(op)
             if new is not op:
                 self.replace(op, new)
+
+
+def _defined_uids(op: Op) -> list[int]:
+    uids = [r.uid for r in op.results]
+    if isinstance(op, LoopOp):
+        uids += [a.uid for a in op.args]
+    return uids
+
+
+def _defines(op: Op, value: Value) -> bool:
+    return any(r is value for r in op.results) or (isinstance(op, LoopOp) and any(a is value for a in op.args))
 
 
 def _uses(op: Op) -> list[Value]:

@@ -13,8 +13,25 @@ from tlc.frontend.ast import Expr
 
 SPACES = ("global", "shared", "register")
 ROLES = ("none", "acc", "A", "B")
+# The one table of element types: every spelling the frontend accepts → its canonical
+# name. Only the frontend reads aliases; every later layer sees bf16, fp16 or fp32.
 DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "f16": "fp16", "half": "fp16", "float16": "fp16",
           "fp32": "fp32", "f32": "fp32", "float": "fp32", "float32": "fp32"}
+MEMORY_DTYPES = ("bf16", "fp16")  # what `Param dtype` may be: global/shared tiles; fp32 is for accumulators
+
+
+def canonical_dtype(name: object) -> str | None:
+    """`half` → `fp16`; None if `name` is no element type."""
+    return DTYPES.get(name) if isinstance(name, str) else None
+
+
+def dtype_spellings(canonical: tuple[str, ...] | None = None) -> str:
+    """`bf16 (bfloat16), fp16 (f16, half, float16), …` for diagnostics."""
+    out = []
+    for canon in canonical or dict.fromkeys(DTYPES.values()):
+        aliases = [k for k, v in DTYPES.items() if v == canon and k != canon]
+        out.append(f"{canon} ({', '.join(aliases)})" if aliases else canon)
+    return ", ".join(out)
 MMA_ROLE = {"MMA_C": "acc", "MMA_A": "A", "MMA_B": "B"}
 
 

@@ -3,7 +3,8 @@
 Every global Copy reads (or stores to) a global Allocate; shared-memory intermediates
 are allocated (repaired from the copy's tile when that is unique); every GEMM-to-GEMM
 edge has its Reshape to MMA_A; loop bounds, coordinates and shapes use only defined
-names. Only the missing shared Allocate is repaired:
+names; the program computes something and stores it. Only the missing shared Allocate is
+repaired:
 
     %K.3 = copy(%K) {dst_space = shared, tile = (`BN`, `HeadDim`)}      (no Allocate K in shared)
     remark: 'K' is copied to shared memory but never allocated there; inserted …
@@ -17,7 +18,7 @@ from typing import ClassVar
 from tlc.frontend.ast import Expr, expr_names
 from tlc.frontend.names import BUILTINS
 from tlc.ir.graph import Graph
-from tlc.ir.ops import AllocateOp, CopyOp, GemmOp, LoopOp, Op
+from tlc.ir.ops import AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, SoftmaxOp
 from tlc.ir.types import TileType, Value
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.infer_shapes import dims, shape_text
@@ -34,6 +35,7 @@ class VerifyFinalPass(Pass):
         self.shared_allocations(ctx, graph)
         self.reshapes(ctx, graph)
         self.names(ctx, graph, graph, set())
+        self.computes_and_stores(ctx, graph)
         ctx.sink.items[start:] = sorted(ctx.sink.items[start:], key=lambda d: (d.loc.line, d.loc.col) if d.loc else (0, 0))
 
     # ------------------------------------------------------------ global tensors
@@ -89,6 +91,32 @@ class VerifyFinalPass(Pass):
                 elif reshape_role(src) != "A":
                     ctx.error(f"the A operand '{op.operands[0].base}' comes from a Reshape to "
                               f"{src.dst_modes[0] if src.dst_modes else '?'}, not MMA_A", src.loc)
+
+    # ------------------------------------------------------------ a program has a result
+    @staticmethod
+    def computes_and_stores(ctx: PassContext, graph: Graph) -> None:
+        """No Compute, or nothing stored to global memory: the kernel would mean nothing.
+        (A sketch may omit stores; sketches never reach the passes.)"""
+        ops = list(graph.walk())
+        if ops and not any(isinstance(op, (GemmOp, ElementwiseOp, SoftmaxOp, MaskOp)) for _, op in ops):
+            ctx.error("the program computes nothing: it has no Compute statement; add the computation "
+                      "between the loads and the store (e.g. 'Compute GEMM Q, K.T and get S')", ops[0][1].loc)
+        loaded, stored = set(), set()
+        for region, op in ops:
+            if isinstance(op, CopyOp) and op.src_space == "global":
+                loaded.add(id(region.producer(op.operands[0])))
+            if isinstance(op, CopyOp) and op.dst_space == "global":
+                stored.add(id(region.producer(op.operands[-1])))
+        outputs = [op for _, op in ops if isinstance(op, AllocateOp) and op.space == "global"
+                   and id(op) not in loaded | stored]
+        if ops and not stored and not outputs:
+            ctx.error("the program stores nothing to global memory, so the kernel has no result; add "
+                      "'Copy X (rows, cols) in coordinate [L = block_idx] from register to global' at its end",
+                      graph.ops()[-1].loc)
+        for op in outputs:
+            ctx.error(f"'{op.name}' is allocated in global memory but never stored, so the kernel has no "
+                      f"result there; add 'Copy {op.name} (rows, cols) in coordinate [L = block_idx] from "
+                      f"register to global' after its computation, or remove the Allocate", op.loc)
 
     # ------------------------------------------------------------ names in expressions
     def names(self, ctx: PassContext, graph: Graph, region: Graph, loop_vars: set[str]) -> None:
