@@ -25,6 +25,18 @@ def b2b_gemm_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, act
     return s @ c
 
 
+def gemm_chain_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor, *,
+                         tile: int) -> torch.Tensor:
+    """Σ over key tiles of `tile` rows: relu(relu(a · b_tᵀ) · c_t) · d — the middle relu acts on each
+    tile's partial product, so the tile size is part of the meaning."""
+    a, b, c, d = (t.to(torch.float64) for t in (a, b, c, d))
+    out = torch.zeros(*a.shape[:-1], d.shape[-1], dtype=torch.float64)
+    for start in range(0, b.shape[-2], tile):
+        s = torch.relu(a @ b[..., start:start + tile, :].transpose(-1, -2))
+        out = out + torch.relu(s @ c[..., start:start + tile, :]) @ d
+    return out
+
+
 def reference_for(params: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], scalars: Mapping[str, Any]):
     """(output name, reference tensor) for a program, chosen by its `Variant` parameter."""
     variant = str(params.get("Variant", "attention"))
@@ -36,4 +48,7 @@ def reference_for(params: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]
     if variant == "b2b_gemm":
         return "O", b2b_gemm_reference(tensors["A"], tensors["B"], tensors["C"],
                                        activation=str(params.get("Activation", "relu")))
-    raise ValueError(f"no reference for Variant = {variant}; known: attention, b2b_gemm")
+    if variant == "gemm_chain":
+        return "O", gemm_chain_reference(tensors["A"], tensors["B"], tensors["C"], tensors["D"],
+                                         tile=int(params["BN"]))
+    raise ValueError(f"no reference for Variant = {variant}; known: attention, b2b_gemm, gemm_chain")
