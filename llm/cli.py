@@ -17,8 +17,10 @@ from tlc_llm.checker import ToolchainError
 from tlc_llm.client import ProviderError
 from tlc_llm.output import OutputExists, ensure_writable
 from tlc_llm.request import RequestError, parse_request
+from tlc_llm.redact import redact
 from tlc_llm.session import (
-    Endpoint, RunSettings, Session, SetupError, live_session, replay_session, transcript_path,
+    DEFAULT_TIMEOUT_S, DEFAULT_TOTAL_TIMEOUT_S, Endpoint, RunSettings, Session, SetupError, live_session,
+    replay_session, transcript_path,
 )
 from tlc_llm.targets import TargetError, target_facts
 from tlc_llm.transcript import TranscriptError, load, unique_path
@@ -47,7 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. https://api.deepseek.com/v1 (or $TLC_LLM_BASE_URL)")
     p.add_argument("--model", help="model name (or $TLC_LLM_MODEL)")
     p.add_argument("--api-key", help="API key; prefer $TLC_LLM_API_KEY (a flag shows up in `ps`)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per HTTP request (default 120)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help=(
+        f"seconds for one HTTP request, connect to last byte of the reply (default {DEFAULT_TIMEOUT_S:g})"))
+    p.add_argument("--total-timeout", type=float, metavar="S", help=(
+        f"seconds for one model call, all retries and backoff included (default {DEFAULT_TOTAL_TIMEOUT_S:g}, "
+        "or --timeout if larger): the most a dead endpoint costs"))
     p.add_argument("--retries", type=int, help="retries on 429/5xx/timeouts/malformed replies (default 3)")
     p.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubled each time")
     p.add_argument("--temperature", type=float, help="sampling temperature (default 0.2)")
@@ -73,6 +79,9 @@ def _settings(args: argparse.Namespace) -> RunSettings:
     for name, value in (("--max-rounds", args.max_rounds), ("--retries", args.retries)):
         if value is not None and value < 0:
             raise SetupError(f"{name} must be >= 0")
+    for name, seconds in (("--timeout", args.timeout), ("--total-timeout", args.total_timeout)):
+        if seconds is not None and not seconds > 0:
+            raise SetupError(f"{name} must be > 0 seconds")
     if args.eval is not None and args.eval < 1:
         raise SetupError("--eval N needs N >= 1 samples per variant")
     if args.vanilla and args.translate == "llm":
@@ -131,7 +140,13 @@ def _preflight(args: argparse.Namespace, settings: RunSettings) -> Path:
     return out_path
 
 
-def run(argv: list[str], log: Log) -> int:
+def _endpoint(args: argparse.Namespace) -> Endpoint:
+    total = args.total_timeout or max(DEFAULT_TOTAL_TIMEOUT_S, args.timeout)
+    return Endpoint.resolve(args.base_url, args.model, args.api_key, args.timeout, total)
+
+
+def run(argv: list[str], log: Log, on_secret: Callable[[str | None], None] = lambda _key: None) -> int:
+    """`on_secret` learns the API key as soon as it is known, so the caller can keep it out of every line."""
     args = _parser().parse_args(argv)
     if args.replay is not None:
         conflicts = _replay_conflicts(args)
@@ -145,9 +160,11 @@ def run(argv: list[str], log: Log) -> int:
         if settings.eval_samples:
             from tlc_llm.evaluate import run_eval
 
-            endpoint = Endpoint.resolve(args.base_url, args.model, args.api_key, args.timeout)
+            endpoint = _endpoint(args)
+            on_secret(endpoint.api_key)
             return run_eval(args, settings, endpoint, log)
-        endpoint = Endpoint.resolve(args.base_url, args.model, args.api_key, args.timeout)
+        endpoint = _endpoint(args)
+        on_secret(endpoint.api_key)
         session = live_session(settings, endpoint, args.backoff)
     out_path = _preflight(args, settings)
     if args.replay is None:
@@ -173,13 +190,21 @@ def run(argv: list[str], log: Log) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for `tlc gen`; every expected failure is one `tlc gen: error:` line."""
+    secrets: list[str] = []
+
     def log(message: str) -> None:
+        for secret in secrets:  # replies are scrubbed already; this is the last line of defence
+            message = redact(message, secret)
         if message.startswith("error: "):
             message = " ".join(message.split())  # an error is one line, whatever it quotes
         print(f"tlc gen: {message}", file=sys.stderr)
 
+    def keep_secret(key: str | None) -> None:
+        if key:
+            secrets.append(key)
+
     try:
-        return run(list(sys.argv[1:] if argv is None else argv), log)
+        return run(list(sys.argv[1:] if argv is None else argv), log, keep_secret)
     except _FAILURES as exc:
         log(f"error: {exc}")
         return 1

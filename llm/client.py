@@ -3,7 +3,9 @@
 Retry policy (why): 429 and 5xx are the endpoint telling us to come back later, and a
 timeout or dropped connection is usually transient; a malformed 200 (truncated JSON, no
 choices) is most often a proxy hiccup, so it gets the same bounded retries. Anything else
-(400, 401, 404, …) will not get better by asking again and fails at once.
+(400, 401, 404, …) will not get better by asking again and fails at once. A call also has a
+wall-clock budget (`budget_s`) over all its attempts and backoff sleeps, so a dead endpoint
+costs at most that long, not retries × timeout.
 """
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tlc_llm.transport import HttpReply, Transport, TransportError
+from tlc_llm.transport import HttpReply, Transport, TransportError, seconds_text
 
 Message = dict[str, str]
+BUDGET = "budget"  # a TransportError kind: no POST made, the call's time budget is spent
+MIN_ATTEMPT_S = 0.05  # less budget than this left: stop rather than send a request that cannot finish
 
 
 class ProviderError(Exception):
@@ -34,6 +38,7 @@ class ChatSettings:
     max_retries: int = 3
     backoff_s: float = 1.0
     backoff_max_s: float = 30.0
+    budget_s: float | None = None  # one call, all attempts and sleeps; None: attempts × timeout
 
 
 @dataclass(frozen=True)
@@ -93,48 +98,78 @@ class ChatClient:
         settings: ChatSettings,
         observer: Observer | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.transport = transport
         self.settings = settings
         self.observer = observer
         self.sleep = sleep
+        self.clock = clock
         self.calls = 0  # HTTP attempts made, for the cost report
 
     def complete(self, messages: list[Message], label: str) -> str:
         payload = build_payload(self.settings, messages)
         attempts = self.settings.max_retries + 1
-        problem = ""
+        ends_at = None if self.settings.budget_s is None else self.clock() + self.settings.budget_s
+        problem, timed_out, made = "", False, 0
         for attempt in range(attempts):
-            reply, error = self._send(payload, label)
+            reply, error = self._send(payload, label, ends_at)
+            if error is not None and error.kind == BUDGET:
+                raise self._failure(label, made, problem, timed_out, budget=error)
+            made += 1
+            timed_out = error is not None and error.kind == "timeout"
             if error is not None:
                 problem = f"{error.kind}: {error.message}"
             elif reply is not None and reply.status == 200:
                 try:
-                    return answer_text(reply.body)
+                    return self.transport.scrub(answer_text(reply.body))  # the key, after JSON decoding
                 except _Malformed as exc:
                     problem = str(exc)
             elif reply is not None and (reply.status == 429 or reply.status >= 500):
                 problem = f"HTTP {reply.status}: {_short(reply.body) or 'no body'}"
             elif reply is not None:
-                raise ProviderError(f"{label}: endpoint refused the request: HTTP {reply.status}: {_short(reply.body)}")
+                raise ProviderError(self.transport.scrub(
+                    f"{label}: endpoint refused the request: HTTP {reply.status}: {_short(reply.body)}"))
             if attempt + 1 < attempts:
-                self.sleep(self._delay(attempt, reply))
-        raise ProviderError(f"{label}: no usable answer after {attempts} attempt(s); last: {problem}")
+                self.sleep(self._delay(attempt, reply, ends_at))
+        raise self._failure(label, made, problem, timed_out)
 
-    def _send(self, payload: dict[str, Any], label: str) -> tuple[HttpReply | None, TransportError | None]:
-        self.calls += 1
+    def _failure(self, label: str, made: int, problem: str, timed_out: bool,
+                 budget: TransportError | None = None) -> ProviderError:
+        """One line; built from recorded errors only, so a replay fails with the same words."""
+        spent = f" ({budget.message})" if budget is not None else ""
+        hint = ""
+        if timed_out:
+            flags = "--timeout / --total-timeout" if budget is not None else "--timeout"
+            hint = f"; the endpoint did not answer in time: check it, or raise {flags} if the model needs longer"
+        message = f"{label}: no usable answer after {made} attempt(s){spent}; last: {problem or 'none'}{hint}"
+        return ProviderError(self.transport.scrub(message))
+
+    def _send(self, payload: dict[str, Any], label: str,
+              ends_at: float | None) -> tuple[HttpReply | None, TransportError | None]:
+        """One POST, or (budget spent) a recorded stop, so that a replay stops at the same place."""
         reply: HttpReply | None = None
         error: TransportError | None = None
-        try:
-            reply = self.transport.post(payload)
-        except TransportError as exc:
-            error = exc
+        left = None if ends_at is None else ends_at - self.clock()
+        if left is not None and left < MIN_ATTEMPT_S:
+            budget = seconds_text(self.settings.budget_s or 0)
+            error = TransportError(BUDGET, f"the {budget} s budget for one call, retries included, is spent")
+        else:
+            try:
+                reply = self.transport.post(payload, left)
+            except TransportError as exc:
+                error = exc
+        if error is None or error.kind != BUDGET:
+            self.calls += 1
         if self.observer is not None:
             self.observer(Attempt(label, payload, reply, error))
         return reply, error
 
-    def _delay(self, attempt: int, reply: HttpReply | None) -> float:
+    def _delay(self, attempt: int, reply: HttpReply | None, ends_at: float | None) -> float:
         backoff = self.settings.backoff_s * (2**attempt)
         if reply is not None and reply.retry_after is not None:
             backoff = max(backoff, reply.retry_after)
-        return min(backoff, self.settings.backoff_max_s)
+        backoff = min(backoff, self.settings.backoff_max_s)
+        if ends_at is not None:  # never sleep past the budget: the next attempt then stops at once
+            backoff = min(backoff, max(ends_at - self.clock(), 0.0))
+        return backoff

@@ -14,6 +14,7 @@ from typing import Callable
 
 from tlc_llm.client import ProviderError
 from tlc_llm.output import ensure_writable
+from tlc_llm.redact import redact
 from tlc_llm.request import VARIANTS, GenRequest, parse_request
 from tlc_llm.run_tl import RunResult
 from tlc_llm.session import Endpoint, RunSettings, live_session, transcript_path
@@ -105,6 +106,7 @@ def run_eval(args: argparse.Namespace, settings: RunSettings, endpoint: Endpoint
         log(tally.line())
     summary = {"settings": settings.to_json(), "model": endpoint.model, "llm_calls": calls,
                "variants": {t.variant: {k: v for k, v in vars(t).items() if k != "variant"} for t in tallies.values()}}
-    (out_dir / "eval.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    (out_dir / "eval.json").write_text(redact(text, endpoint.api_key), encoding="utf-8")
     log(f"{calls} LLM call(s); summary in {out_dir / 'eval.json'}")
     return 0

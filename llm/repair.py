@@ -78,12 +78,13 @@ def run_stage(
     messages = base
     problems: list[str] = []
     details = ""
+    internal = ""
     for round_no in range(max_rounds + 1):
         answer = client.complete(messages, f"{label}/round-{round_no}")
         found = dialect.extract(answer)
         if not found:
             problems.append(f"the answer contains no {dialect.what} code block")
-            details, feedback = "", dialect.no_code
+            details, internal, feedback = "", "", dialect.no_code
         else:
             chosen = pick_best(found, check, key=lambda c: (not c.ok, c.errors))
             assert chosen is not None  # found is non-empty
@@ -91,11 +92,13 @@ def run_stage(
             if result.ok:
                 return StageResult(candidate.text, result, round_no + 1, tuple(problems))
             problems.append(first_error_line(result.rendered))
-            details = result.rendered
+            details, internal = result.rendered, result.internal
             feedback = dialect.repair(filename, result.rendered or "error: the program was rejected")
         messages = base + [{"role": "assistant", "content": answer}, {"role": "user", "content": feedback}]
     answers = max_rounds + 1
+    note = " (a failure inside tlc, not only in the answer: rerun with TLC_DEBUG=1 for a traceback)" if internal else ""
     raise StageFailed(
-        f"{label}: no valid {dialect.what} after {answers} answer(s) ({max_rounds} repair round(s)); last problem: {problems[-1]}",
+        f"{label}: no valid {dialect.what} after {answers} answer(s) ({max_rounds} repair round(s)); "
+        f"last problem: {problems[-1]}{note}",
         details,
     )

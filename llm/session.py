@@ -15,6 +15,9 @@ from tlc_llm.client import ChatClient, ChatSettings
 from tlc_llm.transcript import ReplayDivergence, ReplayTransport, Transcript, TranscriptError
 from tlc_llm.transport import HttpTransport, redact
 
+DEFAULT_TIMEOUT_S = 120.0  # one request: a slow model's long answer fits
+DEFAULT_TOTAL_TIMEOUT_S = 300.0  # one model call, retries included: a dead endpoint costs 5 minutes, not 8
+
 ENV_BASE_URL = "TLC_LLM_BASE_URL"
 ENV_MODEL = "TLC_LLM_MODEL"
 ENV_KEY = "TLC_LLM_API_KEY"
@@ -58,10 +61,12 @@ class Endpoint:
     base_url: str
     model: str
     api_key: str | None
-    timeout_s: float
+    timeout_s: float = DEFAULT_TIMEOUT_S  # one HTTP request: connect, headers and the whole body
+    total_timeout_s: float | None = None  # one model call, all retries and backoff included
 
     @classmethod
-    def resolve(cls, base_url: str | None, model: str | None, api_key: str | None, timeout_s: float) -> Endpoint:
+    def resolve(cls, base_url: str | None, model: str | None, api_key: str | None, timeout_s: float,
+                total_timeout_s: float | None = None) -> Endpoint:
         base_url = base_url or os.environ.get(ENV_BASE_URL)
         model = model or os.environ.get(ENV_MODEL)
         api_key = api_key or os.environ.get(ENV_KEY) or None
@@ -71,7 +76,7 @@ class Endpoint:
             raise SetupError(f"no model: pass --model or set {ENV_MODEL}")
         if not base_url.startswith(("http://", "https://")):
             raise SetupError(f"--base-url must start with http:// or https://, got {redact(base_url, api_key)!r}")
-        return cls(base_url, model, api_key, timeout_s)
+        return cls(base_url, model, api_key, timeout_s, total_timeout_s)
 
     def public(self) -> dict[str, str]:
         """What a transcript may show: no key, and no key hidden in the URL either."""
@@ -92,23 +97,25 @@ class Session:
             )
 
 
-def _chat_settings(settings: RunSettings, model: str, backoff_s: float) -> ChatSettings:
+def _chat_settings(settings: RunSettings, model: str, backoff_s: float, budget_s: float | None = None) -> ChatSettings:
     return ChatSettings(
         model=model, temperature=settings.temperature, seed=settings.seed, max_tokens=settings.max_tokens,
-        max_retries=settings.max_retries, backoff_s=backoff_s,
+        max_retries=settings.max_retries, backoff_s=backoff_s, budget_s=budget_s,
     )
 
 
 def live_session(settings: RunSettings, endpoint: Endpoint, backoff_s: float = 1.0,
                  sleep: Callable[[float], None] = time.sleep) -> Session:
-    transcript = Transcript(settings.to_json(), endpoint.public())
+    transcript = Transcript(settings.to_json(), endpoint.public(), secret=endpoint.api_key)
     transport = HttpTransport(endpoint.base_url, endpoint.api_key, endpoint.timeout_s)
-    client = ChatClient(transport, _chat_settings(settings, endpoint.model, backoff_s), transcript.record, sleep)
+    chat = _chat_settings(settings, endpoint.model, backoff_s, endpoint.total_timeout_s)
+    client = ChatClient(transport, chat, transcript.record, sleep)
     return Session(client, transcript)
 
 
 def replay_session(recorded: Transcript) -> tuple[RunSettings, Session]:
-    """Settings and model come from the transcript; retries do not sleep (nothing to wait for)."""
+    """Settings and model come from the transcript; retries do not sleep (nothing to wait for) and
+    no time budget applies: where the live run's budget ran out, the transcript says so."""
     settings = RunSettings.from_json(recorded.command)
     model = str(recorded.endpoint.get("model", ""))
     if not model and recorded.exchanges:

@@ -4,7 +4,7 @@ A transcript holds what is needed to rerun a `tlc gen` run with no network: the 
 settings, and each HTTP attempt's request payload and reply (or transport error). Replay
 serves the replies in order and checks each request equals the recorded one, so a run that
 would have asked something different stops with a clear message instead of drifting.
-It holds no API key (the transport scrubs replies) and no clock times, so replaying a run
+It holds no API key (the transport scrubs replies, and `dump` scrubs again) and no clock times, so replaying a run
 writes the same transcript and the same `.tl`, byte for byte.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from tlc_llm import __version__
 from tlc_llm.client import Attempt, ProviderError
+from tlc_llm.redact import redact
 from tlc_llm.transport import HttpReply, TransportError
 
 FORMAT = "tlc-llm-transcript/1"
@@ -51,6 +52,7 @@ class Transcript:
     endpoint: dict[str, Any] = field(default_factory=dict)
     exchanges: list[dict[str, Any]] = field(default_factory=list)
     outcome: dict[str, Any] = field(default_factory=dict)
+    secret: str | None = field(default=None, repr=False, compare=False)  # never written: removed from `dump`
 
     def record(self, attempt: Attempt) -> None:
         self.exchanges.append(_attempt_record(len(self.exchanges), attempt))
@@ -66,7 +68,8 @@ class Transcript:
         }
 
     def dump(self) -> str:
-        return json.dumps(self.to_json(), indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+        return redact(text, self.secret)  # a second line of defence: replies are scrubbed already
 
     def write(self, path: Path) -> None:
         """Atomic write, so an interrupted run never leaves half a transcript."""
@@ -127,7 +130,7 @@ class ReplayTransport:
         self._exchanges = transcript.exchanges
         self.position = 0
 
-    def post(self, payload: dict[str, Any]) -> HttpReply:
+    def post(self, payload: dict[str, Any], timeout_s: float | None = None) -> HttpReply:
         if self.position >= len(self._exchanges):
             raise ReplayDivergence(
                 f"replay diverged: the run made request #{self.position + 1} but the transcript has only "
@@ -147,6 +150,9 @@ class ReplayTransport:
             raise TransportError(str(err.get("kind", "connection")), str(err.get("message", "")))
         response = record.get("response") or {}
         return HttpReply(int(response.get("status", 0)), str(response.get("body", "")), response.get("retry_after"))
+
+    def scrub(self, text: str) -> str:
+        return text  # a replay has no key, and its transcript none either
 
     @property
     def unused(self) -> int:

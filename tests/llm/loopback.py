@@ -1,8 +1,9 @@
 """A real OpenAI-compatible chat-completions server on 127.0.0.1, replaying a script.
 
 Each POST to /v1/chat/completions takes the next scripted `Reply`: a chat answer, a raw
-body (garbage, truncated JSON), an HTTP status (429, 500), a delay (slow server), or a
-dropped connection. Requests are kept for assertions (headers included).
+body (garbage, truncated JSON), an HTTP status (429, 500), a delay (slow or silent server),
+a reply trickled one byte at a time, a body that echoes the request's API key, or a dropped
+connection. Requests are kept for assertions (headers included).
 """
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ class Reply:
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False  # close the connection without answering
+    trickle_s: float = 0.0  # seconds between single bytes of the body (a socket timeout never fires)
+    trickle_headers: bool = False  # trickle the status line and headers too
+    echo_key: Callable[[str], str] | None = None  # the body, built from the request's bearer token
 
 
 def completion(content: str, *, finish_reason: str = "stop") -> str:
@@ -83,17 +87,35 @@ class ScriptedServer:
                     self.close_connection = True
                     self.connection.close()
                     return
-                data = reply.body.encode("utf-8")
+                body = reply.body
+                if reply.echo_key is not None:
+                    body = reply.echo_key(self.headers.get("Authorization", "").removeprefix("Bearer "))
+                data = body.encode("utf-8")
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     for key, value in reply.headers.items():
                         self.send_header(key, value)
-                    self.end_headers()
-                    self.wfile.write(data)
+                    if reply.trickle_headers:
+                        head, self._headers_buffer = b"".join(self._headers_buffer) + b"\r\n", []
+                        self._trickle(head, reply.trickle_s)
+                    else:
+                        self.end_headers()
+                    if reply.trickle_s:
+                        self._trickle(data, reply.trickle_s)
+                    else:
+                        self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout test)
+
+            def _trickle(self, data: bytes, every_s: float) -> None:
+                for i in range(len(data)):
+                    if server._stop.is_set():
+                        return
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    server._stop.wait(every_s)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
