@@ -2,7 +2,9 @@
 
 `tlc.build(path_or_text, arch=…, defines=…)` returns a kernel callable on torch tensors;
 `tlc.attention(q, k, v, is_causal=False, scale=None, enable_gqa=False)` mirrors torch's
-scaled_dot_product_attention. Both import the GPU machinery only when called.
+scaled_dot_product_attention for inference (no backward kernel yet) and runs as the custom op
+`torch.ops.tlc.attention`, so torch.compile traces it. Both import torch and the GPU machinery
+only when called.
 """
 from __future__ import annotations
 

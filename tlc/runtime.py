@@ -1,20 +1,39 @@
 """Python entry points that return kernels: `tlc.build(...)` and `tlc.attention(...)`.
 
 `build` takes a `.tl` path or TL text and returns a callable on torch tensors. `attention`
-mirrors `torch.nn.functional.scaled_dot_product_attention`: it picks the shipped spec for
-the call's shape, builds that specialization on first use (NVRTC + the disk cache) and
-keeps it in an in-process dispatch table, so later calls cost a dict lookup.
+mirrors `torch.nn.functional.scaled_dot_product_attention`: it checks the call in the caller's
+terms, then runs the `tlc::attention` custom op (tlc.torch_op), whose implementation picks the
+shipped spec for the call's shape, builds it on first use (NVRTC + the disk cache) and keeps it
+in an in-process dispatch table, so later calls cost a dict lookup.
 """
 from __future__ import annotations
 
+import contextlib
+from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from tlc.diagnostics import fail
+from tlc.diagnostics import Note, TlcError, fail
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
 _DISPATCH: dict[tuple, Any] = {}
 _ATTENTION: dict[tuple, Any] = {}  # (dtype, d_qk, d_v, causal, device) → kernel: no file I/O per call
+# The sm_80-family flash kernel's head dims (the rule the former flash_fwd builder enforced). The per-op
+# lowering pads other widths to a multiple of 32; widen these here once such builds are checked on a GPU.
+HEAD_DIMS = range(32, 257, 32)
+MIXED_HEAD_DIMS = {(192, 128): "MLA prefill"}  # (q/k, v) head dims that may differ: the shapes tested on a GPU
+_NO_GRAD_FIX = ("tlc has no backward kernel yet: for inference wrap the call in `with torch.no_grad():` or "
+                "`with torch.inference_mode():`; for training use torch.nn.functional.scaled_dot_product_attention")
+
+
+def specs_dir() -> Path:
+    """The shipped `.tl` specs: the `tlc_specs` package (the checkout's `specs/` in an editable install)."""
+    try:
+        return Path(str(resources.files("tlc_specs")))
+    except ModuleNotFoundError:
+        checkout = Path(__file__).resolve().parent.parent / "specs"
+        if (checkout / "__init__.py").is_file():  # a checkout on PYTHONPATH, not installed (bench/README.md)
+            return checkout
+        raise fail("tlc's shipped specs (the tlc_specs package) are not installed: reinstall tlc") from None
 
 
 def _read(path_or_text: str | Path) -> tuple[bytes, str]:
@@ -28,13 +47,13 @@ def _read(path_or_text: str | Path) -> tuple[bytes, str]:
     return str(path_or_text).encode(), "<text>"
 
 
-def device_arch() -> str:
-    """The sm_80-family target for the current GPU (Hopper runs it compiled for sm_90)."""
+def device_arch(device=None) -> str:
+    """The sm_80-family target for `device` (default: the current GPU; Hopper runs it compiled for sm_90)."""
     import torch
 
     if not torch.cuda.is_available():
         raise fail("no CUDA GPU is visible: tlc kernels need one to run (tlc build works without)")
-    major, minor = torch.cuda.get_device_capability()
+    major, minor = torch.cuda.get_device_capability(device)
     arch = f"sm_{major}{minor}"
     if arch in ("sm_80", "sm_86", "sm_89", "sm_90"):
         return arch
@@ -44,7 +63,6 @@ def device_arch() -> str:
 def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping[str, Any] | None = None,
           lse: bool = False):
     """Compile a TL program and return its kernel, callable as `kernel(q, k, v, scale=None)`."""
-    from tlc.backend_cute.attention import spec_of
     from tlc.backend_cute.compile import compile_kir
     from tlc.backend_cute.launch import Kernel
     from tlc.builder import lower_to_kernel_ir
@@ -58,42 +76,146 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
     stem = Path(name).stem if name != "<text>" else "tl_kernel"
     state, _ = lower_to_kernel_ir(data, name, arch, defs, name=stem, lse=lse)
     compiled = compile_kir(state.kir, arch, source_name=Path(name).name, cu_name=f"{stem}.cu")
-    kernel = Kernel(compiled, spec_of(state.config))
+    kernel = Kernel(compiled, state.abi)
     _DISPATCH[key] = kernel
     return kernel
 
 
+# ---------------------------------------------------------------------- tlc.attention
 def attention(q, k, v, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False):
     """`scaled_dot_product_attention` for (batch, heads, seq, dim) bf16/fp16 CUDA tensors."""
+    check_attention(q, k, v, scale, enable_gqa)
+    from tlc.torch_op import attention_op
+
+    return attention_op(q, k, v, bool(is_causal), None if scale is None else float(scale))
+
+
+def check_attention(q, k, v, scale, enable_gqa: bool) -> None:
+    """Refuse, in the caller's terms, any call tlc cannot run, before anything is built: the cheap
+    checks first, the device last (so shapes are checked on any tensors, and torch.compile traces it)."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise fail(f"tlc.attention: {name} must be a 4-D (batch, heads, seq, dim) tensor")
+            raise _refuse(f"{name} must be a 4-D (batch, heads, seq, dim) tensor")
+    if torch.is_grad_enabled():
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.requires_grad:
+                raise _refuse(f"{name} requires grad, but {_NO_GRAD_FIX}")
     if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise fail(f"tlc.attention: q, k, v must all be bfloat16 or float16 (got {q.dtype}, {k.dtype}, {v.dtype})")
-    hq, hkv = q.shape[1], k.shape[1]
-    if hq != hkv and not enable_gqa:
-        raise fail(f"tlc.attention: {hq} query heads but {hkv} KV heads; pass enable_gqa=True for GQA/MQA")
-    if hq % hkv:
-        raise fail(f"tlc.attention: {hq} query heads are not a multiple of {hkv} KV heads")
-    dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-    key = (dtype, q.shape[-1], v.shape[-1], bool(is_causal), q.device)
+        raise _refuse(f"q, k and v must have one dtype, bfloat16 or float16 (got q {q.dtype}, k {k.dtype}, "
+                      f"v {v.dtype})")
+    if not q.shape[0] == k.shape[0] == v.shape[0]:
+        raise _refuse(f"batch sizes differ: q {q.shape[0]}, k {k.shape[0]}, v {v.shape[0]}")
+    _check_heads(q.shape[1], k.shape[1], v.shape[1], enable_gqa)
+    if k.shape[2] != v.shape[2]:
+        raise _refuse(f"k has {k.shape[2]} keys but v has {v.shape[2]} values: their sequence lengths must agree")
+    if k.shape[3] != q.shape[3]:
+        raise _refuse(f"k's head dim {k.shape[3]} must equal q's {q.shape[3]}")
+    problem = head_dim_problem(q.shape[3], v.shape[3])
+    if problem:
+        raise _refuse(problem)
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise _refuse(f"scale must be a number or None, got {type(scale).__name__}")
+    devices = (q.device, k.device, v.device)
+    if any(d.type != "cuda" for d in devices):
+        raise _refuse(f"q, k and v must be CUDA tensors (got {', '.join(str(d) for d in devices)}); "
+                      "move them with .cuda()")
+    if len(set(devices)) > 1:
+        raise _refuse(f"q, k and v are on different devices: {', '.join(str(d) for d in devices)}")
+
+
+def _check_heads(hq: int, hk: int, hv: int, enable_gqa: bool) -> None:
+    if hk != hv:
+        raise _refuse(f"k has {hk} heads but v has {hv}: they must agree")
+    if hk == 0 and hq:
+        raise _refuse(f"k and v have 0 heads; {hq} query heads need at least one KV head")
+    if hq != hk and not enable_gqa:
+        raise _refuse(f"{hq} query heads but {hk} KV heads; pass enable_gqa=True for GQA/MQA")
+    if hk and hq % hk:
+        raise _refuse(f"{hq} query heads are not a multiple of {hk} KV heads (GQA/MQA needs a whole group per KV head)")
+
+
+def head_dim_problem(d_qk: int, d_v: int) -> str | None:
+    """Why tlc.attention cannot run these head dims (None when it can): the one place to widen them."""
+    for d in (d_qk, d_v):
+        if d not in HEAD_DIMS:
+            return (f"head dim {d} is not supported; supported: multiples of {HEAD_DIMS.step} "
+                    f"from {HEAD_DIMS.start} to {HEAD_DIMS.stop - 1}")
+    if d_qk != d_v and (d_qk, d_v) not in MIXED_HEAD_DIMS:
+        pairs = ", ".join(f"q/k {a} with v's {b} ({what})" for (a, b), what in MIXED_HEAD_DIMS.items())
+        return f"v's head dim {d_v} differs from q's {d_qk}; differing head dims are supported only for {pairs}"
+    return None
+
+
+def _refuse(message: str) -> Exception:
+    import torch
+
+    if torch.compiler.is_compiling():
+        # Dynamo cannot trace building a TlcError: a ValueError carries the same words into its report
+        # under fullgraph=True; otherwise it falls back to eager here, and eager raises the TlcError.
+        return ValueError(f"tlc.attention: {message}")
+    return fail(f"tlc.attention: {message}")
+
+
+def run_attention(q, k, v, is_causal: bool, scale: float | None):
+    """The `tlc::attention` op's implementation: degenerate shapes as SDPA answers them, else the kernel."""
+    shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+    if q.numel() == 0:
+        return q.new_empty(shape)
+    if k.shape[2] == 0:
+        return q.new_zeros(shape)  # SDPA's answer when there is nothing to attend to
+    with _as_attention_error():
+        kernel = attention_kernel(q, v.shape[3], bool(is_causal))
+        return kernel(*(kernel_layout(t) for t in (q, k, v)), scale=scale)
+
+
+def attention_kernel(q, d_v: int, causal: bool):
+    """The kernel for this call's dtype, head dims and device: built on first use, then a dict lookup."""
+    import torch
+
+    key = (q.dtype, q.shape[3], d_v, causal, q.device)
     kernel = _ATTENTION.get(key)
     if kernel is None:
-        spec, defines = attention_spec(dtype, q.shape[-1], v.shape[-1], is_causal)
-        kernel = _ATTENTION[key] = build(spec, defines=defines)
-    return kernel(q, k, v, scale=scale)
+        dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
+        spec, defines = attention_spec(dtype, q.shape[3], d_v, causal)
+        kernel = _ATTENTION[key] = build(spec, arch=device_arch(q.device), defines=defines)
+    return kernel
+
+
+def kernel_layout(t):
+    """`t` if the kernel reads it in place (unit last stride, 16-byte aligned rows and base, as cp.async
+    needs), else a contiguous copy: SDPA takes any strides, and so does tlc.attention."""
+    ok = t.stride(-1) == 1 or t.shape[-1] == 1
+    ok = ok and t.data_ptr() % 16 == 0
+    ok = ok and all((t.stride(d) * t.element_size()) % 16 == 0 or t.shape[d] == 1 for d in range(3))
+    if ok:
+        return t
+    import torch
+
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+@contextlib.contextmanager
+def _as_attention_error() -> Iterator[None]:
+    """Errors past the checks (building, launching) still start with `tlc.attention:` and name no
+    shipped spec's line: the first message leads, the others and their notes follow as notes."""
+    try:
+        yield
+    except TlcError as exc:
+        lines = [m for d in exc.diagnostics for m in (d.message, *(n.message for n in d.notes))]
+        first = lines[0].removeprefix("tlc.attention: ")
+        raise fail(f"tlc.attention: {first}", None, *(Note(m) for m in lines[1:])) from exc
 
 
 def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool) -> tuple[Path, dict[str, Any]]:
     """The shipped spec and its -D bindings that `attention` builds for a call's shape."""
-    from tlc.kir.flash_fwd import default_tiles
+    from tlc.tuning import default_tiles
 
     if d_qk == d_v:
-        spec, defines = SPECS / "gqa_fwd.tl", {"HeadDim": d_qk}
+        spec, defines = specs_dir() / "gqa_fwd.tl", {"HeadDim": d_qk}
     else:
-        spec, defines = SPECS / "mla_prefill_fwd.tl", {"DQK": d_qk, "DV": d_v, "Align": "top_left"}
+        spec, defines = specs_dir() / "mla_prefill_fwd.tl", {"DQK": d_qk, "DV": d_v, "Align": "top_left"}
     tiles = default_tiles(d_qk, d_v)  # the tuned tiles for this head dim (bench/README.md)
     defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"])
     return spec, defines

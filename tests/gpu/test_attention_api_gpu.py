@@ -1,0 +1,56 @@
+"""`tlc.attention` on a GPU: inference under no_grad/inference_mode, torch.compile(fullgraph=True)
+equal to eager, SDPA's answers for empty shapes, and caller strides."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tlc
+from tlc.diagnostics import TlcError
+from tlc.testing_tolerance import check_attention
+
+pytestmark = pytest.mark.gpu
+D = 64  # one kernel for the whole file: gqa_fwd at head dim 64, causal
+
+
+def _qkv(b=2, hq=4, hkv=2, sq=77, sk=130, d=D, grad=False):
+    g = torch.Generator(device="cuda").manual_seed(sq * 31 + sk)
+    make = lambda h, s: torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731
+    return [t.requires_grad_(grad) for t in (make(hq, sq), make(hkv, sk), make(hkv, sk))]
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_inputs_that_require_grad_run_without_grad_mode(mode) -> None:
+    q, k, v = _qkv(grad=True)
+    with pytest.raises(TlcError, match="torch.no_grad"):
+        tlc.attention(q, k, v, is_causal=True, enable_gqa=True)
+    with mode():
+        out = tlc.attention(q, k, v, is_causal=True, enable_gqa=True)
+    report = check_attention(out, q.detach(), k.detach(), v.detach(), causal=True)
+    assert report.passed, report
+
+
+def test_torch_compile_fullgraph_equals_eager() -> None:
+    q, k, v = _qkv()
+
+    def f(q, k, v):
+        return tlc.attention(q, k, v, is_causal=True, enable_gqa=True) * 0.5 + 1
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), f(q, k, v), atol=1e-2, rtol=1e-2)
+
+
+def test_empty_shapes_answer_as_sdpa() -> None:
+    q, k, v = _qkv(sq=0)
+    assert tlc.attention(q, k, v, is_causal=True, enable_gqa=True).shape == (2, 4, 0, D)
+    q, k, v = _qkv(sk=0)
+    out = tlc.attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.equal(out, torch.zeros_like(q))
+
+
+def test_any_strides_like_sdpa() -> None:
+    q, k, v = _qkv()
+    q_t = q.transpose(2, 3).contiguous().transpose(2, 3)  # column-major rows: copied for the kernel
+    out = tlc.attention(q_t, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(out, tlc.attention(q, k, v, is_causal=True, enable_gqa=True), atol=0, rtol=0)

@@ -1,0 +1,193 @@
+"""`tlc.attention` refuses what it cannot run in the caller's terms, before building anything.
+
+CPU only: every check here comes before the CUDA check, `tlc.runtime.build` is replaced by a
+function that fails the test, and the torch.compile tests trace with fake CUDA tensors.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import tlc
+import tlc.runtime
+import tlc.torch_op  # noqa: F401  registers torch.ops.tlc.attention
+from tlc.diagnostics import TlcError
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+@pytest.fixture(autouse=True)
+def no_build(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("tlc.runtime.build was called for a call that should have been refused")
+    monkeypatch.setattr(tlc.runtime, "build", refuse)
+
+
+def tensors(q=(1, 4, 8, 64), k=(1, 4, 8, 64), v=None, dtypes=(BF16, BF16, BF16), grad=""):
+    shapes = (q, k, v or k)
+    return [torch.zeros(s, dtype=d, requires_grad=name in grad) for s, d, name in zip(shapes, dtypes, "qkv")]
+
+
+def refusal(*args, **kwargs) -> str:
+    with pytest.raises(TlcError) as info:
+        tlc.attention(*args, **kwargs)
+    (diag,) = info.value.diagnostics
+    assert diag.message.startswith("tlc.attention: "), diag.message
+    assert diag.loc is None and ".tl" not in str(info.value), str(info.value)
+    return diag.message
+
+
+# ------------------------------------------------------------------ (1) autograd
+@pytest.mark.parametrize("which", ["q", "k", "v", "qkv"])
+def test_inputs_that_require_grad_are_refused_naming_the_fix(which) -> None:
+    message = refusal(*tensors(grad=which))
+    assert f"{which[0]} requires grad" in message
+    for fix in ("torch.no_grad()", "torch.inference_mode()", "scaled_dot_product_attention", "no backward"):
+        assert fix in message, message
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_inputs_that_require_grad_pass_the_autograd_check_without_grad_mode(mode) -> None:
+    with mode():
+        message = refusal(*tensors(grad="qkv"))  # on to the next check: these CPU tensors are not on a GPU
+    assert "CUDA" in message and "grad" not in message
+
+
+# ------------------------------------------------------------------ (13) shapes, in the caller's terms
+@pytest.mark.parametrize("args, kwargs, expected", [
+    (tensors(q=(1, 4, 8, 64), k=(1, 0, 8, 64)), dict(enable_gqa=True), "k and v have 0 heads"),
+    (tensors(k=(1, 4, 8, 32), v=(1, 4, 8, 64)), {}, "k's head dim 32 must equal q's 64"),
+    (tensors(v=(1, 4, 8, 128)), {}, "v's head dim 128 differs from q's 64"),
+    (tensors(q=(2, 4, 8, 64)), {}, "batch sizes differ: q 2, k 1, v 1"),
+    (tensors(v=(1, 4, 9, 64)), {}, "k has 8 keys but v has 9"),
+    (tensors(v=(1, 2, 8, 64)), dict(enable_gqa=True), "k has 4 heads but v has 2"),
+    (tensors(q=(1, 4, 8, 64), k=(1, 2, 8, 64)), {}, "pass enable_gqa=True"),
+    (tensors(q=(1, 6, 8, 64), k=(1, 4, 8, 64)), dict(enable_gqa=True), "6 query heads are not a multiple of 4"),
+    (tensors(dtypes=(BF16, FP16, BF16)), {}, "one dtype, bfloat16 or float16 (got q torch.bfloat16, k torch.float16"),
+    (tensors(dtypes=(torch.float32,) * 3), {}, "bfloat16 or float16"),
+    (tensors(q=(1, 4, 8, 59), k=(1, 4, 8, 59)), {},
+     "head dim 59 is not supported; supported: multiples of 32 from 32 to 256"),
+    (tensors(q=(1, 4, 8, 512), k=(1, 4, 8, 512)), {}, "head dim 512 is not supported"),
+    (tensors(q=(1, 4, 8, 0), k=(1, 4, 8, 0)), {}, "head dim 0 is not supported"),
+    (tensors(), dict(scale="0.1"), "scale must be a number"),
+    (tensors(), {}, "q, k and v must be CUDA tensors (got cpu, cpu, cpu)"),
+], ids=["zero-kv-heads", "k-head-dim", "v-head-dim", "batch", "kv-seqlen", "kv-heads", "gqa-flag", "gqa-multiple",
+        "dtype-mismatch", "float32", "head-dim-59", "head-dim-512", "head-dim-0", "scale", "cpu"])
+def test_bad_calls_are_refused_before_building(args, kwargs, expected) -> None:
+    assert expected in refusal(*args, **kwargs)
+
+
+def test_the_supported_head_dims_are_one_rule() -> None:
+    assert tlc.runtime.head_dim_problem(64, 64) is None and tlc.runtime.head_dim_problem(192, 128) is None
+    assert tlc.runtime.head_dim_problem(59, 59) == ("head dim 59 is not supported; "
+                                                    "supported: multiples of 32 from 32 to 256")
+    assert "192 with v's 128" in tlc.runtime.head_dim_problem(128, 64)
+
+
+def test_empty_queries_give_an_empty_output_like_sdpa() -> None:
+    q, k, v = tensors(q=(2, 4, 0, 64), v=(1, 4, 8, 64))
+    q, k, v = q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1)
+    out = torch.ops.tlc.attention(q, k, v, False, None)  # the op's own implementation (CPU tensors reach it here)
+    assert out.shape == (2, 4, 0, 64) and out.dtype == BF16
+
+
+def test_no_keys_give_zeros_like_sdpa() -> None:
+    q, k, v = (torch.randn(s, dtype=BF16) for s in ((1, 2, 5, 64), (1, 2, 0, 64), (1, 2, 0, 64)))
+    out = torch.ops.tlc.attention(q, k, v, True, None)
+    assert torch.equal(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert torch.equal(out, torch.zeros(1, 2, 5, 64, dtype=BF16))
+
+
+def test_kernel_layout_copies_only_what_the_kernel_cannot_read() -> None:
+    t = torch.randn(1, 2, 8, 64, dtype=BF16)
+    assert tlc.runtime.kernel_layout(t) is t
+    strided = torch.randn(1, 8, 2, 64, dtype=BF16).transpose(1, 2)  # (B, S, H, D) storage, as many models keep it
+    assert tlc.runtime.kernel_layout(strided) is strided
+    transposed = torch.randn(1, 2, 64, 8, dtype=BF16).transpose(2, 3)
+    fixed = tlc.runtime.kernel_layout(transposed)
+    assert fixed.is_contiguous() and torch.equal(fixed, transposed)
+    misaligned = torch.randn(1 * 2 * 8 * 64 + 1, dtype=BF16)[1:].view(1, 2, 8, 64)
+    assert tlc.runtime.kernel_layout(misaligned).data_ptr() % 16 == 0
+
+
+# ------------------------------------------------------------------ (16) torch.compile sees one op
+def fake_cuda(*shapes, dtype=BF16):
+    mode = FakeTensorMode()
+    with mode:
+        return mode, [torch.empty(s, dtype=dtype, device="cuda") for s in shapes]
+
+
+def attend(q, k, v):
+    return tlc.attention(q, k, v, is_causal=True, enable_gqa=True) * 2
+
+
+def test_torch_compile_fullgraph_traces_tlc_attention_as_one_op() -> None:
+    graphs = []
+
+    def recording_eager(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    mode, (q, k, v) = fake_cuda((2, 8, 33, 64), (2, 2, 17, 64), (2, 2, 17, 64))
+    torch._dynamo.reset()
+    with mode:
+        out = torch.compile(attend, fullgraph=True, backend=recording_eager)(q, k, v)
+    assert out.shape == (2, 8, 33, 64) and out.dtype == BF16 and out.device.type == "cuda"
+    (graph,) = graphs
+    assert [n.target for n in graph.graph.nodes if n.op == "call_function"][0] is torch.ops.tlc.attention.default
+
+
+def test_make_fx_records_the_tlc_op_with_the_output_shape_of_v() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    _, (q, k, v) = fake_cuda((1, 4, 16, 192), (1, 4, 16, 192), (1, 4, 16, 128))
+    graph = make_fx(attend, tracing_mode="fake")(q, k, v)
+    calls = [n for n in graph.graph.nodes if n.target is torch.ops.tlc.attention.default]
+    assert len(calls) == 1 and tuple(calls[0].meta["val"].shape) == (1, 4, 16, 128)
+
+
+def test_the_op_refuses_backward_honestly() -> None:
+    q, k, v = (torch.randn(1, 2, 3, 64, dtype=BF16, requires_grad=True) for _ in range(3))
+    out = torch.ops.tlc.attention(q, k.detach()[:, :, :0], v.detach()[:, :, :0], False, None)
+    with pytest.raises(TlcError, match="no backward"):
+        out.sum().backward()
+
+
+def test_opcheck_agrees_with_the_fake_implementation_where_cpu_can_run_the_op() -> None:
+    q, k = torch.randn(1, 2, 5, 64, dtype=BF16), torch.randn(1, 2, 0, 64, dtype=BF16)  # no keys: no kernel needed
+    results = torch.library.opcheck(torch.ops.tlc.attention.default, (q, k, k, True, None))
+    assert set(results.values()) == {"SUCCESS"}, results
+
+
+def test_torch_compile_aot_eager_without_grad_mode() -> None:
+    mode, (q, k, v) = fake_cuda((1, 2, 5, 128), (1, 2, 9, 128), (1, 2, 9, 128))
+    torch._dynamo.reset()
+    with mode, torch.no_grad():
+        out = torch.compile(attend, fullgraph=True, backend="aot_eager")(q, k, v)
+    assert out.shape == (1, 2, 5, 128)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_a_refusal_under_torch_compile_keeps_its_words(fullgraph) -> None:
+    mode, (q,) = fake_cuda((1, 2, 5, 59))
+    torch._dynamo.reset()
+    with mode, pytest.raises(Exception) as info:
+        torch.compile(lambda q: tlc.attention(q, q, q), fullgraph=fullgraph, backend="eager")(q)
+    if not fullgraph:  # dynamo falls back to eager at the refusal, which raises the TlcError itself
+        assert info.type is TlcError
+    assert "tlc.attention: head dim 59 is not supported" in str(info.value)
+
+
+def test_a_build_error_names_no_spec_line(monkeypatch) -> None:
+    from tlc.diagnostics import Loc, Note, error
+
+    def failing_build(spec, **kwargs):
+        raise TlcError(error("too many registers", Loc(str(spec), 51, 3), Note("to fit: lower BM")))
+
+    monkeypatch.setattr(tlc.runtime, "build", failing_build)
+    monkeypatch.setattr(tlc.runtime, "device_arch", lambda device=None: "sm_90")
+    q = torch.zeros(1, 2, 4, 64, dtype=BF16)
+    with pytest.raises(TlcError) as info:
+        tlc.runtime.run_attention(q, q, q, False, None)
+    assert str(info.value) == "error: tlc.attention: too many registers\nnote: to fit: lower BM"
