@@ -54,3 +54,14 @@ def test_any_strides_like_sdpa() -> None:
     q_t = q.transpose(2, 3).contiguous().transpose(2, 3)  # column-major rows: copied for the kernel
     out = tlc.attention(q_t, k, v, is_causal=True, enable_gqa=True)
     torch.testing.assert_close(out, tlc.attention(q, k, v, is_causal=True, enable_gqa=True), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("d", [40, 80, 96, 112, 160, 224])
+@pytest.mark.parametrize("sq,sk", [(1, 1), (17, 1000), (333, 77)])
+def test_head_dims_that_are_multiples_of_8(d, sq, sk) -> None:
+    """FlashAttention's test widths: padded to a multiple of 32 inside the kernel (DESIGN §8's rule)."""
+    q, k, v = _qkv(b=1, hq=4, hkv=2, sq=sq, sk=sk, d=d)
+    for causal in (False, True):
+        out = tlc.attention(q, k, v, is_causal=causal, enable_gqa=True)
+        report = check_attention(out, q, k, v, causal=causal)
+        assert report.passed, f"d={d} {sq}x{sk} causal={causal}: {report}"

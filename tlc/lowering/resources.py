@@ -91,7 +91,7 @@ def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
         return max(frag.shape[0] // (16 * mma.warps[0]), 1) * 2
 
     # A fragment only named as a row vector's layout holds no data (nvcc drops it).
-    used = {n for op in walk(kernel) if not isinstance(op, (FragmentOp, RowVectorOp))
+    used = {n for op in walk(kernel) if not isinstance(op, (FragmentOp, RowVectorOp)) and not op.regions
             for n in re.findall(r"[A-Za-z_]\w*", repr(op))}
     frags: list[Fragment] = []
     resident = 0
