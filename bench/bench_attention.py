@@ -44,6 +44,9 @@ WIDE_SWEEP = [  # for d >= 192 (--extra --sweep): FA2 runs d=256 with 128x64 til
     dict(bm=128, bn=64, warps=8, stages=2), dict(bm=128, bn=32, warps=8, stages=2),
     dict(bm=64, bn=64, warps=4, stages=2), dict(bm=64, bn=32, warps=4, stages=2),
 ]
+if os.environ.get("TLC_BENCH_WIDE_SWEEP"):  # the same format, for the --extra rows
+    WIDE_SWEEP = [dict(zip(("bm", "bn", "warps", "stages"), map(int, v.split("x"))))
+                  for v in os.environ["TLC_BENCH_WIDE_SWEEP"].split(";") if v]
 if os.environ.get("TLC_BENCH_SWEEP"):  # e.g. "128x48x4x2;128x64x4x1": BMxBNxWARPSxSTAGES, replaces the list
     SWEEP = [dict(zip(("bm", "bn", "warps", "stages"), map(int, v.split("x"))))
              for v in os.environ["TLC_BENCH_SWEEP"].split(";") if v]
