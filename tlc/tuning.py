@@ -1,8 +1,9 @@
 """Tile sizes `tlc.attention` binds (-D) per head dim on the sm_80-family path, with their source.
 
-d = 64 and 128: double-buffered K/V with 4 warps along M were the fastest swept tiles (H200,
-bench/bench_attention.py --sweep, 2026-11-22); at d = 128 BN = 48 is spill-free where BN = 64
-spills (254 vs 255 registers + 16-48 B local, 2026-11-22 and -23). d = 256: 128×64 on 8 warps,
+All measured on an H200 with `python3 bench/bench_attention.py --extra --sweep` (2026-11-23, the
+per-op lowering), double-buffered K/V. d = 64: 128×128 on 4 warps, 337.4 TFLOP/s (312.4 causal)
+against 313.9 (292.2) for 128×64, despite 24 bytes of spills. d = 128: 128×48, spill-free, 349.3
+against 346.1 for 128×64 (which spills 24 bytes) and 332.6 for 128×32. d = 256: 128×64 on 8 warps,
 FlashAttention-2's own tiles, measured 316.5 TFLOP/s against 280.4 for 64×32 on 4 warps (H200,
 2026-11-23, `python3 bench/bench_attention.py --extra --sweep`). MLA prefill (192/128): 64×64 on
 4 warps, 285.0 against 262.8 for 128×64 on 8 warps (same run). Other head dims pad to a
@@ -10,7 +11,7 @@ multiple of 32 and use the tiles of the next tabled width.
 """
 from __future__ import annotations
 
-DEFAULT_TILES = {64: dict(bm=128, bn=64, warps=4, stages=2), 128: dict(bm=128, bn=48, warps=4, stages=2),
+DEFAULT_TILES = {64: dict(bm=128, bn=128, warps=4, stages=2), 128: dict(bm=128, bn=48, warps=4, stages=2),
                  192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
 
 
