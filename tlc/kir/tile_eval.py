@@ -1,0 +1,126 @@
+"""Evaluate a kernel-IR `ProgramOp` on the CPU at tile level: every CTA of the grid runs the kernel
+body in order on whole tiles (float64), with the launch ABI binding the parameter struct as the
+launcher does. CI compares the result with the TL interpreter (`tlc.ir.interpreter`), so the
+kernel IR the lowering passes produced is checked end to end without a GPU.
+
+Not modelled: threads, lanes and register layouts (partitions are their whole tile, AllReduceOp is
+a no-op), swizzles, fp32 rounding of accumulators. Modelled beyond values: cp.async groups, waits
+and barriers (a read of a stage in flight, unpublished or overwritten is an error), bounds of
+every global access, and that copies, loads and masks use consistently partitioned operands.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import torch
+
+from tlc.diagnostics import Note
+from tlc.kir import ops as K
+from tlc.kir import tile_eval_decl, tile_eval_ops  # noqa: F401 - they register the op handlers
+from tlc.kir.evaluate import evaluate
+from tlc.kir.tile_eval_expr import F64, round_to
+from tlc.kir.tile_eval_state import HANDLERS, Block, Bound, TileEvalError
+from tlc.lowering.abi import LaunchABI, TensorArg
+
+__all__ = ["TileEvalError", "evaluate_program", "known_ops"]
+
+
+def known_ops() -> list[str]:
+    return sorted(cls.__name__ for cls in HANDLERS)
+
+
+def _rows(arg: TensorArg, env: Mapping[str, object]) -> int:
+    if arg.rows.isdigit():
+        return int(arg.rows)
+    if arg.rows not in env:
+        raise TileEvalError(f"the rows of {arg.name} ({arg.rows}) are set by no input tensor or input value")
+    return int(env[arg.rows])  # type: ignore[arg-type]
+
+
+def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[str, float | int]
+          ) -> tuple[dict[str, object], dict[str, torch.Tensor]]:
+    """p.<field> values and float64 storage per tensor, as `tlc.backend_cute.launch` binds them."""
+    env: dict[str, object] = {}
+    store: dict[str, torch.Tensor] = {}
+    ins = [t for t in abi.tensors if not t.output]
+    for arg in ins:
+        if arg.name not in tensors:
+            raise TileEvalError(f"no tensor given for input {arg.name}")
+        t = tensors[arg.name]
+        if t.dim() != 4 or t.shape[3] != arg.cols:
+            raise TileEvalError(f"{arg.name} must be (batch, heads, rows, {arg.cols}), got {tuple(t.shape)}")
+        if not arg.rows.isdigit() and env.setdefault(arg.rows, t.shape[2]) != t.shape[2]:
+            raise TileEvalError(f"{arg.name} has {t.shape[2]} rows but an earlier tensor gave {arg.rows}")
+        store[arg.name] = t.detach().to(F64).contiguous().clone()
+    for name, kind in abi.inputs:
+        value = inputs.get(name, env.get(name))
+        if value is None and name == "scale" and kind == "float":
+            value = 1.0 / math.sqrt(ins[0].cols if ins else 1)
+        if value is None:
+            raise TileEvalError(f"the program needs the runtime input '{name}'")
+        if name in env and int(value) != env[name]:  # type: ignore[call-overload]
+            raise TileEvalError(f"input {name} = {value} disagrees with the tensors ({env[name]})")
+        env[name] = int(value) if kind == "int" else round_to(torch.tensor(float(value)), "fp32").item()
+    batches = {store[a.name].shape[0] for a in ins}
+    if len(batches) > 1:
+        raise TileEvalError(f"the input tensors' batch sizes differ: {sorted(batches)}")
+    batch = batches.pop() if batches else 1
+    full = [a for a in ins if a.head == "head_idx"]
+    heads = store[full[0].name].shape[1] if full else 1
+    grouped = [a for a in ins if "group" in a.head]
+    kv = store[grouped[0].name].shape[1] if grouped else heads
+    if kv == 0 or heads % kv:
+        raise TileEvalError(f"{heads} query heads are not a multiple of {kv} KV heads")
+    dims = {"batch": batch, "heads": heads, "group": heads // kv}
+    for arg in abi.tensors:
+        if arg.output:
+            shape = (batch, heads, _rows(arg, env), arg.cols)
+            given = tensors.get(arg.name)
+            if given is not None and tuple(given.shape) != shape:
+                raise TileEvalError(f"output {arg.name} must be {shape}, got {tuple(given.shape)}")
+            store[arg.name] = torch.full(shape, float("nan"), dtype=F64)
+    fields: dict[str, object] = {f"p.{k}": v for k, v in {**env, **dims}.items()}
+    for arg in abi.tensors:
+        for which, stride in zip(("batch", "head", "row"), store[arg.name].stride()[:3]):
+            fields[f"p.{arg.stride(which)}"] = stride
+    return fields, store
+
+
+def _run_kernel(kernel: K.KernelOp, fields: dict[str, object], pointers: dict[str, Bound]) -> None:
+    grid = [int(evaluate(g, fields)) for g in kernel.grid]  # type: ignore[arg-type]
+    if min(grid) < 0:
+        raise TileEvalError(f"kernel {kernel.name} has a negative grid {grid}", kernel.loc)
+    dims = {"gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2], "blockDim.x": kernel.threads,
+            "blockDim.y": 1, "blockDim.z": 1, "threadIdx.x": 0, "threadIdx.y": 0, "threadIdx.z": 0}
+    for z in range(grid[2]):
+        for y in range(grid[1]):
+            for x in range(grid[0]):
+                scalars = {**fields, **dims, "blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z}
+                cta = (z * grid[1] + y) * grid[0] + x
+                try:
+                    Block(scalars, pointers, cta).run(kernel.body)
+                except TileEvalError as exc:
+                    d = exc.diagnostics[0]
+                    where = Note(f"in CTA #{cta} = blockIdx ({x}, {y}, {z}) of kernel {kernel.name}")
+                    raise TileEvalError(d.message.removeprefix("tile-eval: "), d.loc, *d.notes, where) from None
+
+
+def evaluate_program(program: K.ProgramOp, abi: LaunchABI, tensors: Mapping[str, torch.Tensor],
+                     inputs: Mapping[str, float | int]) -> dict[str, torch.Tensor]:
+    """Run every kernel of `program` on `tensors` (batch, heads, rows, cols); returns each stored
+    tensor as float64 (batch, heads, rows, cols), NaN where the kernels never wrote."""
+    fields, store = _bind(abi, tensors, inputs)
+    pointers = {f"p.{a.ptr}": Bound(a.name, a.dtype, store[a.name],
+                                    torch.full(store[a.name].shape, -1, dtype=torch.int64) if a.output else None)
+                for a in abi.tensors}
+    params = {op.name: op for op in program.body if isinstance(op, K.ParamsOp)}
+    for kernel in program.kernels():
+        struct = params.get(kernel.params)
+        if struct is None:
+            raise TileEvalError(f"kernel {kernel.name} takes unknown parameter struct {kernel.params}", kernel.loc)
+        unbound = [f for f, _ in struct.fields if f"p.{f}" not in fields and f"p.{f}" not in pointers]
+        if unbound:
+            raise TileEvalError(f"the launch ABI binds no value to {', '.join(unbound)}", kernel.loc)
+        _run_kernel(kernel, fields, pointers)
+    return {a.name: store[a.name] for a in abi.tensors if a.output}

@@ -1,0 +1,261 @@
+"""Tile evaluator: executable ops — copies, cp.async groups, waits and barriers, GEMMs and the
+fragment math — on whole tiles. GEMM operands are (M, K) and (N, K): a k-major B is stored (N, K),
+an mn-major B is read through its transposed view; acc += A·Bᵀ with values as shared memory
+(or a bf16/fp16 ConvertOp) holds them."""
+from __future__ import annotations
+
+import torch
+
+from tlc.kir import ops as K
+from tlc.kir.tile_eval_expr import TileFault, eval_tensor_expr, round_to
+from tlc.kir.tile_eval_state import (Block, Coords, Frag, GlobalView, OperandFrag, SharedRef, Window, handles,
+                                     read_window, write_window)
+
+NEG_INF = float("-inf")
+
+
+# ----------------------------------------------------------------------------- copies and sync
+def _copy_slices(blk: Block, copy: str, **operands: object) -> K.TiledCopyOp:
+    """Every operand of a tiled copy must be partitioned by that copy's thread slice."""
+    if copy not in blk.copies:
+        raise TileFault(f"unknown tiled copy {copy!r}")
+    atom = blk.copies[copy]
+    for role, v in operands.items():
+        if v is not None and getattr(v, "slice", "") != atom.thread_slice:
+            raise TileFault(f"{role} is partitioned by {getattr(v, 'slice', '') or 'nothing'}, not by "
+                            f"{copy}'s thread slice {atom.thread_slice}")
+    return atom
+
+
+def _pred_shape(pred: object, shape: tuple[int, ...]) -> None:
+    if pred is not None and (not isinstance(pred, Coords) or pred.shape != shape):
+        raise TileFault(f"the predicate is not the coordinates of a {shape} tile")
+
+
+@handles(K.AsyncCopyOp)
+def _async_copy(blk: Block, op: K.AsyncCopyOp) -> None:
+    src, dst = blk.resolve(op.src), blk.shared(op.dst)
+    pred = blk.resolve(op.pred) if op.pred is not None else None
+    _copy_slices(blk, op.copy, src=src, dst=dst, pred=pred)
+    if not isinstance(src, Window) or len(src.shape) != 2:
+        raise TileFault(f"cp.async reads `{op.src}`, which is not one tile of a global tensor")
+    if src.shape != blk.shared_shape(dst):
+        raise TileFault(f"copies a {src.shape} tile into {dst.buffer} {blk.shared_shape(dst)}")
+    _pred_shape(pred, src.shape)
+    if op.buffer and op.buffer != dst.buffer:
+        raise TileFault(f"says it writes buffer {op.buffer} but writes {dst.buffer} (sync decisions read `buffer`)")
+    value = read_window(src, blk.integer(op.row_limit), blk.integer(op.col_limit))
+    blk.smem.write(dst.key(), dst.transposed, value, "async")
+
+
+@handles(K.CopyOp)
+def _copy(blk: Block, op: K.CopyOp) -> None:
+    src, dst = blk.resolve(op.src), blk.resolve(op.dst)
+    pred = blk.resolve(op.pred) if op.pred is not None else None
+    _copy_slices(blk, op.copy, src=src, dst=dst, pred=pred)
+    if isinstance(src, Frag) and src.data.dim() == 2:
+        value = src.data
+    elif isinstance(src, SharedRef):
+        if src.buffer not in op.reads:
+            raise TileFault(f"reads shared {src.buffer} but lists reads={op.reads} (sync decisions read them)")
+        value = blk.read_shared(src)
+    else:
+        raise TileFault(f"copies from `{op.src}`, a {type(src).__name__}; expected registers or shared memory")
+    rows, cols = blk.integer(op.row_limit), blk.integer(op.col_limit)
+    if isinstance(dst, Window):
+        _pred_shape(pred, dst.shape)
+        write_window(dst, value, rows, cols, blk.cta)
+        return
+    if not isinstance(dst, SharedRef):
+        raise TileFault(f"copies into `{op.dst}`, a {type(dst).__name__}; expected shared or global memory")
+    if dst.buffer not in op.writes:
+        raise TileFault(f"writes shared {dst.buffer} but lists writes={op.writes} (sync decisions read them)")
+    _pred_shape(pred, tuple(value.shape))
+    keep = None
+    if rows is not None or cols is not None:
+        r = torch.arange(value.shape[0])[:, None] < (value.shape[0] if rows is None else rows)
+        c = torch.arange(value.shape[1])[None, :] < (value.shape[1] if cols is None else cols)
+        keep = r & c
+    blk.smem.write(dst.key(), dst.transposed, value, "reg", keep)
+
+
+@handles(K.CommitOp)
+def _commit(blk: Block, op: K.CommitOp) -> None:
+    blk.smem.commit()
+
+
+@handles(K.WaitOp)
+def _wait(blk: Block, op: K.WaitOp) -> None:
+    blk.smem.wait(op.pending)
+
+
+@handles(K.BarrierOp)
+def _barrier(blk: Block, op: K.BarrierOp) -> None:
+    blk.smem.barrier()
+
+
+# ----------------------------------------------------------------------------- GEMM
+def _operand(blk: Block, op: K.GemmOp, role: str) -> torch.Tensor:
+    """Operand `role` ("A" or "B") as (rows, K): loaded from shared memory, or A from registers."""
+    r = role.lower()
+    frag = blk.value(getattr(op, r))
+    smem, copy, view = getattr(op, f"{r}_smem"), getattr(op, f"{r}_copy"), getattr(op, f"{r}_view")
+    if smem is None:
+        if isinstance(frag, OperandFrag):
+            ref = frag.src
+        elif isinstance(frag, Frag) and frag.role == "A" and role == "A":
+            return frag.data
+        else:
+            raise TileFault(f"operand {role} {getattr(op, r)} is neither loaded from shared memory nor an A "
+                            "operand retiled from an accumulator")
+    else:
+        ref = blk.shared(smem)
+        v = blk.value(view)
+        atom = _copy_slices(blk, copy, **{f"{r}_smem": ref, f"{r}_view": v})
+        if atom.kind != role:
+            raise TileFault(f"loads operand {role} with {copy}, a copy for operand {atom.kind}")
+        if ref.transposed != atom.atom.endswith("_T"):
+            raise TileFault(f"loads {'a transposed view' if ref.transposed else 'a row-major tile'} of {ref.buffer} "
+                            f"with {atom.atom}; that needs ldmatrix{'.trans' if ref.transposed else ''}")
+        if not isinstance(frag, OperandFrag) or getattr(v, "origin", None) != frag.origin:
+            raise TileFault(f"loads into `{view}`, which is not a view of operand fragment {getattr(op, r)}")
+        if frag.src.buffer != ref.buffer or frag.src.transposed != ref.transposed:
+            raise TileFault(f"operand fragment {frag.origin} is shaped for {frag.src.buffer} but loaded from "
+                            f"{ref.buffer}{' (transposed)' if ref.transposed else ''}")
+    if frag.role != role or frag.mma != op.mma:
+        raise TileFault(f"{frag.origin} is an operand {frag.role} fragment of {frag.mma}, used as operand {role} "
+                        f"of {op.mma}")
+    if ref.buffer not in op.reads:
+        raise TileFault(f"reads shared {ref.buffer} but lists reads={op.reads} (sync decisions read them)")
+    return blk.read_shared(ref)
+
+
+@handles(K.GemmOp)
+def _gemm(blk: Block, op: K.GemmOp) -> None:
+    if op.mma not in blk.mmas:
+        raise TileFault(f"unknown TiledMMA {op.mma!r}")
+    acc = blk.frag(op.acc, 2)
+    a, b = _operand(blk, op, "A"), _operand(blk, op, "B")
+    if a.shape[1] != b.shape[1] or tuple(acc.data.shape) != (a.shape[0], b.shape[0]):
+        raise TileFault(f"{op.acc} {tuple(acc.data.shape)} += A {tuple(a.shape)} · Bᵀ of {tuple(b.shape)}: shapes "
+                        "do not match")
+    acc.data += a @ b.T
+
+
+# ----------------------------------------------------------------------------- fragment math
+@handles(K.ClearOp)
+def _clear(blk: Block, op: K.ClearOp) -> None:
+    blk.frag(op.target).data.zero_()
+
+
+@handles(K.MaskOp)
+def _mask(blk: Block, op: K.MaskOp) -> None:
+    x = blk.frag(op.target, 2)
+    coord = blk.value(op.coord)
+    if not isinstance(coord, Coords) or coord.shape != tuple(x.data.shape):
+        raise TileFault(f"{op.coord} is not the coordinates of {op.target} {tuple(x.data.shape)}")
+    if coord.slice not in {m.thread_slice for m in blk.mmas.values()}:
+        raise TileFault(f"{op.coord} is not partitioned like an accumulator (partition_C of a TiledMMA slice)")
+    rows = blk.integer(op.row0) + torch.arange(x.data.shape[0])[:, None]
+    cols = blk.integer(op.col0) + torch.arange(x.data.shape[1])[None, :]
+    sk = blk.integer(op.sk)
+    masked = torch.zeros(x.data.shape, dtype=torch.bool)
+    if op.bounds:
+        masked |= cols >= sk
+    if op.causal:
+        diag = sk - blk.integer(op.sq) if op.alignment == "bottom_right" else 0
+        masked |= cols > rows + diag
+    x.data.masked_fill_(masked, NEG_INF)
+
+
+@handles(K.RowReduceOp)
+def _row_reduce(blk: Block, op: K.RowReduceOp) -> None:
+    src, dst = blk.frag(op.src, 2), blk.frag(op.dst, 1)
+    if dst.data.shape[0] != src.data.shape[0]:
+        raise TileFault(f"{op.dst} has {dst.data.shape[0]} rows, {op.src} {src.data.shape[0]}")
+    red = src.data.amax(dim=1) if op.kind == "max" else src.data.sum(dim=1)
+    if op.accumulate:
+        red = torch.fmax(dst.data, red) if op.kind == "max" else dst.data + red
+    dst.data.copy_(red)
+
+
+@handles(K.AllReduceOp)
+def _all_reduce(blk: Block, op: K.AllReduceOp) -> None:
+    blk.frag(op.target, 1)   # a tile-level row reduction already covers every lane's columns
+
+
+@handles(K.Exp2ScaleOp)
+def _exp2_scale(blk: Block, op: K.Exp2ScaleOp) -> None:
+    x, m = blk.frag(op.target, 2), blk.frag(op.row_max, 1)
+    if m.data.shape[0] != x.data.shape[0]:
+        raise TileFault(f"{op.row_max} has {m.data.shape[0]} rows, {op.target} {x.data.shape[0]}")
+    s = float(blk.scalar(op.scale_log2))
+    shift = torch.where(m.data == NEG_INF, torch.zeros_like(m.data), m.data * s)
+    x.data.copy_(torch.exp2(x.data * s - shift[:, None]))
+
+
+@handles(K.RowBroadcastOp)
+def _row_broadcast(blk: Block, op: K.RowBroadcastOp) -> None:
+    x, r = blk.frag(op.target, 2), blk.frag(op.vec, 1)
+    if r.data.shape[0] != x.data.shape[0]:
+        raise TileFault(f"{op.vec} has {r.data.shape[0]} rows, {op.target} {x.data.shape[0]}")
+    out = eval_tensor_expr(op.fn, {"x": x.data, "r": r.data[:, None]}, blk.scalars)
+    x.data.copy_(out.to(x.data.dtype).expand(x.data.shape))
+
+
+@handles(K.MapOp)
+def _map(blk: Block, op: K.MapOp) -> None:
+    target = blk.frag(op.target)
+    srcs = {f"x{i}": blk.frag(s).data for i, s in enumerate(op.srcs)}
+    for name, t in zip(op.srcs, srcs.values()):
+        if t.shape != target.data.shape:
+            raise TileFault(f"source {name} {tuple(t.shape)} and target {op.target} {tuple(target.data.shape)} "
+                            "differ in shape")
+    out = eval_tensor_expr(op.fn, srcs, blk.scalars)
+    target.data.copy_(out.to(target.data.dtype).expand(target.data.shape))
+
+
+@handles(K.ConvertOp)
+def _convert(blk: Block, op: K.ConvertOp) -> None:
+    src = blk.frag(op.src, 2)
+    blk.values[op.name] = Frag(round_to(src.data, op.dtype), op.dtype, src.role, op.name)
+
+
+@handles(K.RetileAccToAOp)
+def _retile_acc(blk: Block, op: K.RetileAccToAOp) -> None:
+    src = blk.frag(op.src, 2)
+    if src.dtype not in ("bf16", "fp16") or op.mma not in blk.mmas:
+        raise TileFault(f"an A operand of {op.mma} is bf16/fp16 registers; {op.src} is {src.dtype}")
+    blk.values[op.name] = Frag(src.data, src.dtype, "A", op.name)
+
+
+@handles(K.RowStoreOp)
+def _row_store(blk: Block, op: K.RowStoreOp) -> None:
+    vec, dst, coord = blk.frag(op.vec, 1), blk.value(op.dst), blk.value(op.coord)
+    if isinstance(dst, GlobalView) and dst.data.dim() == 1:   # rows index the vector itself
+        dst = Window(dst, (0,), (vec.data.shape[0],), rank=1)
+    if not isinstance(dst, Window) or len(dst.shape) != 1:
+        raise TileFault(f"{op.dst} is not a tile of a global vector")
+    if not isinstance(coord, Coords) or coord.shape[0] != vec.data.shape[0] or dst.shape[0] != vec.data.shape[0]:
+        raise TileFault(f"{op.coord}, {op.vec} and {op.dst} cover different rows")
+    write_window(dst, vec.data, blk.integer(op.row_limit), None, blk.cta)
+
+
+# ----------------------------------------------------------------------------- control flow
+@handles(K.IfOp)
+def _if(blk: Block, op: K.IfOp) -> None:
+    if blk.scalar(op.cond):
+        blk.run(op.body)
+
+
+@handles(K.ForOp)
+def _for(blk: Block, op: K.ForOp) -> None:
+    var, stop = blk.integer(op.start), blk.scalar(op.stop)
+    trips = 0
+    while (var < stop) if op.step > 0 else (var > stop):
+        trips += 1
+        if trips > 1_000_000:
+            raise TileFault(f"loop {op.var} runs more than a million trips")
+        blk.scalars[op.var] = var
+        blk.run(op.body)
+        var += op.step
