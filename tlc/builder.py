@@ -10,7 +10,6 @@ import json
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -44,7 +43,6 @@ def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) ->
     data = src_path.read_bytes()
     stem = src_path.stem
     state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=stem)
-    cfg = state.config
     compiled = compile_kir(state.kir, arch, source_name=src_path.name, cu_name=f"{stem}.cu")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -53,7 +51,8 @@ def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) ->
         "tlc": __version__,
         "source": str(src_path),
         "defines": dict(defines),
-        "specialization": {k: v for k, v in asdict(cfg).items() if k != "loc"},
+        "launch": state.abi.to_json(),
+        "schedule": list(state.schedule),
         "compile_seconds": round(compiled.compile_seconds, 2),
         "cached": compiled.cached,
         "remarks": [d.render(GLOBAL_SOURCES) for d in remarks],
