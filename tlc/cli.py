@@ -77,7 +77,7 @@ def cmd_fmt(args) -> int:
     return 0
 
 
-_LOWERING = {"select-atoms", "pipeline", "check-resources"}
+_LOWERING = {"lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "defer-reductions", "check-resources"}
 
 
 def cmd_show(args) -> int:
@@ -86,6 +86,12 @@ def cmd_show(args) -> int:
 
     data = _read(args.file)
     defines = _defines(args.define)
+    if args.emit in ("kir", "cute"):
+        from tlc.lowering.emit_text import emit_text
+
+        sys.stdout.write(emit_text(data, args.file, args.arch or "sm_90", defines, args.emit,
+                                   line_directives=not args.no_locs))
+        return 0
     if not (args.print_after or args.print_after_all or args.pipeline or args.time_passes or args.arch):
         graph = lower_source(data, args.file, defines=defines, sketch=args.sketch)
         sys.stdout.write(print_graph(graph, with_locs=not args.no_locs))
@@ -203,7 +209,10 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-locs", action="store_true", help="omit loc(line:col)")
     sp.add_argument("--sketch", action="store_true")
     sp.add_argument("--arch", help="run the lowering passes for this target too (default with "
-                    "--print-after select-atoms|pipeline|check-resources: sm_90)")
+                    "--print-after of a lowering pass or --emit: sm_90)")
+    sp.add_argument("--emit", choices=("tl", "kir", "cute"), default="tl",
+                    help="what to print: the TL graph (default), the kernel IR after the lowering passes, or the "
+                    "CuTe C++ (no NVRTC; --no-locs drops the #line directives)")
     sp.set_defaults(fn=cmd_show)
 
     sp = common(sub.add_parser("interp", help="run on random inputs at small sizes against a float64 reference"))
