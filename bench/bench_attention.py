@@ -75,7 +75,7 @@ def run_row(row, tiles, dtype=torch.bfloat16, check=True):
     B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
     dv = row.get("d_v", d)
     spec, defines = attention_spec("bf16", d, dv, causal)  # the shipped .tl tlc.attention builds
-    defines.update(_tile_defines(spec, tiles))
+    defines.update(_tile_defines(spec, tiles))  # the swept tiles replace attention_spec's defaults
     kern = tlc.build(spec, arch="sm_90", defines=defines)
     key = f"{spec.stem} " + " ".join(f"{k}={v}" for k, v in defines.items() if k not in ("dtype",))
     q, k = (torch.randn(B, H, S, d, device="cuda", dtype=dtype) for _ in range(2))
@@ -128,7 +128,7 @@ def _warm(args) -> str:
     row, tiles = args
     d, dv = row["d"], row.get("d_v", row["d"])
     spec, defines = attention_spec("bf16", d, dv, row["causal"])
-    defines.update(_tile_defines(spec, tiles))
+    defines.update(_tile_defines(spec, tiles))  # the swept tiles replace attention_spec's defaults
     try:
         tlc.build(spec, arch="sm_90", defines=defines)
         return f"built {row['name']} {tiles}"

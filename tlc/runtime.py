@@ -217,5 +217,6 @@ def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool) -> tuple[Path,
     else:
         spec, defines = specs_dir() / "mla_prefill_fwd.tl", {"DQK": d_qk, "DV": d_v, "Align": "top_left"}
     tiles = default_tiles(d_qk, d_v)  # the tuned tiles for this head dim (bench/README.md)
-    defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"])
+    defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"],
+                   Stages=tiles["stages"])  # both specs declare Warps and Stages
     return spec, defines

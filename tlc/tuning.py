@@ -19,4 +19,9 @@ def default_tiles(d_qk: int, d_v: int) -> dict:
     """BM, BN, warps and stages for these head dims: the tabled width at or above the padded one."""
     width = -(-max(d_qk, d_v) // 32) * 32
     key = min((k for k in DEFAULT_TILES if k >= width), default=256)
-    return dict(DEFAULT_TILES[key])
+    tiles = dict(DEFAULT_TILES[key])
+    # Each copy pass moves 32·warps threads × 16 bytes: tile rows must be whole passes at this width.
+    per_pass = 32 * tiles["warps"] // (min(64, width & -width) // 8)
+    for k in ("bm", "bn"):
+        tiles[k] = -(-tiles[k] // per_pass) * per_pass
+    return tiles
