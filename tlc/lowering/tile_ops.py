@@ -19,19 +19,18 @@ from tlc.arch import ArchInfo
 from tlc.diagnostics import Loc, fail
 from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
-from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
-                        RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
+from tlc.ir.ops import (AllocateOp, ElementwiseOp, FullOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp, ScalarOp,
+                        ScaledExpOp, SoftmaxOp)
 from tlc.ir.types import Value
 from tlc.kir import ops as K
-from tlc.kir.expr import BinOp, Const, E, Expr, Index, Var, substitute
+from tlc.kir.expr import BinOp, Const, E, Expr, Var, substitute
 from tlc.lowering.abi import LaunchABI, derive_abi
 from tlc.lowering.exprs import BUILTINS, ExprLowering
 from tlc.lowering.storage import Buffer, Namer, Slot, last_uses
+from tlc.lowering.tile_copies import CopyRules, kblock, padded
+from tlc.lowering.tile_gemm import GemmRules
 from tlc.passes.tile_origin import origin
 
-CP_ASYNC = "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>"
-LDSM_N, LDSM_T = "SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T"
-ALL = Var("_")
 LOG2E = 1.4426950408889634
 
 # TL elementwise function → kernel-IR expression in x0, x1 (LANGUAGE.md §5: division by zero is 0).
@@ -41,22 +40,7 @@ FN = {"add": "x0 + x1", "sub": "x0 - x1", "mul": "x0 * x1", "div": "select(x1 ==
       "sqrt": "sqrt(x0)", "square": "x0 * x0"}
 
 
-def padded(cols: int) -> int:
-    """Columns a tile occupies in the kernel: a multiple of 32 (FlashAttention pads head dims the
-    same way), so copies move 16-byte chunks and mma.sync's k16/n16 steps tile it; the padding is
-    zero-filled on load and never stored."""
-    return cols if cols % 32 == 0 else -(-cols // 32) * 32
-
-
-def kblock(cols: int) -> int:
-    """Row atom of a shared tile: 64 elements (128 bytes) where the width allows."""
-    for kb in (64, 32, 16, 8):
-        if cols % kb == 0:
-            return kb
-    return 0
-
-
-class TileOpLowering:
+class TileOpLowering(CopyRules, GemmRules):
     """Lower one TL program (after the TL passes) to a `ProgramOp` for `arch`."""
 
     def __init__(self, graph: Graph, arch: ArchInfo, name: str) -> None:
@@ -211,262 +195,6 @@ class TileOpLowering:
         if len(shape) != 2:
             raise fail(f"tlc build: {what} must be a 2-D tile (rows, cols)", loc)
         return self.x.int_value(shape[0], loc, "a tile extent"), self.x.int_value(shape[1], loc, "a tile extent")
-
-    # ------------------------------------------------------------------ Copy
-    def _CopyOp(self, op: CopyOp, region: Graph, out: list[K.Op]) -> None:
-        route = (op.src_space, op.dst_space)
-        if route == ("global", "shared"):
-            return self._load(op, out)
-        if route == ("shared", "register"):
-            src = self.slot(op.operands[0], op)
-            if src.kind != "smem":
-                raise fail("tlc build: a copy from shared to register reads a shared tile", op.loc)
-            users = [u for _, u in self.g.walk() if not isinstance(u, LoopOp)
-                     and any(x is op.result for x in u.operands)]
-            for user in users:
-                if not isinstance(user, GemmOp):
-                    raise fail(f"tlc build: '{op.result.base}' is copied to registers for a {user.mnemonic}; the sm_80 "
-                               "lowering loads shared tiles into registers only as GEMM operands (ldmatrix)", user.loc)
-            self._bind(op.result, Slot("smem", src.name, src.rows, src.cols, region=self.region, buffer=src.buffer,
-                                       uid=src.uid))
-            return
-        if route == ("register", "global"):
-            return self._store(op, out)
-        raise fail(f"tlc build: a copy from {op.src_space} to {op.dst_space} has no sm_80 lowering (supported: "
-                   "global→shared, shared→register, register→global)", op.loc)
-
-    def _coords(self, op: CopyOp, rows_tile: int, cols_tile: int, cols: int) -> tuple[Expr, Expr]:
-        coord = dict(op.coord)
-        unknown = sorted(set(coord) - {"L", "C"})
-        if unknown:
-            raise fail(f"tlc build: coordinate '{unknown[0]}' is not a tile axis (L: rows, C: columns)", op.loc)
-        r = self.x.lower(coord.get("L", A.Num(0)), op.loc)
-        c = self.x.lower(coord.get("C", A.Num(0)), op.loc)
-        if cols % cols_tile:
-            raise fail(f"tlc build: the tile's {cols_tile} columns do not divide the tensor's {cols}; a partial "
-                       "column tile is not supported", op.loc)
-        return r, c
-
-    def _copy_atom(self, cols: int, dtype: str, atom: str, rows: int, loc: Loc) -> tuple[str, str]:
-        """A thread-cooperative copy of 16-byte chunks for tiles `cols` wide (memoised)."""
-        key = ("gmem_copy", cols, dtype, atom)
-        if key not in self.memo:
-            tpr = kblock(cols) // 8
-            threads = 32 * self.warps
-            name = self.names.fresh(f"gmem_copy_{cols}" if "ASYNC" in atom else f"store_copy_{cols}")
-            self.decls.append(K.TiledCopyOp(name=name, atom=atom, dtype=dtype, kind="threads",
-                                            thread_slice=f"{name}_thr", thread_layout=(threads // tpr, tpr),
-                                            value_layout=(1, 8)))
-            self.memo[key] = name
-        name = self.memo[key]
-        per_pass = 32 * self.warps // (kblock(cols) // 8)
-        if rows % per_pass:
-            raise fail(f"tlc build: a {rows}-row tile cannot be copied by {32 * self.warps} threads moving "
-                       f"{per_pass} rows per pass; make the tile rows a multiple of {per_pass}", loc)
-        return name, f"{name}_thr"
-
-    def _partition(self, key: tuple, base: str, slice_: str, method: str, src: Expr) -> str:
-        if key not in self.memo:
-            name = self.names.fresh(base)
-            self.decls.append(K.PartitionOp(name=name, slice=slice_, method=method, src=src))
-            self.memo[key] = name
-        return self.memo[key]
-
-    def _global_tile(self, g: Slot, rows: int, cols: int) -> str:
-        key = ("gtile", g.name, rows, cols)
-        if key not in self.memo:
-            name = self.names.fresh("g" + g.name[1:])
-            self.decls.append(K.GlobalTileOp(name=name, src=g.name, tile=(rows, cols), coord=(ALL, ALL)))
-            self.memo[key] = name
-        return self.memo[key]
-
-    def _identity(self, rows: int, cols: int) -> str:
-        key = ("ident", rows, cols)
-        if key not in self.memo:
-            name = self.names.fresh(f"c{rows}x{cols}")
-            self.decls.append(K.IdentityTileOp(name=name, shape=(rows, cols)))
-            self.memo[key] = name
-        return self.memo[key]
-
-    def _load(self, op: CopyOp, out: list[K.Op]) -> None:
-        g = self.slot(op.operands[0], op)
-        if g.kind != "global":
-            raise fail("tlc build: a copy from global reads a global tensor", op.loc)
-        buf = self.buffers.get(op.result.base)
-        if buf is None:
-            raise fail(f"tlc build: no `Allocate {op.result.base} in shared` for this copy to write", op.loc)
-        tr, logical = self._shape2(op.tile or (), op.loc, "the copied tile")
-        tc = padded(logical)
-        if (tr, logical) != (buf.rows, buf.logical_cols):
-            raise fail(f"tlc build: the copied tile is {tr}×{logical} but shared '{buf.tl_name}' is "
-                       f"{buf.rows}×{buf.logical_cols}", op.loc)
-        r, c = self._coords(op, tr, logical, g.logical_cols)
-        copy, thr = self._copy_atom(tc, buf.dtype, CP_ASYNC, tr, op.loc)
-        gt = self._global_tile(g, tr, tc)
-        src = self._partition(("S", gt, copy), f"t{buf.tl_name}{gt}", thr, "partition_S", Var(gt))
-        dst = self._partition(("D", buf.name, copy), f"t{buf.tl_name}{buf.name}", thr, "partition_D", Var(buf.name))
-        ident = self._identity(tr, tc)
-        pred = self._partition(("S", ident, copy), f"t{buf.tl_name}{ident}", thr, "partition_S", Var(ident))
-        tile = Index(Var(src), (ALL, ALL, ALL, r, c))
-        rows = self.global_rows[g.name]
-        limit = BinOp("-", rows, BinOp("*", r, Const(tr)))
-        full, part = self.names.fresh(f"tok_{buf.tl_name}"), self.names.fresh(f"tok_{buf.tl_name}_edge")
-        if tc != logical:  # padded columns: every load checks them (zero-filled past `logical`)
-            out += [K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
-                                  col_limit=Const(logical), buffer=buf.name, loc=op.loc),
-                    K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(part,), loc=op.loc)]
-        else:
-            out += [K.IfOp(cond=BinOp(">=", limit, Const(tr)), loc=op.loc, body=(
-                    K.AsyncCopyOp(token=full, copy=copy, src=tile, dst=Var(dst), buffer=buf.name, loc=op.loc),)),
-                K.IfOp(cond=BinOp("<", limit, Const(tr)), loc=op.loc, body=(
-                    K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
-                                  buffer=buf.name, loc=op.loc),)),
-                    K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(full, part), loc=op.loc)]
-        buf.last_write = op.result.uid
-        for _, written in self.loops:
-            written.add(buf.name)
-        self._bind(op.result, Slot("smem", buf.name, tr, tc, region=self.region, buffer=buf, uid=op.result.uid,
-                                   logical_cols=logical))
-
-    def _store(self, op: CopyOp, out: list[K.Op]) -> None:
-        src = self.slot(op.operands[0], op)
-        g = self.slot(op.operands[1], op)
-        if g.kind != "global":
-            raise fail("tlc build: a copy to global writes a global tensor", op.loc)
-        if src.kind != "frag":
-            raise fail(f"tlc build: '{op.operands[0].base}' is not an accumulator tile; the sm_80 lowering stores "
-                       "fp32 register tiles (GEMM results) to global", op.loc)
-        tr, logical = self._shape2(op.tile or (), op.loc, "the stored tile")
-        tc = padded(logical)
-        if (tr, logical) != (src.rows, src.logical_cols):
-            raise fail(f"tlc build: the stored tile is {tr}×{logical} but '{op.operands[0].base}' is "
-                       f"{src.rows}×{src.logical_cols}", op.loc)
-        r, c = self._coords(op, tr, logical, g.logical_cols)
-        t = next(t for t in self.abi.tensors if t.ptr == f"{op.operands[1].base}_ptr")
-        stage = Buffer(f"{t.name}_out", self.names.fresh(f"s{t.name}_out"), tr, tc, t.dtype, op.loc, reuse=True)
-        self.buffers[stage.tl_name] = stage
-        rname = self.names.fresh(f"r{t.name}_out")
-        r2s = self._memo_copy(("r2s", t.dtype), "r2s_copy", "UniversalCopy<uint32_t>", t.dtype, "C")
-        s2g, thr = self._copy_atom(tc, t.dtype, "UniversalCopy<cute::uint128_t>", tr, op.loc)
-        gt = self._global_tile(g, tr, tc)
-        ident = self._identity(tr, tc)
-        r_view = self.names.fresh(f"t{t.name}r{t.name}")
-        s_dst = self._partition(("D", stage.name, r2s), f"t{t.name}s{t.name}", f"{r2s}_thr", "partition_D",
-                                Var(stage.name))
-        s_src = self._partition(("S", stage.name, s2g), f"t{t.name}s{t.name}_out", thr, "partition_S", Var(stage.name))
-        g_dst = self._partition(("D", gt, s2g), f"t{t.name}{gt}", thr, "partition_D", Var(gt))
-        pred = self._partition(("D", ident, s2g), f"t{t.name}{ident}", thr, "partition_D", Var(ident))
-        rows = self.global_rows[g.name]
-        out += [K.ConvertOp(name=rname, src=src.name, dtype=t.dtype, loc=op.loc),
-                K.PartitionOp(name=r_view, slice=f"{r2s}_thr", method="retile_S", src=Var(rname), loc=op.loc),
-                K.CopyOp(copy=r2s, src=Var(r_view), dst=Var(s_dst), writes=(stage.name,), loc=op.loc),
-                K.CopyOp(copy=s2g, src=Var(s_src), dst=Index(Var(g_dst), (ALL, ALL, ALL, r, c)), pred=Var(pred),
-                         row_limit=BinOp("-", rows, BinOp("*", r, Const(tr))),
-                         col_limit=Const(logical) if tc != logical else None, reads=(stage.name,), loc=op.loc)]
-        self._bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
-
-    def _memo_copy(self, key: tuple, base: str, atom: str, dtype: str, kind: str) -> str:
-        if key not in self.memo:
-            name = self.names.fresh(base)
-            self.decls.append(K.TiledCopyOp(name=name, atom=atom, dtype=dtype, kind=kind, mma="tiled_mma",
-                                            thread_slice=f"{name}_thr"))
-            self.memo[key] = name
-        return self.memo[key]
-
-    # ------------------------------------------------------------------ GEMM
-    def _operand(self, v: Value, role: str, major: str | None, op: GemmOp) -> tuple[str, int, int, dict]:
-        """(fragment, rows, cols, GemmOp loads) for operand `role` of `op`."""
-        s = self.slot(v, op)
-        if s.kind == "afrag" and role == "A":
-            return s.name, s.rows, s.cols, {}
-        if s.kind != "smem":
-            where = {"frag": "an accumulator (Reshape it to MMA_A first)", "afrag": "an A-operand fragment",
-                     "row": "a row vector", "scalar": "a scalar", "global": "a global tensor (copy it to shared)"}
-            raise fail(f"tlc build: GEMM operand {role} '{v.base}' is {where.get(s.kind, s.kind)}; the sm_80 lowering "
-                       f"reads operand {role} from a shared tile" + (" or a reshaped accumulator" if role == "A" else ""),
-                       op.loc)
-        buf = s.buffer
-        assert buf is not None
-        if s.uid == -1:
-            raise fail(f"tlc build: GEMM operand '{v.base}' reads shared '{buf.tl_name}' before any copy writes it",
-                       op.loc)
-        if s.uid != buf.last_write:
-            raise fail(f"tlc build: GEMM operand '{v.base}' reads shared '{buf.tl_name}' after a later copy "
-                       "overwrote it; copy the tile again or reorder the copies", op.loc)
-        for _, written in self.loops:
-            if buf.name in written and s.region != self.region:
-                raise fail(f"tlc build: GEMM operand '{v.base}' was loaded before this loop, but the loop overwrites "
-                           f"shared '{buf.tl_name}'", op.loc)
-        if role == "A" and major != "k":
-            raise fail(f"tlc build: operand A '{v.base}' is read transposed (stored M-contiguous); the sm_80 "
-                       "lowering reads A as stored, rows × K", op.loc)
-        trans = role == "B" and major == "mn"
-        src = buf.name
-        if trans:
-            src = self._transposed(buf)
-        frag_src = f"{buf.name}t_plain" if trans else buf.name
-        frag = self._memo_decl(("frag", buf.name, role, trans), f"t{role}r{buf.tl_name}",
-                               lambda n: K.FragmentOp(name=n, mma="tiled_mma", role=role, dtype=buf.dtype,
-                                                      src=Var(frag_src)))
-        copy = self._memo_copy(("s2r", role, trans, buf.dtype), f"s2r_{role}{'_trans' if trans else ''}",
-                               LDSM_T if trans else LDSM_N, buf.dtype, role)
-        smem = self._partition(("S2R", src, copy), f"t{role}s{buf.tl_name}", f"{copy}_thr", "partition_S", Var(src))
-        view = self._partition(("view", frag, copy), f"{frag}_view", f"{copy}_thr", "retile_D", Var(frag))
-        # A: (M, K) as stored. B: (K, N) — a k-major tile is stored (N, K), an mn-major one (K, N).
-        rows, cols = (buf.rows, buf.cols) if role == "A" or trans else (buf.cols, buf.rows)
-        return frag, rows, cols, {f"{role.lower()}_smem": Var(smem), f"{role.lower()}_copy": copy,
-                                  f"{role.lower()}_view": view, "_buf": buf.name}
-
-    def _memo_decl(self, key: tuple, base: str, make) -> str:
-        if key not in self.memo:
-            name = self.names.fresh(base)
-            self.decls.append(make(name))
-            self.memo[key] = name
-        return self.memo[key]
-
-    def _transposed(self, buf: Buffer) -> str:
-        """Views of a (K, N) row-major tile as (N, K) for ldmatrix.trans (and without swizzle for the fragment)."""
-        key = ("transposed", buf.name)
-        if key not in self.memo:
-            lay = f"{buf.name}_layout"
-            self.layouts += [
-                K.SmemTransposeLayoutOp(name=f"{lay}_t", of=lay, shape=(buf.cols, buf.rows)),
-                K.SmemTransposeLayoutOp(name=f"{lay}_t_plain", of=lay, shape=(buf.cols, buf.rows), strip_swizzle=True),
-                K.SharedViewOp(name=f"{buf.name}t", of=buf.name, layout=f"{lay}_t"),
-                K.SharedViewOp(name=f"{buf.name}t_plain", of=buf.name, layout=f"{lay}_t_plain")]
-            self.names.taken.update({f"{buf.name}t", f"{buf.name}t_plain"})
-            self.memo[key] = f"{buf.name}t"
-        return self.memo[key]
-
-    def _GemmOp(self, op: GemmOp, region: Graph, out: list[K.Op]) -> None:
-        a, am, ak, a_load = self._operand(op.operands[0], "A", op.a_major or "k", op)
-        b, bk, bn, b_load = self._operand(op.operands[1], "B", op.b_major or "k", op)
-        if ak != bk:
-            raise fail(f"tlc build: GEMM inner dimensions differ: A is {am}×{ak}, B is {bk}×{bn}", op.loc)
-        per_warp = 16 * self.warps
-        if am % per_warp or bn % 16 or ak % 16:
-            raise fail(f"tlc build: GEMM {am}×{bn}×{ak} does not fit mma.sync m16n8k16 on {self.warps} warps: M must "
-                       f"be a multiple of {per_warp}, N and K multiples of 16", op.loc)
-        if self.m_rows is None:
-            self.m_rows = am
-        elif am != self.m_rows:
-            raise fail(f"tlc build: every GEMM of a kernel shares the block's rows; this one has M = {am}, an earlier "
-                       f"one {self.m_rows}", op.loc)
-        if op.accumulate:
-            acc = self._target(op.operands[2], op.result, out, op.loc)
-            if (acc.rows, acc.cols) != (am, bn):
-                raise fail(f"tlc build: accumulator '{op.operands[2].base}' is {acc.rows}×{acc.cols}, the product "
-                           f"{am}×{bn}", op.loc)
-        else:
-            b_slot = self.slots[op.operands[1].uid]
-            logical = b_slot.logical_cols if (op.b_major == "mn" and b_slot.kind == "smem") else bn
-            acc = self._bind(op.result, Slot("frag", self.names.fresh(f"acc_{op.result.base}"), am, bn,
-                                             region=self.region, logical_cols=logical))
-            out += [K.FragmentOp(name=acc.name, mma="tiled_mma", role="C", dtype="fp32", shape=(am, bn), loc=op.loc),
-                    K.ClearOp(target=acc.name, loc=op.loc)]
-        reads = tuple(ld.pop("_buf") for ld in (a_load, b_load) if ld)
-        out.append(K.GemmOp(mma="tiled_mma", acc=acc.name, a=a, b=b, prefetch=True, reads=reads, loc=op.loc,
-                            **a_load, **b_load))
 
     # ------------------------------------------------------------------ fragment math
     def _ScalarOp(self, op: ScalarOp, region: Graph, out: list[K.Op]) -> None:

@@ -1,0 +1,193 @@
+"""Copy rules of `lower-tile-ops`: global→shared cp.async tiles, shared→register hints, and the
+register→global epilogue (convert, stage in shared memory, 16-byte stores of in-range rows).
+
+A mixin of `TileOpLowering` (tlc.lowering.tile_ops): the methods share its slots, names and memo.
+"""
+from __future__ import annotations
+
+from tlc.diagnostics import Loc, fail
+from tlc.frontend import ast as A
+from tlc.ir.graph import Graph
+from tlc.ir.ops import CopyOp, GemmOp, LoopOp
+from tlc.kir import ops as K
+from tlc.kir.expr import BinOp, Const, Expr, Index, Var
+from tlc.lowering.storage import Buffer, Slot
+
+CP_ASYNC = "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>"
+ALL = Var("_")
+
+
+def padded(cols: int) -> int:
+    """Columns a tile occupies in the kernel: a multiple of 32 (FlashAttention pads head dims the
+    same way), so copies move 16-byte chunks and mma.sync's k16/n16 steps tile it; the padding is
+    zero-filled on load and never stored."""
+    return cols if cols % 32 == 0 else -(-cols // 32) * 32
+
+
+def kblock(cols: int) -> int:
+    """Row atom of a shared tile: 64 elements (128 bytes) where the width allows."""
+    for kb in (64, 32, 16, 8):
+        if cols % kb == 0:
+            return kb
+    return 0
+
+
+class CopyRules:
+    def _CopyOp(self, op: CopyOp, region: Graph, out: list[K.Op]) -> None:
+        route = (op.src_space, op.dst_space)
+        if route == ("global", "shared"):
+            return self._load(op, out)
+        if route == ("shared", "register"):
+            src = self.slot(op.operands[0], op)
+            if src.kind != "smem":
+                raise fail("tlc build: a copy from shared to register reads a shared tile", op.loc)
+            users = [u for _, u in self.g.walk() if not isinstance(u, LoopOp)
+                     and any(x is op.result for x in u.operands)]
+            for user in users:
+                if not isinstance(user, GemmOp):
+                    raise fail(f"tlc build: '{op.result.base}' is copied to registers for a {user.mnemonic}; the sm_80 "
+                               "lowering loads shared tiles into registers only as GEMM operands (ldmatrix)", user.loc)
+            self._bind(op.result, Slot("smem", src.name, src.rows, src.cols, region=self.region, buffer=src.buffer,
+                                       uid=src.uid))
+            return
+        if route == ("register", "global"):
+            return self._store(op, out)
+        raise fail(f"tlc build: a copy from {op.src_space} to {op.dst_space} has no sm_80 lowering (supported: "
+                   "global→shared, shared→register, register→global)", op.loc)
+
+    def _coords(self, op: CopyOp, rows_tile: int, cols_tile: int, cols: int) -> tuple[Expr, Expr]:
+        coord = dict(op.coord)
+        unknown = sorted(set(coord) - {"L", "C"})
+        if unknown:
+            raise fail(f"tlc build: coordinate '{unknown[0]}' is not a tile axis (L: rows, C: columns)", op.loc)
+        r = self.x.lower(coord.get("L", A.Num(0)), op.loc)
+        c = self.x.lower(coord.get("C", A.Num(0)), op.loc)
+        if cols % cols_tile:
+            raise fail(f"tlc build: the tile's {cols_tile} columns do not divide the tensor's {cols}; a partial "
+                       "column tile is not supported", op.loc)
+        return r, c
+
+    def _copy_atom(self, cols: int, dtype: str, atom: str, rows: int, loc: Loc) -> tuple[str, str]:
+        """A thread-cooperative copy of 16-byte chunks for tiles `cols` wide (memoised)."""
+        key = ("gmem_copy", cols, dtype, atom)
+        if key not in self.memo:
+            tpr = kblock(cols) // 8
+            threads = 32 * self.warps
+            name = self.names.fresh(f"gmem_copy_{cols}" if "ASYNC" in atom else f"store_copy_{cols}")
+            self.decls.append(K.TiledCopyOp(name=name, atom=atom, dtype=dtype, kind="threads",
+                                            thread_slice=f"{name}_thr", thread_layout=(threads // tpr, tpr),
+                                            value_layout=(1, 8)))
+            self.memo[key] = name
+        name = self.memo[key]
+        per_pass = 32 * self.warps // (kblock(cols) // 8)
+        if rows % per_pass:
+            raise fail(f"tlc build: a {rows}-row tile cannot be copied by {32 * self.warps} threads moving "
+                       f"{per_pass} rows per pass; make the tile rows a multiple of {per_pass}", loc)
+        return name, f"{name}_thr"
+
+    def _partition(self, key: tuple, base: str, slice_: str, method: str, src: Expr) -> str:
+        if key not in self.memo:
+            name = self.names.fresh(base)
+            self.decls.append(K.PartitionOp(name=name, slice=slice_, method=method, src=src))
+            self.memo[key] = name
+        return self.memo[key]
+
+    def _global_tile(self, g: Slot, rows: int, cols: int) -> str:
+        key = ("gtile", g.name, rows, cols)
+        if key not in self.memo:
+            name = self.names.fresh("g" + g.name[1:])
+            self.decls.append(K.GlobalTileOp(name=name, src=g.name, tile=(rows, cols), coord=(ALL, ALL)))
+            self.memo[key] = name
+        return self.memo[key]
+
+    def _identity(self, rows: int, cols: int) -> str:
+        key = ("ident", rows, cols)
+        if key not in self.memo:
+            name = self.names.fresh(f"c{rows}x{cols}")
+            self.decls.append(K.IdentityTileOp(name=name, shape=(rows, cols)))
+            self.memo[key] = name
+        return self.memo[key]
+
+    def _copy_tile(self, op: CopyOp, g: Slot, want: tuple[int, int], what: str):
+        """(rows, padded cols, cols, row coord, col coord) of a copy's tile, which must match `want`."""
+        tr, logical = self._shape2(op.tile or (), op.loc, "the copied tile")
+        if (tr, logical) != want:
+            raise fail(f"tlc build: the copied tile is {tr}×{logical} but {what} is {want[0]}×{want[1]}", op.loc)
+        r, c = self._coords(op, tr, logical, g.logical_cols)
+        return tr, padded(logical), logical, r, c
+
+    def _load(self, op: CopyOp, out: list[K.Op]) -> None:
+        g = self.slot(op.operands[0], op)
+        if g.kind != "global":
+            raise fail("tlc build: a copy from global reads a global tensor", op.loc)
+        buf = self.buffers.get(op.result.base)
+        if buf is None:
+            raise fail(f"tlc build: no `Allocate {op.result.base} in shared` for this copy to write", op.loc)
+        tr, tc, logical, r, c = self._copy_tile(op, g, (buf.rows, buf.logical_cols), f"shared '{buf.tl_name}'")
+        copy, thr = self._copy_atom(tc, buf.dtype, CP_ASYNC, tr, op.loc)
+        gt = self._global_tile(g, tr, tc)
+        src = self._partition(("S", gt, copy), f"t{buf.tl_name}{gt}", thr, "partition_S", Var(gt))
+        dst = self._partition(("D", buf.name, copy), f"t{buf.tl_name}{buf.name}", thr, "partition_D", Var(buf.name))
+        ident = self._identity(tr, tc)
+        pred = self._partition(("S", ident, copy), f"t{buf.tl_name}{ident}", thr, "partition_S", Var(ident))
+        tile = Index(Var(src), (ALL, ALL, ALL, r, c))
+        rows = self.global_rows[g.name]
+        limit = BinOp("-", rows, BinOp("*", r, Const(tr)))
+        full, part = self.names.fresh(f"tok_{buf.tl_name}"), self.names.fresh(f"tok_{buf.tl_name}_edge")
+        if tc != logical:  # padded columns: every load checks them (zero-filled past `logical`)
+            out += [K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
+                                  col_limit=Const(logical), buffer=buf.name, loc=op.loc),
+                    K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(part,), loc=op.loc)]
+        else:
+            out += [K.IfOp(cond=BinOp(">=", limit, Const(tr)), loc=op.loc, body=(
+                    K.AsyncCopyOp(token=full, copy=copy, src=tile, dst=Var(dst), buffer=buf.name, loc=op.loc),)),
+                K.IfOp(cond=BinOp("<", limit, Const(tr)), loc=op.loc, body=(
+                    K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
+                                  buffer=buf.name, loc=op.loc),)),
+                    K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(full, part), loc=op.loc)]
+        buf.last_write = op.result.uid
+        for _, written in self.loops:
+            written.add(buf.name)
+        self._bind(op.result, Slot("smem", buf.name, tr, tc, region=self.region, buffer=buf, uid=op.result.uid,
+                                   logical_cols=logical))
+
+    def _store(self, op: CopyOp, out: list[K.Op]) -> None:
+        src = self.slot(op.operands[0], op)
+        g = self.slot(op.operands[1], op)
+        if g.kind != "global":
+            raise fail("tlc build: a copy to global writes a global tensor", op.loc)
+        if src.kind != "frag":
+            raise fail(f"tlc build: '{op.operands[0].base}' is not an accumulator tile; the sm_80 lowering stores "
+                       "fp32 register tiles (GEMM results) to global", op.loc)
+        tr, tc, logical, r, c = self._copy_tile(op, g, (src.rows, src.logical_cols), f"'{op.operands[0].base}'")
+        t = next(t for t in self.abi.tensors if t.ptr == f"{op.operands[1].base}_ptr")
+        stage = Buffer(f"{t.name}_out", self.names.fresh(f"s{t.name}_out"), tr, tc, t.dtype, op.loc, reuse=True)
+        self.buffers[stage.tl_name] = stage
+        rname = self.names.fresh(f"r{t.name}_out")
+        r2s = self._memo_copy(("r2s", t.dtype), "r2s_copy", "UniversalCopy<uint32_t>", t.dtype, "C")
+        s2g, thr = self._copy_atom(tc, t.dtype, "UniversalCopy<cute::uint128_t>", tr, op.loc)
+        gt = self._global_tile(g, tr, tc)
+        ident = self._identity(tr, tc)
+        r_view = self.names.fresh(f"t{t.name}r{t.name}")
+        s_dst = self._partition(("D", stage.name, r2s), f"t{t.name}s{t.name}", f"{r2s}_thr", "partition_D",
+                                Var(stage.name))
+        s_src = self._partition(("S", stage.name, s2g), f"t{t.name}s{t.name}_out", thr, "partition_S", Var(stage.name))
+        g_dst = self._partition(("D", gt, s2g), f"t{t.name}{gt}", thr, "partition_D", Var(gt))
+        pred = self._partition(("D", ident, s2g), f"t{t.name}{ident}", thr, "partition_D", Var(ident))
+        rows = self.global_rows[g.name]
+        out += [K.ConvertOp(name=rname, src=src.name, dtype=t.dtype, loc=op.loc),
+                K.PartitionOp(name=r_view, slice=f"{r2s}_thr", method="retile_S", src=Var(rname), loc=op.loc),
+                K.CopyOp(copy=r2s, src=Var(r_view), dst=Var(s_dst), writes=(stage.name,), loc=op.loc),
+                K.CopyOp(copy=s2g, src=Var(s_src), dst=Index(Var(g_dst), (ALL, ALL, ALL, r, c)), pred=Var(pred),
+                         row_limit=BinOp("-", rows, BinOp("*", r, Const(tr))),
+                         col_limit=Const(logical) if tc != logical else None, reads=(stage.name,), loc=op.loc)]
+        self._bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
+
+    def _memo_copy(self, key: tuple, base: str, atom: str, dtype: str, kind: str) -> str:
+        if key not in self.memo:
+            name = self.names.fresh(base)
+            self.decls.append(K.TiledCopyOp(name=name, atom=atom, dtype=dtype, kind=kind, mma="tiled_mma",
+                                            thread_slice=f"{name}_thr"))
+            self.memo[key] = name
+        return self.memo[key]
+
