@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tlc.diagnostics import GLOBAL_SOURCES, TlcError
+from tlc.names import kernel_name
 
 __version__ = "0.1.0"
 
@@ -41,8 +42,8 @@ def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) ->
 
     src_path = Path(path)
     data = src_path.read_bytes()
-    stem = src_path.stem
-    state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=stem)
+    stem = src_path.stem  # the artifacts keep the user's file name; the kernel gets a C++-safe one
+    state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=kernel_name(path))
     compiled = compile_kir(state.kir, arch, source_name=src_path.name, cu_name=f"{stem}.cu")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,7 +116,7 @@ def _precompile_reporting(args: tuple[str, str, dict[str, str]]) -> tuple[str, s
     path, arch, defines = args
     try:
         stem = Path(path).stem
-        state, _ = lower_to_kernel_ir(Path(path).read_bytes(), path, arch, defines, name=stem)
+        state, _ = lower_to_kernel_ir(Path(path).read_bytes(), path, arch, defines, name=kernel_name(path))
         compiled = compile_kir(state.kir, arch, source_name=Path(path).name, cu_name=f"{stem}.cu")
     except TlcError as exc:
         return path, _located(path, exc), 1

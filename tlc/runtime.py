@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from tlc.diagnostics import Note, TlcError, fail
+from tlc.names import kernel_name
 
 _DISPATCH: dict[tuple, Any] = {}
 _ATTENTION: dict[tuple, Any] = {}  # (dtype, d_qk, d_v, causal, device) → kernel: no file I/O per call
@@ -74,7 +75,7 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
     if key in _DISPATCH:
         return _DISPATCH[key]
     stem = Path(name).stem if name != "<text>" else "tl_kernel"
-    state, _ = lower_to_kernel_ir(data, name, arch, defs, name=stem, lse=lse)
+    state, _ = lower_to_kernel_ir(data, name, arch, defs, name=kernel_name(name), lse=lse)
     compiled = compile_kir(state.kir, arch, source_name=Path(name).name, cu_name=f"{stem}.cu")
     kernel = Kernel(compiled, state.abi)
     _DISPATCH[key] = kernel
