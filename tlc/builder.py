@@ -104,8 +104,22 @@ def _run_reporting(fn, tasks: list, jobs: int) -> int:
     return status
 
 
+def output_collisions(files: list[str]) -> list[str]:
+    """One error line per artifact stem that two inputs would both write (`a/x.tl`, `b/x.tl` → x.cu)."""
+    by_stem: dict[str, list[str]] = {}
+    for f in files:
+        by_stem.setdefault(Path(f).stem, []).append(f)
+    return [f"error: {' and '.join(paths)} would both write {stem}.{{cu,cubin,json}}; build them into "
+            f"separate -o directories" for stem, paths in by_stem.items() if len(paths) > 1]
+
+
 def build_files(files: list[str], *, arch: str, out_dir: str, defines: Mapping[str, str], jobs: int = 0) -> int:
-    print(f"tlc: compiling {len(files)} file(s) for {arch} with NVRTC (tens of seconds each)…", file=sys.stderr)
+    """Build every file into `out_dir`; nothing is compiled when two inputs would share artifacts.
+    A compile that takes more than a few seconds announces itself (tlc.backend_cute.compile)."""
+    files = list(dict.fromkeys(files))  # the same path twice is one build
+    if problems := output_collisions(files):
+        print("\n".join(f"tlc build: {p}" for p in problems), file=sys.stderr)
+        return 1
     return _run_reporting(_build_reporting, [(f, arch, out_dir, dict(defines)) for f in files], jobs)
 
 

@@ -1,0 +1,31 @@
+"""`tlc build` never loses a kernel: inputs that would write the same artifacts are refused before
+anything compiles (no NVRTC runs in these tests)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tlc.cli import main
+
+MHA = (Path(__file__).resolve().parents[2] / "specs" / "mha_fwd.tl").read_text()
+
+
+def test_two_inputs_with_one_stem_are_refused_up_front(tmp_path, capsys, monkeypatch) -> None:
+    import tlc.builder
+    monkeypatch.setattr(tlc.builder, "build_one", lambda *a, **k: (_ for _ in ()).throw(AssertionError("built")))
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "x.tl").write_text(MHA)
+    out = tmp_path / "out"
+    code = main(["build", str(tmp_path / "a" / "x.tl"), str(tmp_path / "b" / "x.tl"), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and "would both write x.{cu,cubin,json}" in err and "separate -o" in err
+    assert not out.exists()
+
+
+def test_a_build_does_not_claim_tens_of_seconds_up_front(tmp_path, capsys, monkeypatch) -> None:
+    import tlc.builder
+    monkeypatch.setattr(tlc.builder, "_build_reporting", lambda args: (args[0], f"{args[0]}: built", 0))
+    (tmp_path / "x.tl").write_text(MHA)
+    assert main(["build", str(tmp_path / "x.tl"), str(tmp_path / "x.tl"), "-o", str(tmp_path / "o")]) == 0
+    captured = capsys.readouterr()
+    assert "tens of seconds" not in captured.err and captured.out.count("built") == 1
