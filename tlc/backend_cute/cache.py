@@ -79,10 +79,12 @@ def lookup(key: str) -> tuple[bytes, dict] | None:
             raise ValueError("bad magic")
         head, _, cubin = blob[len(_MAGIC):].partition(b"\n")
         meta = json.loads(head)
+        if not isinstance(meta, dict) or meta.get("cache_key", key) != key:
+            raise ValueError("not this entry")
         if len(cubin) != meta["cubin_bytes"] or hashlib.sha256(cubin).hexdigest() != meta["cubin_sha256"]:
             raise ValueError("checksum mismatch")
-    except (ValueError, KeyError, json.JSONDecodeError):
-        return None  # corrupt: the caller recompiles and store() overwrites it
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None  # unreadable or not this key: the caller recompiles and store() overwrites it
     _MEMORY[key] = (cubin, meta)
     return cubin, meta
 
