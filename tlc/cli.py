@@ -50,8 +50,9 @@ def cmd_check(args) -> int:
             continue
         res = check_source(data, path, sketch=args.sketch, defines=_defines(args.define),
                            run_passes=not args.no_passes)
-        if res.diagnostics:
-            print(res.rendered, file=sys.stderr)
+        shown = [d for d in res.diagnostics if not args.quiet or d.severity == "error"]
+        if shown:
+            print("\n".join(d.render(GLOBAL_SOURCES) for d in shown), file=sys.stderr)
         if not res.ok:
             status = 1
         elif not args.quiet:
@@ -71,10 +72,31 @@ def cmd_fmt(args) -> int:
     if b"#" in data and not args.force:
         raise TlcError(_err(f"{args.file} has comments, which fmt drops; rerun with --force to overwrite "
                             "it anyway, or without -i to print"))
-    tmp = Path(args.file + ".tlc-fmt.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, args.file)
+    _replace_keeping_mode(Path(args.file), text)
     return 0
+
+
+def _replace_keeping_mode(path: Path, text: str) -> None:
+    """Atomically replace `path` with `text`, keeping its permission bits; a read-only file or a
+    folder that refuses the temporary file is a one-line error, and the file is left as it was."""
+    import stat
+    import tempfile
+
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise TlcError(_err(f"{path} is read-only; not rewritten (make it writable, or run without -i to print)"))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tlc-fmt", dir=path.parent)
+    except OSError as exc:
+        raise TlcError(_err(f"cannot write beside {path} ({exc.strerror or exc}); not rewritten")) from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise TlcError(_err(f"cannot rewrite {path} ({exc.strerror or exc}); left as it was")) from None
 
 
 _LOWERING = {"lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "defer-reductions", "check-resources"}
@@ -126,7 +148,10 @@ def cmd_interp(args) -> int:
             sizes = tuple(tuple(int(x) for x in s.split("x")) for s in args.sizes.split(","))  # type: ignore[misc]
         except ValueError:
             raise TlcError(_err(f"--sizes {args.sizes}: write QxK pairs such as 17x33,1x1")) from None
-    graph, _ = compile_graph(data, args.file, defines=_defines(args.define), run_passes=args.passes)
+    # The program the compiler builds: the repair passes run unless --no-passes asks for the raw meaning.
+    graph, remarks = compile_graph(data, args.file, defines=_defines(args.define), run_passes=not args.no_passes)
+    for d in remarks:
+        print(d.render(GLOBAL_SOURCES), file=sys.stderr)
     info = program_info(graph)
     params = {k: v for k, v in graph.params.items() if isinstance(v, int) and not isinstance(v, bool)}
     d = int(eval_expr(info.tensors[0].dims[-1], params)) if info.tensors else 1
@@ -220,7 +245,9 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--sizes", help="QxK pairs, e.g. 17x33,1x1 (default: a set of odd sizes)")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--tolerance", type=float, default=1e-6)
-    sp.add_argument("--passes", action="store_true", help="interpret after the TL pass pipeline")
+    sp.add_argument("--passes", action="store_true", help="(the default) interpret what the compiler builds: after "
+                    "the TL passes, whose repairs are printed")
+    sp.add_argument("--no-passes", action="store_true", help="interpret the program as written, before any repair")
     sp.set_defaults(fn=cmd_interp)
 
     sp = common(sub.add_parser("test", help="hypothesis property tests of a TL program"))
