@@ -1,9 +1,9 @@
 """tlc forward attention vs torch SDPA (FlashAttention-2 backend, asserted) and cuDNN, same run.
 
-    python bench/bench_attention.py                # DESIGN §7 MHA rows with the default tiles
+    python bench/bench_attention.py                # the README's MHA rows with the default tiles
     python bench/bench_attention.py --sweep        # also time tile/warp/stage variants (regs, spills)
 
-Checks tlc's output against DESIGN §8's rule on a (batch 0, 2 heads) slice of every timed problem,
+Checks tlc's output against the tolerance rule of docs/correctness.md on a (batch 0, 2 heads) slice of every timed problem,
 times with triton.testing.do_bench (median), prints a table last and writes JSON under $OUT.
 """
 from __future__ import annotations
@@ -25,13 +25,13 @@ from tlc.runtime import attention_spec  # noqa: E402
 from tlc.tuning import default_tiles  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
 
-ROWS = [  # DESIGN §7: B = 4, S = 4096, H = 16 at d = 128, H = 32 at d = 64
+ROWS = [  # B = 4, S = 4096, H = 16 at d = 128, H = 32 at d = 64
     dict(name="MHA d=128", B=4, H=16, S=4096, d=128, causal=False),
     dict(name="MHA d=128 causal", B=4, H=16, S=4096, d=128, causal=True),
     dict(name="MHA d=64", B=4, H=32, S=4096, d=64, causal=False),
     dict(name="MHA d=64 causal", B=4, H=32, S=4096, d=64, causal=True),
 ]
-EXTRA_ROWS = [  # DESIGN §7 rows SDPA's flash backend cannot run (d_qk != d_v) or runs with other tiles
+EXTRA_ROWS = [  # rows SDPA's flash backend cannot run (d_qk != d_v) or runs with other tiles
     dict(name="MLA prefill causal", B=4, H=16, S=4096, d=192, d_v=128, causal=True),
     dict(name="MHA d=256", B=4, H=8, S=4096, d=256, causal=False),
 ]

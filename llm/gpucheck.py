@@ -5,7 +5,7 @@ comparison run in `python gpucheck.py <dir>`, never in tlc gen's own process. Th
 writes the cubin and a JSON spec into a temp dir and reads one JSON line back. This file
 has no tlc/tlc_llm imports in the child path so it runs by file name.
 
-Tolerance is FlashAttention's rule (DESIGN §8): pass iff max|out − ref| ≤ 2·max|lowp − ref|
+Tolerance is FlashAttention's rule (docs/correctness.md): pass iff max|out − ref| ≤ 2·max|lowp − ref|
 + 2·noise, with ref in fp32 from the test-dtype inputs, lowp in the test dtype with the
 scale applied to K, noise = max|(ref + 0.3 − 0.3) − ref| in the test dtype.
 """

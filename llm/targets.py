@@ -1,6 +1,6 @@
 """Target facts for the stage-2 and translation prompts: SMs, shared memory, registers, atoms.
 
-DESIGN §6 wants these generated from tlc's arch table. When `tlc.arch` exists and knows the
+tlc wants these generated from tlc's arch table. When `tlc.arch` exists and knows the
 target we read it from there; until then (and for targets it lacks) this small table, from
 the CUDA programming guide's per-arch limits and CUTLASS's atom names, is the source.
 """

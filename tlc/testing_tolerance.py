@@ -1,4 +1,4 @@
-"""DESIGN §8's tolerance rule (FlashAttention's), defined once, plus float32 SDPA references.
+"""docs/correctness.md's tolerance rule (FlashAttention's), defined once, plus float32 SDPA references.
 
 `ref`  = attention in float32 from the low-precision inputs;
 `lowp` = the same computed in the test dtype with the scale applied to K instead of Q;
@@ -70,7 +70,7 @@ class ToleranceReport:
 
 def check_attention(out, q, k, v, *, scale: float | None = None, causal: bool = False,
                     alignment: str = "top_left", softcap: float | None = None) -> ToleranceReport:
-    """Apply DESIGN §8's rule to a kernel output `out` (any float dtype, SDPA layout)."""
+    """Apply the tolerance rule of docs/correctness.md to a kernel output `out` (any float dtype, SDPA layout)."""
     import torch
     ref = attention_reference(q, k, v, scale=scale, causal=causal, alignment=alignment, softcap=softcap)
     lowp = attention_reference(q, k, v, scale=scale, causal=causal, alignment=alignment, softcap=softcap,
@@ -95,5 +95,5 @@ def check_attention(out, q, k, v, *, scale: float | None = None, causal: bool = 
 
 def assert_attention_close(out, q, k, v, **kw) -> ToleranceReport:
     report = check_attention(out, q, k, v, **kw)
-    assert report.passed, f"attention output outside the DESIGN §8 tolerance: {report}"
+    assert report.passed, f"attention output outside the tolerance of docs/correctness.md: {report}"
     return report

@@ -1,4 +1,4 @@
-"""Kernel IR: the target-specific level below the TL graph (DESIGN §3), produced by `lower-tile-ops`
+"""Kernel IR: the target-specific level below the TL graph (docs/lowering.md), produced by `lower-tile-ops`
 and rewritten by the scheduling passes, consumed by `tlc.backend_cute.emit` (one emitter handler per op class).
 
 README for the TL → kernel-IR lowering author

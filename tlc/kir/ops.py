@@ -1,4 +1,4 @@
-"""Kernel-IR ops: one frozen dataclass per concept (DESIGN §3, second level).
+"""Kernel-IR ops: one frozen dataclass per concept (docs/lowering.md).
 
 The emitter has exactly one handler per class listed in `OP_CLASSES`. Every op carries the `loc`
 of the TL statement it came from, so `#line` directives and late errors point at the user's `.tl`

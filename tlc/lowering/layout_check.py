@@ -1,4 +1,4 @@
-"""CPU layout checks with pycute (DESIGN.md §8 layer 3): the SM80 m16n8k16 MMA atom's
+"""CPU layout checks with pycute (docs/correctness.md): the SM80 m16n8k16 MMA atom's
 thread-value (TV) layouts against the lowering's choices — the accumulator → A-operand
 regroup that keeps P in registers, ldmatrix vs ldmatrix.trans per operand majorness, and
 the swizzled shared layouts' bank behaviour under ldmatrix. `select-atoms` asks

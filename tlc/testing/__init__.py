@@ -1,5 +1,5 @@
 """tlc.testing: property-test TL programs — hypothesis strategies for programs, shapes and
-inputs, and checkers against the float64 references (DESIGN.md §8). See docs/testing.md.
+inputs, and checkers against the float64 references (docs/correctness.md). See docs/testing.md.
 
     from hypothesis import given
     from tlc.testing import tl_programs, with_shapes, check_interpreter
@@ -15,7 +15,7 @@ from tlc.testing.checks import (RTOL, CheckResult, Shapes, check_interpreter, ma
                                 random_tensor)
 from tlc.testing.strategies import ProgramChoices, attention_shapes, inputs, program_choices, tl_programs, with_shapes
 
-try:  # DESIGN §8's one tolerance rule for low-precision (GPU) outputs lives with the backend
+try:  # the one tolerance rule (docs/correctness.md) for low-precision (GPU) outputs lives with the backend
     from tlc.testing_tolerance import *  # noqa: F401,F403
     from tlc import testing_tolerance as _tol
 

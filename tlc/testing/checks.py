@@ -1,5 +1,5 @@
 """Reference checkers: run a TL program on concrete shapes and compare it with the
-float64 reference of its `Param Variant` (DESIGN.md §8: interpreter checks use a 1e-6
+float64 reference of its `Param Variant` (docs/correctness.md: interpreter checks use a 1e-6
 relative bound), reporting the max error and where it is (batch, head, row).
 
 A program's global tensors are sized from its own `Allocate … in global` lines, so any
@@ -207,7 +207,7 @@ def check_interpreter(program: ProgramLike, shapes: Shapes, seed: int = 0, *, de
                       check_layouts: bool | None = None, rtol: float = RTOL) -> CheckResult:
     """Interpret `program` at `shapes` on seeded random inputs and compare with the float64
     reference. `check_layouts` defaults to on when the program has a Reshape (a program
-    without one is legal before `insert-reshape`, DESIGN §2)."""
+    without one is legal before `insert-reshape`, specs/LANGUAGE.md)."""
     graph = as_graph(program, defines)
     layouts = program_info(graph).has_reshape if check_layouts is None else check_layouts
     try:

@@ -1,7 +1,7 @@
 """`tlc test --gpu`: the same hypothesis shapes, run through the built kernel on the GPU.
 
 The kernel is built once (TL passes → lowering → NVRTC → launcher) and compared, example by
-example, with the float64 reference under DESIGN.md §8's tolerance rule (attention) or its
+example, with the float64 reference under docs/correctness.md's tolerance rule (attention) or its
 analogue for a back-to-back GEMM (the same product in the kernel's precision as the yardstick).
 """
 from __future__ import annotations

@@ -197,7 +197,7 @@ def run_tl_test(path: str | Path, examples: int = 100, seed: int = 0, gpu: bool 
     if not last_failure:
         what = (f"before and after {len(plan.available)} passes ({', '.join(plan.available)})" if plan.available
                 else "before passes")
-        kernel = " and the GPU kernel within DESIGN §8's tolerance" if gpu_check is not None else ""
+        kernel = " and the GPU kernel within docs/correctness.md's tolerance" if gpu_check is not None else ""
         if repaired:
             what = f"after {len(plan.available)} passes ({', '.join(plan.available)})"
             say(f"{ast.file}: note: the program as written differs from the reference (e.g. at "
