@@ -19,7 +19,7 @@ MHA = ROOT / "specs" / "mha_fwd.tl"
 sys.path.insert(0, str(ROOT / "tests" / "passes"))
 
 
-# mha_fwd.tl with the schedule parameters declared, so -D Warps=… / -D Stages=… bind.
+# mha_fwd.tl with the schedule parameters declared, so -D Warps=… / -D Stages=… bind (lines shift by 2).
 MHA_PARAMS = MHA.read_text().replace("Param BN = 64\n", "Param BN = 64\nParam Warps = 4\nParam Stages = 2\n")
 
 
@@ -35,7 +35,8 @@ def lower(defines: dict[str, str] | None = None, arch: str = "sm_90", path: Path
 def test_registry_names_match_classes() -> None:
     for name, factory in REGISTRY.items():
         assert factory().name == name
-    assert {"select-atoms", "pipeline", "check-resources"} <= set(REGISTRY)
+    assert {"lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "defer-reductions",
+            "check-resources"} <= set(REGISTRY) and "select-atoms" not in REGISTRY
 
 
 def test_arch_table() -> None:
@@ -58,12 +59,16 @@ def test_golden_filecheck(capsys: pytest.CaptureFixture[str]) -> None:
     assert filecheck(path, output, run.check_prefix) == 0, capsys.readouterr().out + "\n" + output
 
 
-def test_select_atoms_records_loads_from_resolve_transpose() -> None:
+def test_operand_loads_follow_resolve_transpose() -> None:
+    """K read as K.T (k-major) → ldmatrix; V as stored (mn-major) → ldmatrix.trans; P from registers."""
+    from tlc.kir.ops import GemmOp, TiledCopyOp, walk
+
     state, _ = lower()
-    loads = {(ld.gemm, ld.role): (ld.major, ld.load) for ld in state.loads}
-    assert loads[("S = Q·K.T", "B")] == ("k", "ldmatrix")
-    assert loads[("O += P·V", "A")] == ("acc", "registers")
-    assert loads[("O += P·V", "B")] == ("mn", "ldmatrix.trans")
+    copies = {op.name: op.atom for op in walk(state.kir) if isinstance(op, TiledCopyOp)}
+    s_gemm, o_gemm = [op for op in walk(state.kir) if isinstance(op, GemmOp)]
+    assert copies[s_gemm.b_copy] == "SM75_U32x4_LDSM_N" and s_gemm.reads == ("sQ", "sK")
+    assert o_gemm.a_smem is None and o_gemm.a == "tArP"
+    assert copies[o_gemm.b_copy] == "SM75_U16x8_LDSM_T" and o_gemm.reads == ("sV",)
 
 
 @pytest.mark.parametrize("defines, arch, stages", [
@@ -74,7 +79,7 @@ def test_select_atoms_records_loads_from_resolve_transpose() -> None:
 ])
 def test_stage_choice(defines: dict[str, str], arch: str, stages: int) -> None:
     state, _ = lower(defines, arch)
-    assert state.config.stages == stages and state.resources.smem_bytes <= state.arch.smem_per_block
+    assert state.stages == stages and state.resources.smem_bytes <= state.arch.smem_per_block
 
 
 def test_hopper_path_is_refused_clearly() -> None:
@@ -93,7 +98,7 @@ def test_over_limit_shared_memory_is_one_error_at_the_biggest_allocation() -> No
     assert re.search(r"sQ 131072 bytes, sK 32768 bytes, sV 32768 bytes", d.message)
     assert [n.loc.line for n in d.notes if n.loc] == [28, 29, 30]
     regs = [d for d in exc.value.diagnostics if d.message.startswith("registers")]
-    assert len(regs) == 1 and regs[0].loc.line == 31 and "acc_o 512 registers" in regs[0].message
+    assert len(regs) == 1 and regs[0].loc.line == 31 and "rO 512 registers" in regs[0].message
 
 
 def test_same_program_fits_sm80_not_sm86() -> None:
@@ -137,7 +142,7 @@ def test_tile_parameters_change_the_emitted_mma_and_layouts(change: dict[str, st
 
 
 def test_build_one_runs_the_lowering_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tlc build goes through select-atoms → pipeline → check-resources (NVRTC stubbed out)."""
+    """tlc build goes through the lowering passes (NVRTC stubbed out)."""
     import tlc.backend_cute.compile as compile_mod
     from tlc.builder import build_one
 
@@ -149,7 +154,8 @@ def test_build_one_runs_the_lowering_passes(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(compile_mod, "compile_kir", fake_compile)
     meta = build_one(str(MHA), "sm_86", str(tmp_path), {"HeadDim": "64"})
-    assert meta["specialization"]["stages"] == 2 and meta["specialization"]["d_qk"] == 64
+    assert [t["name"] for t in meta["launch"]["tensors"]] == ["Q", "K", "V", "O"]
+    assert any("2 stages for sK, sV" in line for line in meta["schedule"])
     assert seen["program"].kernels()[0].smem_bytes == 49152
     assert (tmp_path / "mha_fwd.cu").read_text() == "// cu"
     with pytest.raises(TlcError, match="shared memory"):

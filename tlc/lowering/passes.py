@@ -71,6 +71,7 @@ class LowerTileOpsPass(Pass):
         state.kir, state.abi = lowering.run(), lowering.abi
         state.tl_allocs = {b.name: (f"Allocate {b.tl_name} in shared", b.loc) for b in lowering.buffers.values()
                            if not b.reuse}
+        state.tl_allocs.update(lowering.register_allocs)
         state.loc = next((op.loc for _, op in graph.walk() if isinstance(op, GemmOp)), None)
 
     def print_state(self, ctx: PassContext) -> str:
@@ -211,6 +212,8 @@ class CheckResourcesPass(Pass):
     def _tl_of_fragment(state: LoweringState, name: str, kir_gemms: list,
                         tl_gemms: list) -> tuple[str, Loc | None]:
         """The TL statement a register fragment implements: an accumulator's Allocate or GEMM."""
+        if name in state.tl_allocs:
+            return state.tl_allocs[name]
         for kg, tg in zip(kir_gemms, tl_gemms):
             if kg.acc == name:
                 key = f"{tg.results[0].base}@register"
@@ -238,7 +241,7 @@ def lowering_pipeline(arch: str | None = None) -> list[str]:
     """The lowering passes as pipeline entries, with the target pinned when given."""
     from tlc.passes.pipeline import LOWERING_PIPELINE
 
-    return [f"select-atoms{{arch={arch}}}" if arch and p == "select-atoms" else p for p in LOWERING_PIPELINE]
+    return [f"lower-tile-ops{{arch={arch}}}" if arch and p == "lower-tile-ops" else p for p in LOWERING_PIPELINE]
 
 
 def full_pipeline(arch: str | None = None) -> list[str]:

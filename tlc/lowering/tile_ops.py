@@ -61,6 +61,7 @@ class TileOpLowering(CopyRules, GemmRules):
         self.loops: list[tuple[str, set[str]]] = []   # enclosing loops: (kernel var, buffers written)
         self.row_ref: dict[int, str] = {}
         self.global_rows: dict[str, Expr] = {}
+        self.register_allocs: dict[str, tuple[str, Loc | None]] = {}
         self._regions = 0
 
     # ------------------------------------------------------------------ driver
@@ -187,6 +188,7 @@ class TileOpLowering(CopyRules, GemmRules):
                                        buffer=self.buffers[op.name], uid=-1, logical_cols=logical))
             return
         name = self.names.fresh(f"r{op.name}")
+        self.register_allocs[name] = (f"Allocate {op.name} in register", op.loc)
         out += [K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(rows, cols), loc=op.loc),
                 K.ClearOp(target=name, loc=op.loc)]
         self._bind(op.result, Slot("frag", name, rows, cols, region=self.region, logical_cols=logical))
