@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tlc.api import compile_graph
-from tlc.kir.flash_fwd import FlashFwdConfig, build_flash_fwd_kir
+from tests.lowering.programs import attention_kir
 from tlc.kir.ops import SmemLayoutOp, TiledCopyOp
 from tlc.lowering import layout_check as lc
 from tlc.lowering.passes import run_lowering
@@ -58,21 +58,20 @@ def test_ldmatrix_choice(role: str, major: str, load: str) -> None:
 def test_choice_matches_resolve_transpose_and_select_atoms() -> None:
     graph, _ = compile_graph(MHA.read_bytes(), str(MHA))
     state, _ = run_lowering(graph, "sm_90", name="mha_fwd")
-    by_tensor = {ld.tensor: ld for ld in state.loads}
-    assert (by_tensor["K"].major, by_tensor["K"].load) == ("k", lc.required_load("B", "k"))      # K in Q·Kᵀ
-    assert (by_tensor["V"].major, by_tensor["V"].load) == ("mn", lc.required_load("B", "mn"))    # V (BN, d)
+    from tlc.kir.ops import GemmOp
     copies = {op.name: op.atom for op in lc.walk(state.kir) if isinstance(op, TiledCopyOp)}
-    assert lc.LOAD_OF_ATOM[copies["smem_tiled_copy_K"]] == "ldmatrix"
-    assert lc.LOAD_OF_ATOM[copies["smem_tiled_copy_V"]] == "ldmatrix.trans"
+    s_gemm, o_gemm = [op for op in lc.walk(state.kir) if isinstance(op, GemmOp)]
+    assert lc.LOAD_OF_ATOM[copies[s_gemm.b_copy]] == lc.required_load("B", "k")     # K in Q·Kᵀ: k-major
+    assert lc.LOAD_OF_ATOM[copies[o_gemm.b_copy]] == lc.required_load("B", "mn")    # V (BN, d): mn-major
 
 
 def test_wrong_load_in_the_kernel_ir_is_caught() -> None:
-    program = build_flash_fwd_kir(FlashFwdConfig(stages=2))
-    chosen = {"smem_tiled_copy_K": "ldmatrix", "smem_tiled_copy_V": "ldmatrix.trans"}
+    program = attention_kir(stages=2)
+    chosen = {"s2r_B": "ldmatrix", "s2r_B_trans": "ldmatrix.trans"}
     assert lc.check_program(program, chosen) == []
     wrong = _replace_ops(program, lambda op: dataclasses.replace(op, atom="SM75_U32x4_LDSM_N")
-                         if isinstance(op, TiledCopyOp) and op.name == "smem_tiled_copy_V" else op)
-    assert any("smem_tiled_copy_V" in p for p in lc.check_program(wrong, chosen))
+                         if isinstance(op, TiledCopyOp) and op.name == "s2r_B_trans" else op)
+    assert any("s2r_B_trans" in p for p in lc.check_program(wrong, chosen))
 
 
 def test_swizzle_333_makes_ldmatrix_phases_conflict_free() -> None:
@@ -91,12 +90,12 @@ def test_swizzle_is_conflict_free_over_whole_tiles() -> None:
 
 
 def test_unswizzled_layout_in_the_kernel_ir_is_caught() -> None:
-    program = build_flash_fwd_kir(FlashFwdConfig(stages=2))
+    program = attention_kir(stages=2)
     assert lc.check_program(program) == []
     broken = _replace_ops(program, lambda op: dataclasses.replace(op, swizzle=(0, 3, 3))
-                          if isinstance(op, SmemLayoutOp) and op.name == "SmemLayoutK" else op)
+                          if isinstance(op, SmemLayoutOp) and op.name == "sK_layout" else op)
     problems = lc.check_program(broken)
-    assert problems and all(p.startswith("SmemLayoutK") for p in problems)
+    assert problems and all(p.startswith("sK_layout") for p in problems)
 
 
 def _replace_ops(op, fn):

@@ -20,3 +20,16 @@ def emit_text(data: bytes, path: str, arch: str, defines: Mapping[str, str], wha
     if what == "kir":
         return print_kir(state.kir)
     return emit_program(state.kir, source=path, line_directives=line_directives, cu_name=f"{name}.cu")
+
+
+def kernel_ir(path, arch: str = "sm_90", defines: Mapping[str, object] | None = None):
+    """The lowered `ProgramOp` of a `.tl` file (TL passes, then every lowering pass)."""
+    from pathlib import Path
+
+    from tlc.api import compile_graph
+    from tlc.lowering.passes import run_lowering
+
+    defs = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
+    graph, _ = compile_graph(Path(path).read_bytes(), str(path), defines=defs)
+    state, _ = run_lowering(graph, arch, name=kernel_name(path))
+    return state.kir

@@ -163,6 +163,9 @@ class TileOpLowering(CopyRules, GemmRules):
     def _AllocateOp(self, op: AllocateOp, region: Graph, out: list[K.Op]) -> None:
         if op.space == "global":
             t = next(t for t in self.abi.tensors if t.name == op.name)
+            if t.cols % 8:
+                raise fail(f"tlc build: global tensor '{op.name}' has {t.cols} columns; rows are copied in 16-byte "
+                           "chunks, so the width must be a multiple of 8 (pad the tensor)", op.loc)
             head = self.x.lower(op.offset if op.offset is not None else A.Name("head_idx"), op.loc)
             offset = BinOp("+", BinOp("*", Var("batch_idx"), Var(f"p.{t.stride('batch')}")),
                            BinOp("*", head, Var(f"p.{t.stride('head')}")))
@@ -179,8 +182,8 @@ class TileOpLowering(CopyRules, GemmRules):
             dtype = op.result.type.dtype or self.dtype
             if op.name in self.buffers:
                 raise fail(f"tlc build: shared buffer '{op.name}' is allocated twice", op.loc)
-            if not kblock(cols):
-                raise fail(f"tlc build: shared tile '{op.name}' has {cols} columns; the copies move 8 elements "
+            if logical % 8 or not kblock(cols):
+                raise fail(f"tlc build: shared tile '{op.name}' has {logical} columns; the copies move 8 elements "
                            "(16 bytes) per thread, so the width must be a multiple of 8", op.loc)
             self.buffers[op.name] = Buffer(op.name, self.names.fresh(f"s{op.name}"), rows, cols, dtype, op.loc,
                                            logical_cols=logical)
