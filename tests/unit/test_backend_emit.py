@@ -12,7 +12,8 @@ from filecheck.parser import Parser
 
 from tlc.backend_cute.emit import emit_program
 from tlc.diagnostics import Loc, TlcError
-from tlc.kir.flash_fwd import FlashFwdConfig, build_flash_fwd_kir
+from tests.lowering.programs import SPECS, attention_kir
+from tlc.lowering.emit_text import kernel_ir
 from tlc.kir.ops import BarrierOp, KernelOp, ProgramOp
 from tlc.kir.text import parse_kir
 
@@ -21,17 +22,11 @@ GOLDENS = sorted((ROOT / "tests" / "filecheck" / "emit").glob("*.kirtest"))
 SEPARATOR = re.compile(r"^// -----\s*$", re.M)
 
 
-def _value(text: str):
-    if text in ("true", "false"):
-        return text == "true"
-    return int(text) if text.isdigit() else text
-
-
 def emit_case(case: str) -> str:
-    config = re.search(r"^// CONFIG:(.*)$", case, re.M)
-    if config:
-        kwargs = dict(kv.split("=", 1) for kv in config.group(1).split())
-        program = build_flash_fwd_kir(FlashFwdConfig(**{k: _value(v) for k, v in kwargs.items()}))
+    spec = re.search(r"^// TL: (\S+)(.*)$", case, re.M)
+    if spec:
+        defines = dict(kv.split("=", 1) for kv in spec.group(2).split())
+        program = kernel_ir(SPECS / spec.group(1), "sm_90", defines)
     else:
         kir = "\n".join(m.group(1) for m in re.finditer(r"^// KIR: ?(.*)$", case, re.M))
         program = parse_kir(kir[kir.index("ProgramOp("):])
@@ -65,13 +60,13 @@ def _mma_and_layouts(src: str) -> list[str]:
     return [ln.strip() for ln in src.splitlines() if "TiledMMA<" in ln or "tile_to_shape(" in ln or "make_tiled_copy(" in ln]
 
 
-@pytest.mark.parametrize("change", [dict(bm=64), dict(bn=128), dict(warps=8), dict(stages=2)],
+@pytest.mark.parametrize("change", [dict(bm=64), dict(bn=32), dict(warps=8), dict(stages=2)],
                          ids=lambda c: next(iter(c)))
 def test_tile_parameters_change_emitted_mma_and_layouts(change):
-    """DESIGN §3's proof that tiles live in the kernel IR: each knob changes TiledMMA/layouts."""
-    base = dict(d_qk=128, d_v=128, bm=128, bn=64, warps=4, stages=1)
-    a = emit_program(build_flash_fwd_kir(FlashFwdConfig(**base)), line_directives=False)
-    b = emit_program(build_flash_fwd_kir(FlashFwdConfig(**{**base, **change})), line_directives=False)
+    """Tiles live in the kernel IR: each knob changes the TiledMMA or the layouts."""
+    base = dict(d=128, bm=128, bn=64, warps=4, stages=1)
+    a = emit_program(attention_kir(**base), line_directives=False)
+    b = emit_program(attention_kir(**{**base, **change}), line_directives=False)
     assert _mma_and_layouts(a) != _mma_and_layouts(b)
     if "warps" in change:
         assert "Layout<Shape<Int<8>, Int<1>, Int<1>>>, Tile<Int<128>" in b
@@ -80,26 +75,30 @@ def test_tile_parameters_change_emitted_mma_and_layouts(change):
 
 
 def test_emitter_is_deterministic():
-    cfg = FlashFwdConfig(causal=True, lse=True)
-    assert emit_program(build_flash_fwd_kir(cfg)) == emit_program(build_flash_fwd_kir(cfg))
+    assert emit_program(attention_kir(causal=True)) == emit_program(attention_kir(causal=True))
 
 
 def test_line_directives_use_basename_and_escape():
-    cfg = FlashFwdConfig(loc=Loc('/some/dir/we"ird.tl', 12, 3))
-    src = emit_program(build_flash_fwd_kir(cfg), line_directives=True)
+    import dataclasses
+    program = attention_kir()
+    kernel = program.kernels()[0]
+    odd = dataclasses.replace(kernel.body[0], loc=Loc('/some/dir/we"ird.tl', 12, 3))
+    program = dataclasses.replace(program, body=(program.body[0], dataclasses.replace(
+        kernel, body=(odd,) + kernel.body[1:])))
+    src = emit_program(program, line_directives=True)
     assert '#line 12 "we_ird.tl"' in src
     assert "/some/dir" not in src
-    assert "#line" not in emit_program(build_flash_fwd_kir(cfg), line_directives=False)
+    assert "#line" not in emit_program(program, line_directives=False)
 
 
 def test_refuses_non_kernel_ir_ops():
-    program = build_flash_fwd_kir(FlashFwdConfig())
+    program = attention_kir()
 
     class NotAnOp:
         loc = None
 
     kernel = program.kernels()[0]
-    bad = ProgramOp(name="p", body=(program.body[0], KernelOp(name="k", params="FlashParams", threads=128, min_blocks=1,
+    bad = ProgramOp(name="p", body=(program.body[0], KernelOp(name="k", params=program.body[0].name, threads=128, min_blocks=1,
                                              grid=kernel.grid, smem_bytes=0, body=(BarrierOp(),)),))
     from tlc.backend_cute.emit import CuteEmitter
     with pytest.raises(TlcError, match="not a kernel-IR op"):
@@ -128,9 +127,9 @@ def test_names_must_be_defined_before_use():
 
     from tlc.kir.expr import E
     from tlc.kir.ops import MapOp
-    program = build_flash_fwd_kir(FlashFwdConfig())
+    program = attention_kir()
     kernel = program.kernels()[0]
-    stray = MapOp(target="row_sum", srcs=("no_such_tensor",), fn=E("x0"), loc=Loc("mha.tl", 21, 3))
+    stray = MapOp(target="rO", srcs=("no_such_tensor",), fn=E("x0"), loc=Loc("mha.tl", 21, 3))
     broken = dataclasses.replace(program, body=(program.body[0], dataclasses.replace(
         kernel, body=kernel.body[:3] + (stray,) + kernel.body[3:])))
     with pytest.raises(TlcError) as exc:

@@ -11,7 +11,7 @@ from tlc.backend_cute import cache
 from tlc.backend_cute.compile import compile_kir, kernel_metadata, params_abi
 from tlc.backend_cute.nvrtc import compile_cubin, log_to_diagnostics, parse_ptxas_info
 from tlc.diagnostics import TlcError
-from tlc.kir.flash_fwd import FlashFwdConfig, build_flash_fwd_kir
+from tests.lowering.programs import attention_kir
 
 TINY = '#line 3 "spec.tl"\nextern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.f; }\n'
 
@@ -82,7 +82,7 @@ def test_params_abi_matches_ctypes_layout():
     import ctypes
 
     from tlc.backend_cute.launch import params_struct
-    program = build_flash_fwd_kir(FlashFwdConfig())
+    program = attention_kir()
     params = program.body[0]
     abi = params_abi(params)
     struct = params_struct(params)
@@ -91,13 +91,13 @@ def test_params_abi_matches_ctypes_layout():
         assert getattr(struct, f["name"]).offset == f["offset"]
     meta = kernel_metadata(program, "sm_90")
     assert meta["schema_version"] == 1
-    assert meta["kernels"][0]["grid"] == ["ceil_div(p.sq, 128)", "p.hq", "p.b"]
+    assert meta["kernels"][0]["grid"] == ["ceil_div(p.seqlen_q, 128)", "p.heads", "p.batch"]
     json.dumps(meta)
 
 
 # One instantiation per arch, the smallest tiles: NVRTC time is mostly CuTe template work
 # (~30 s on a 2-core CI machine even for this one), the per-tile part is small.
-CI_CONFIG = FlashFwdConfig(dtype="bf16", d_qk=32, d_v=32, bm=16, bn=16, warps=1, stages=1, causal=True)
+CI_CONFIG = dict(dtype="bf16", d=32, bm=16, bn=16, warps=1, stages=1, causal=True)
 
 
 @pytest.mark.slow
@@ -106,11 +106,11 @@ def test_nvrtc_compiles_flash_fwd(arch, tmp_path, monkeypatch):
     monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path))
     cache.clear_memory()
     start = time.perf_counter()
-    ck = compile_kir(build_flash_fwd_kir(CI_CONFIG), arch)
+    ck = compile_kir(attention_kir(**CI_CONFIG), arch)
     assert ck.cubin[:4] == b"\x7fELF" and not ck.cached
     assert ck.metadata["ptxas"]["spill_store_bytes"] == 0
     print(f"{arch}: NVRTC {ck.compile_seconds:.1f} s (wall {time.perf_counter() - start:.1f} s)")
-    again = compile_kir(build_flash_fwd_kir(CI_CONFIG), arch)
+    again = compile_kir(attention_kir(**CI_CONFIG), arch)
     assert again.cached and again.cubin == ck.cubin
     from tlc.backend_cute.artifacts import write_artifacts
     paths = write_artifacts(ck, tmp_path / "out", "mha")
