@@ -193,32 +193,31 @@ def _compare_cases(spec: dict[str, Any], run_kernel) -> None:
 
 def _child_tl(directory: str) -> None:
     """Rebuild the launcher's view of the kernel (same passes, same kernel IR) around the given cubin."""
-    import dataclasses
-
     import torch
     from tlc.api import compile_graph
-    from tlc.backend_cute.attention import spec_of
     from tlc.backend_cute.compile import CompiledKernel
     from tlc.backend_cute.launch import Kernel
-    from tlc.kir.flash_fwd import build_flash_fwd_kir
-    from tlc.lowering.select_atoms import flash_config, select_attention
+    from tlc.lowering.passes import run_lowering
 
     spec = json.loads(Path(directory, "spec.json").read_text())
     text = Path(directory, "program.tl").read_bytes()
     graph, _ = compile_graph(text, spec["tl_name"], defines=spec["defines"])
-    cfg = flash_config(select_attention(graph, spec["arch"]), name=spec["stem"])
-    for field_name in ("dtype", "d_qk", "d_v", "causal"):
-        if getattr(cfg, field_name) != spec[field_name]:
+    state, _ = run_lowering(graph, spec["arch"], name=spec["stem"])
+    tensors = {t.name.lower(): t for t in state.abi.tensors}
+    built = {"dtype": str(graph.params.get("dtype", "bf16")), "d_qk": tensors["q"].cols if "q" in tensors else None,
+             "d_v": tensors["v"].cols if "v" in tensors else None, "causal": bool(graph.params.get("Causal", False))}
+    for field_name, value in built.items():
+        if value != spec[field_name]:
             print(json.dumps({"correct": False, "summary": f"the kernel was built with {field_name}="
-                              f"{getattr(cfg, field_name)!r} but the request asks for {spec[field_name]!r}"}))
+                              f"{value!r} but the request asks for {spec[field_name]!r}"}))
             return
-    if spec["causal"] and cfg.alignment != spec["alignment"]:
-        print(json.dumps({"correct": False, "summary": f"causal alignment {cfg.alignment} != requested "
+    alignment = str(graph.params.get("Align", "top_left"))
+    if spec["causal"] and alignment != spec["alignment"]:
+        print(json.dumps({"correct": False, "summary": f"causal alignment {alignment} != requested "
                           f"{spec['alignment']}"}))
         return
-    compiled = CompiledKernel(build_flash_fwd_kir(cfg), spec["arch"], "", Path(directory, "kernel.cubin").read_bytes(),
-                              {}, 0.0)
-    kernel = Kernel(dataclasses.replace(compiled), spec_of(cfg))
+    compiled = CompiledKernel(state.kir, spec["arch"], "", Path(directory, "kernel.cubin").read_bytes(), {}, 0.0)
+    kernel = Kernel(compiled, state.abi)
     torch.zeros(1, device="cuda")
     _compare_cases(spec, lambda q, k, v, o, scale: kernel(q, k, v, scale=scale, out=o))
 

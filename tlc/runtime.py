@@ -18,8 +18,6 @@ from tlc.names import kernel_name
 
 _DISPATCH: dict[tuple, Any] = {}
 _ATTENTION: dict[tuple, Any] = {}  # (dtype, d_qk, d_v, causal, device) → kernel: no file I/O per call
-# The sm_80-family flash kernel's head dims (the rule the former flash_fwd builder enforced). The per-op
-# lowering pads other widths to a multiple of 32; widen these here once such builds are checked on a GPU.
 HEAD_DIMS = range(8, 257, 8)  # FlashAttention's rule; widths that are not multiples of 32 are padded in the kernel
 MIXED_HEAD_DIMS = {(192, 128): "MLA prefill"}  # (q/k, v) head dims that may differ: the shapes tested on a GPU
 _NO_GRAD_FIX = ("tlc has no backward kernel yet: for inference wrap the call in `with torch.no_grad():` or "

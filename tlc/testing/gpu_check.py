@@ -53,16 +53,16 @@ def make_gpu_check(path: str | Path, graph: Graph, defines: Mapping[str, Any], a
 
     kernel = tlc.build(Path(path), arch=arch, defines=dict(defines))
     dtype = _torch_dtype(graph)
-    names = list(kernel.spec.tensor_names[:3])  # the program's names for the q, k, v slots
+    names = [t.name for t in kernel.inputs]  # the program's global inputs, in Allocate order
     variant = str(graph.params.get("Variant", "attention"))
 
     def check(shapes: Shapes, seed: int) -> CheckResult:
         _, ref_in, scalars = make_inputs(graph, shapes, seed)
         by_name = {k.lower(): v for k, v in ref_in.items()}  # the launcher spells attention's q, k, v lower case
-        args = [by_name[n.lower()].to(device="cuda", dtype=dtype) for n in names[:3]]
+        args = [by_name[n.lower()].to(device="cuda", dtype=dtype) for n in names]
         extra = {k: float(v) for k, v in scalars.items() if k in shapes.floats and k != "scale"}
         try:
-            out = kernel(*args, scale=scalars.get("scale"), inputs=extra or None)
+            out = kernel(*args, scale=scalars.get("scale"), **extra)
         except TlcError as exc:
             return CheckResult(False, math.inf, None, f"launch refused: {exc.diagnostics[0].message}", shapes, seed)
         torch.cuda.synchronize()
