@@ -1,4 +1,4 @@
-"""The target table: what `select-atoms`, `pipeline` and `check-resources` (and the LLM
+"""The target table: what `lower-tile-ops`, `pipeline` and `check-resources` (and the LLM
 workflow's prompts) know about each `--arch`. One `ArchInfo` per target; `arch_info(name)`.
 
 Sources, all well-known published values:

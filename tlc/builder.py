@@ -27,7 +27,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def lower_to_kernel_ir(data: bytes, path: str, arch: str, defines: Mapping[str, str], *, name: str,
                        lse: bool = False):
-    """TL text → TL passes → select-atoms → pipeline → check-resources; (state, remarks)."""
+    """TL text → TL passes → the lowering passes (tlc.lowering.passes); (state, remarks)."""
     from tlc.api import compile_graph
     from tlc.lowering.passes import run_lowering
 

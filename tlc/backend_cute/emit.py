@@ -81,7 +81,7 @@ class CuteEmitter:
 
     @functools.singledispatchmethod
     def emit(self, op: object) -> None:
-        raise fail(f"emitter: {type(op).__name__} is not a kernel-IR op; lower TL ops with select-atoms first",
+        raise fail(f"emitter: {type(op).__name__} is not a kernel-IR op; lower TL ops with lower-tile-ops first",
                    getattr(op, "loc", None))
 
     # ------------------------------------------------------------------ program level

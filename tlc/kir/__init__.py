@@ -13,7 +13,7 @@ Declarations
   ParamsOp(name, fields=((name, "ptr<bf16>"|"ptr<fp16>"|"ptr<f32>"|"i32"|"i64"|"f32"), ...))
   KernelOp(name, params, threads, min_blocks, grid=(Expr, Expr, Expr), smem_bytes, body)
   LetOp(name, type="i32"|"i64"|"f32"|"bool", value)                 scalar
-Atoms and layouts (what select-atoms decides)
+Atoms and layouts (lower-tile-ops; swizzles from infer-layouts)
   TiledMmaOp(name, atom="SM80_16x8x16_F32BF16BF16F32_TN", warps=(M,N,K), tile=(M,N,K), thread_slice)
   SmemLayoutOp(name, swizzle=(B,M,S), atom=(rows, cols), shape=(rows, cols[, stages]))
   SmemTransposeLayoutOp(name, of, shape=(cols, rows[, stages]), strip_swizzle)   V read as Vᵀ

@@ -1,7 +1,7 @@
 """CPU layout checks with pycute (docs/correctness.md): the SM80 m16n8k16 MMA atom's
 thread-value (TV) layouts against the lowering's choices — the accumulator → A-operand
 regroup that keeps P in registers, ldmatrix vs ldmatrix.trans per operand majorness, and
-the swizzled shared layouts' bank behaviour under ldmatrix. `select-atoms` asks
+the swizzled shared layouts' bank behaviour under ldmatrix. `infer-layouts` asks
 `required_load` which load an operand needs; `pipeline` runs `check_program` on the KIR.
 
 A TV layout maps (thread, value) → the element's column-major index in the atom's tile,
@@ -147,7 +147,7 @@ def ldmatrix_phase_problems(layout, shape: tuple[int, ...], elem_bytes: int = 2)
 # --------------------------------------------------------------------------- the kernel IR
 def check_program(program: ProgramOp, loads: dict[str, str] | None = None) -> list[str]:
     """Swizzled shared layouts are conflict-free under ldmatrix; with `loads` (copy name → load
-    select-atoms chose), each GEMM's shared→register copy uses that load."""
+    the lowering chose), each GEMM's shared→register copy uses that load."""
     ops = list(walk(program))
     elem = {op.layout: 2 if op.dtype in ("bf16", "fp16") else 4 for op in ops if isinstance(op, SharedBufferOp)}
     copies = {op.name: op for op in ops if isinstance(op, TiledCopyOp)}
@@ -163,7 +163,7 @@ def check_program(program: ProgramOp, loads: dict[str, str] | None = None) -> li
                 continue
             have = LOAD_OF_ATOM.get(copy.atom, copy.atom)
             if have != loads[copy_name]:
-                problems.append(f"{copy_name} uses {copy.atom} ({have}) but select-atoms chose {loads[copy_name]}")
+                problems.append(f"{copy_name} uses {copy.atom} ({have}) but the lowering chose {loads[copy_name]}")
     return problems
 
 

@@ -20,7 +20,7 @@ class PassContext:
     sink: DiagnosticSink = field(default_factory=DiagnosticSink)
     arch: str | None = None
     sketch: bool = False
-    lowering: Any = None  # tlc.lowering.state.LoweringState once select-atoms has run
+    lowering: Any = None  # tlc.lowering.state.LoweringState once lower-tile-ops has run
 
     def remark(self, message: str, loc: Loc | None = None, *notes: Note) -> None:
         self.sink.remark(message, loc, *notes)
