@@ -10,7 +10,7 @@ import pytest
 
 from tlc.api import compile_graph
 from tests.lowering.programs import attention_kir
-from tlc.kir.ops import SmemLayoutOp, TiledCopyOp
+from tlc.kir.ops import GemmOp, SmemLayoutOp, TiledCopyOp
 from tlc.lowering import layout_check as lc
 from tlc.lowering.passes import run_lowering
 
@@ -55,10 +55,9 @@ def test_ldmatrix_choice(role: str, major: str, load: str) -> None:
     assert lc.required_load(role, major) == load
 
 
-def test_choice_matches_resolve_transpose_and_select_atoms() -> None:
+def test_the_kernel_loads_follow_resolve_transpose() -> None:
     graph, _ = compile_graph(MHA.read_bytes(), str(MHA))
     state, _ = run_lowering(graph, "sm_90", name="mha_fwd")
-    from tlc.kir.ops import GemmOp
     copies = {op.name: op.atom for op in lc.walk(state.kir) if isinstance(op, TiledCopyOp)}
     s_gemm, o_gemm = [op for op in lc.walk(state.kir) if isinstance(op, GemmOp)]
     assert lc.LOAD_OF_ATOM[copies[s_gemm.b_copy]] == lc.required_load("B", "k")     # K in Q·Kᵀ: k-major
