@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -92,16 +93,20 @@ def _build_reporting(args: tuple[str, str, str, dict[str, str]]) -> tuple[str, s
 def _run_reporting(fn, tasks: list, jobs: int) -> int:
     """Run `fn` over `tasks` in parallel processes; print each (path, message, code); OR the codes."""
     jobs = jobs or min(len(tasks), os.cpu_count() or 1)
-    if jobs <= 1 or len(tasks) == 1:
-        results = [fn(t) for t in tasks]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(fn, tasks))
     status = 0
-    for _, message, code in results:
-        print(message, file=sys.stderr if code else sys.stdout)
-        status |= code
+    with ProcessPoolExecutor(max_workers=jobs) if jobs > 1 and len(tasks) > 1 else nullcontext() as pool:
+        for _, message, code in (pool.map(fn, tasks) if pool else map(fn, tasks)):
+            print(message, file=sys.stderr if code else sys.stdout, flush=True)  # as each finishes, in order
+            status |= code
     return status
+
+
+def _distinct(files: list[str]) -> list[str]:
+    """Each input file once, in the order given: `x.tl` and `./x.tl` are one build, not a collision."""
+    first: dict[str, str] = {}
+    for f in files:
+        first.setdefault(os.path.realpath(f), f)
+    return list(first.values())
 
 
 def output_collisions(files: list[str]) -> list[str]:
@@ -116,7 +121,7 @@ def output_collisions(files: list[str]) -> list[str]:
 def build_files(files: list[str], *, arch: str, out_dir: str, defines: Mapping[str, str], jobs: int = 0) -> int:
     """Build every file into `out_dir`; nothing is compiled when two inputs would share artifacts.
     A compile that takes more than a few seconds announces itself (tlc.backend_cute.compile)."""
-    files = list(dict.fromkeys(files))  # the same path twice is one build
+    files = _distinct(files)
     if problems := output_collisions(files):
         print("\n".join(f"tlc build: {p}" for p in problems), file=sys.stderr)
         return 1
@@ -143,5 +148,6 @@ def _precompile_reporting(args: tuple[str, str, dict[str, str]]) -> tuple[str, s
 def precompile_files(files: list[str], *, archs: list[str], defines: Mapping[str, str], jobs: int = 0) -> int:
     """`tlc precompile`: fill the disk cache for every file × arch, in parallel processes."""
     tasks = [(f, a, dict(defines)) for f in files for a in archs]
-    print(f"tlc: precompiling {len(tasks)} kernel(s) with NVRTC into the cache…", file=sys.stderr)
+    print(f"tlc: precompiling {len(tasks)} kernel(s) into the cache (NVRTC runs only for those not cached yet)…",
+          file=sys.stderr)
     return _run_reporting(_precompile_reporting, tasks, jobs)

@@ -77,23 +77,31 @@ def cmd_fmt(args) -> int:
 
 
 def _replace_keeping_mode(path: Path, text: str) -> None:
-    """Atomically replace `path` with `text`, keeping its permission bits; a read-only file or a
-    folder that refuses the temporary file is a one-line error, and the file is left as it was."""
+    """Atomically replace `path` (a symlink's target) with `text`, keeping its mode and, where allowed,
+    its owner; a read-only file or a folder that refuses the temporary file is a one-line error, and
+    the file is left as it was."""
+    import contextlib
     import stat
     import tempfile
 
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+    target = path.resolve()  # os.replace on a link would swap the link for a plain file
+    st = target.stat()
+    mode = stat.S_IMODE(st.st_mode)
+    # The bits as well as access(): root may write a file marked read-only, and os.replace would let
+    # anyone who can write the folder replace a file they cannot write.
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(target, os.W_OK):
         raise TlcError(_err(f"{path} is read-only; not rewritten (make it writable, or run without -i to print)"))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tlc-fmt", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tlc-fmt", dir=target.parent)
     except OSError as exc:
         raise TlcError(_err(f"cannot write beside {path} ({exc.strerror or exc}); not rewritten")) from None
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        with contextlib.suppress(OSError):  # only root may give a file away; others keep theirs anyway
+            os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise TlcError(_err(f"cannot rewrite {path} ({exc.strerror or exc}); left as it was")) from None

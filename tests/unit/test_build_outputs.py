@@ -29,3 +29,36 @@ def test_a_build_does_not_claim_tens_of_seconds_up_front(tmp_path, capsys, monke
     assert main(["build", str(tmp_path / "x.tl"), str(tmp_path / "x.tl"), "-o", str(tmp_path / "o")]) == 0
     captured = capsys.readouterr()
     assert "tens of seconds" not in captured.err and captured.out.count("built") == 1
+
+
+def test_one_file_named_two_ways_is_one_build_not_a_collision(tmp_path, capsys, monkeypatch) -> None:
+    import tlc.builder
+    monkeypatch.setattr(tlc.builder, "_build_reporting", lambda args: (args[0], f"{args[0]}: built", 0))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.tl").write_text(MHA)
+    assert main(["build", "x.tl", "./x.tl", str(tmp_path / "x.tl"), "-o", "o"]) == 0
+    assert capsys.readouterr().out == "x.tl: built\n"
+
+
+def test_three_inputs_with_one_stem_name_every_path(tmp_path, capsys, monkeypatch) -> None:
+    import tlc.builder
+    monkeypatch.setattr(tlc.builder, "_build_reporting", lambda args: (args[0], "built", 0))  # never NVRTC here
+    paths = []
+    for d in ("a", "b", "c"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "x.tl").write_text(MHA)
+        paths.append(str(tmp_path / d / "x.tl"))
+    assert main(["build", *paths, "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and all(p in err for p in paths)
+
+
+def test_precompile_does_not_claim_every_kernel_compiles(tmp_path, capsys, monkeypatch) -> None:
+    import tlc.builder
+    monkeypatch.setattr(tlc.builder, "_precompile_reporting",
+                        lambda args: (args[0], f"{args[0]}: {args[1]}: already cached", 0))
+    (tmp_path / "x.tl").write_text(MHA)
+    assert main(["precompile", str(tmp_path / "x.tl"), "--arch", "sm_80", "--arch", "sm_90", "-j", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "with NVRTC into" not in captured.err and "tens of seconds" not in captured.err
+    assert captured.out.count("already cached") == 2

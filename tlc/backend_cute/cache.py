@@ -64,33 +64,55 @@ def _entry_path(key: str) -> Path:
     return cache_dir() / key[:2] / f"{key}.cubin"
 
 
+# Header fields and the types a reader relies on; an entry with another type in any of them is a miss.
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "cache_key": str, "cubin_bytes": int, "cubin_sha256": str, "program": str, "arch": str, "schema": str,
+    "schema_version": int, "compile_seconds": (int, float), "ptxas": dict, "nvrtc_options": list,
+    "kernels": list, "abi": dict, "versions": dict,
+}
+_REQUIRED = ("cache_key", "cubin_bytes", "cubin_sha256")
+
+
+def _read_entry(blob: bytes, key: str) -> tuple[bytes, dict]:
+    """(cubin, header) of an entry written by `store` for `key`; ValueError for anything else."""
+    if not blob.startswith(_MAGIC):
+        raise ValueError("bad magic")
+    head, newline, cubin = blob[len(_MAGIC):].partition(b"\n")
+    if not newline:
+        raise ValueError("truncated header")
+    meta = json.loads(head)
+    if not isinstance(meta, dict) or any(f not in meta for f in _REQUIRED):
+        raise ValueError("not an entry header")
+    for field, types in _FIELDS.items():
+        value = meta.get(field)
+        if field in meta and (not isinstance(value, types) or isinstance(value, bool)):
+            raise ValueError(f"field {field} has type {type(value).__name__}")
+    if meta["cache_key"] != key:
+        raise ValueError("another key's entry")
+    if len(cubin) != meta["cubin_bytes"] or hashlib.sha256(cubin).hexdigest() != meta["cubin_sha256"]:
+        raise ValueError("checksum mismatch")
+    return cubin, meta
+
+
 def lookup(key: str) -> tuple[bytes, dict] | None:
     if always_compile():
         return None
     if key in _MEMORY:
         return _MEMORY[key]
-    path = _entry_path(key)
     try:
-        blob = path.read_bytes()
+        blob = _entry_path(key).read_bytes()
     except OSError:
         return None
     try:
-        if not blob.startswith(_MAGIC):
-            raise ValueError("bad magic")
-        head, _, cubin = blob[len(_MAGIC):].partition(b"\n")
-        meta = json.loads(head)
-        if not isinstance(meta, dict) or meta.get("cache_key", key) != key:
-            raise ValueError("not this entry")
-        if len(cubin) != meta["cubin_bytes"] or hashlib.sha256(cubin).hexdigest() != meta["cubin_sha256"]:
-            raise ValueError("checksum mismatch")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        cubin, meta = _read_entry(blob, key)
+    except (ValueError, RecursionError):  # json's errors are ValueErrors (undecodable bytes too)
         return None  # unreadable or not this key: the caller recompiles and store() overwrites it
     _MEMORY[key] = (cubin, meta)
     return cubin, meta
 
 
 def store(key: str, cubin: bytes, meta: dict) -> None:
-    meta = dict(meta, cubin_bytes=len(cubin), cubin_sha256=hashlib.sha256(cubin).hexdigest())
+    meta = dict(meta, cache_key=key, cubin_bytes=len(cubin), cubin_sha256=hashlib.sha256(cubin).hexdigest())
     _MEMORY[key] = (cubin, meta)
     try:
         atomic_write(_entry_path(key), _MAGIC + json.dumps(meta, sort_keys=True).encode() + b"\n" + cubin)

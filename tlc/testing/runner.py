@@ -118,18 +118,24 @@ def _replay_command(plan: Plan, shapes: Shapes, seed: int) -> str:
 
 
 def check_all_stages(plan: Plan, shapes: Shapes, seed: int) -> tuple[str | None, CheckResult, list[str]]:
-    """Check before passes, then after each pass; returns (blamed stage, failing result, log)."""
-    log = []
-    result = CheckResult(True, 0.0, None)
+    """Check the program before the passes and after each; returns (blamed stage, result, log).
+
+    The verdict is the last stage's: that is what tlc builds, so a program as written that the passes
+    repair is not a failure. A wrong last stage is blamed on the pass after the last right stage, or on
+    the program itself when no stage was right."""
+    log, results = [], []
     for n in range(len(plan.available) + 1):
         stage = plan.stage(n)
         label = "before passes" if n == 0 else f"after {stage.passes[-1]}"
         layouts = None if n < len(plan.available) or "insert-reshape" not in stage.passes else True
         result = check_interpreter(stage.graph, shapes, seed, check_layouts=layouts)
         log.append(f"{label}: {'ok' if result.ok else result.describe()}")
-        if not result.ok:
-            return ("the program itself" if n == 0 else f"pass '{stage.passes[-1]}'"), result, log
-    return None, result, log
+        results.append(result)
+    built = results[-1]
+    if built.ok:
+        return None, built, log
+    right = [n for n, r in enumerate(results) if r.ok]
+    return (f"pass '{plan.available[right[-1]]}'" if right else "the program itself"), built, log
 
 
 def run_tl_test(path: str | Path, examples: int = 100, seed: int = 0, gpu: bool = False, arch: str | None = None,
@@ -163,7 +169,7 @@ def run_tl_test(path: str | Path, examples: int = 100, seed: int = 0, gpu: bool 
         if problem is not None:
             say(f"{ast.file}: error: --gpu: {problem}; the CPU checks still run below")
     stages = [plan.stage(0).graph, plan.stage(len(plan.available)).graph] if plan.available else [plan.stage(0).graph]
-    last_failure: list[tuple[Shapes, int]] = []
+    last_failure: list[tuple[Shapes, int, CheckResult | None]] = []
     repaired: list[Shapes] = []
 
     @hypothesis_seed(seed)
@@ -274,6 +280,10 @@ def replay(path: str | Path, replay_text: str, defines: Mapping[str, Any] | Sequ
         say(f"{plan.ast.file}: ok at {shapes.describe()} seed={data_seed}")
         for line in log:
             say(f"    {line}")
+        if not log[0].endswith(": ok"):
+            say(f"{plan.ast.file}: note: the program as written differs; tlc builds it after these repairs:")
+            for remark in _repairs(path, defs):
+                say(f"  {remark}")
         return 0
     return _report_failure(plan, shapes, data_seed, say)
 
