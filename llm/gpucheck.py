@@ -198,14 +198,16 @@ def _child_tl(directory: str) -> None:
     from tlc.backend_cute.compile import CompiledKernel
     from tlc.backend_cute.launch import Kernel
     from tlc.lowering.passes import run_lowering
+    from tlc.names import kernel_name
 
     spec = json.loads(Path(directory, "spec.json").read_text())
     text = Path(directory, "program.tl").read_bytes()
     graph, _ = compile_graph(text, spec["tl_name"], defines=spec["defines"])
-    state, _ = run_lowering(graph, spec["arch"], name=spec["stem"])
-    tensors = {t.name.lower(): t for t in state.abi.tensors}
-    built = {"dtype": str(graph.params.get("dtype", "bf16")), "d_qk": tensors["q"].cols if "q" in tensors else None,
-             "d_v": tensors["v"].cols if "v" in tensors else None, "causal": bool(graph.params.get("Causal", False))}
+    # the cubin's kernel is named as `tlc build` names it (a C++ identifier from the file name)
+    state, _ = run_lowering(graph, spec["arch"], name=kernel_name(spec["tl_name"]))
+    ins = [t for t in state.abi.tensors if not t.output]  # the launcher's q, k, v slots, in Allocate order
+    built = {"dtype": ins[0].dtype if ins else None, "d_qk": ins[0].cols if ins else None,
+             "d_v": ins[2].cols if len(ins) > 2 else None, "causal": bool(graph.params.get("Causal", False))}
     for field_name, value in built.items():
         if value != spec[field_name]:
             print(json.dumps({"correct": False, "summary": f"the kernel was built with {field_name}="

@@ -53,25 +53,28 @@ def make_gpu_check(path: str | Path, graph: Graph, defines: Mapping[str, Any], a
 
     kernel = tlc.build(Path(path), arch=arch, defines=dict(defines))
     dtype = _torch_dtype(graph)
-    names = [t.name for t in kernel.inputs]  # the program's global inputs, in Allocate order
     variant = str(graph.params.get("Variant", "attention"))
 
     def check(shapes: Shapes, seed: int) -> CheckResult:
-        _, ref_in, scalars = make_inputs(graph, shapes, seed)
-        by_name = {k.lower(): v for k, v in ref_in.items()}  # the launcher spells attention's q, k, v lower case
-        args = [by_name[n.lower()].to(device="cuda", dtype=dtype) for n in names]
-        extra = {k: float(v) for k, v in scalars.items() if k in shapes.floats and k != "scale"}
+        stored, ref_in, scalars = make_inputs(graph, shapes, seed)
+        # The kernel reads each global tensor as the program stores it (the interpreter's layout);
+        # the reference takes them as (seq, cols). Runtime Inputs go by name; row counts come from the tensors.
+        args = [stored[t.name].to(device="cuda", dtype=dtype) for t in kernel.inputs]
+        ref_args = [ref_in[t.name].to(device="cuda", dtype=dtype) for t in kernel.inputs]
+        runtime = {name: scalars[name] for name, _ in kernel.abi.inputs if name in scalars}
         try:
-            out = kernel(*args, scale=scalars.get("scale"), **extra)
+            out = kernel(*args, **runtime)
         except TlcError as exc:
             return CheckResult(False, math.inf, None, f"launch refused: {exc.diagnostics[0].message}", shapes, seed)
         torch.cuda.synchronize()
+        out = out[0] if isinstance(out, tuple) else out
         if variant == "b2b_gemm":
-            ok, err, bound = _b2b_tolerance(out, *args)
+            ok, err, bound = _b2b_tolerance(out, *ref_args)
             return CheckResult(ok, err, None, f"GPU: max|out-ref|={err:.3e} bound={bound:.3e}", shapes, seed)
-        report = check_attention(out, *args, scale=scalars.get("scale"), causal=bool(graph.params.get("Causal")),
+        report = check_attention(out, *ref_args[:3], scale=scalars.get("scale"),
+                                 causal=bool(graph.params.get("Causal")),
                                  alignment=str(graph.params.get("Align", "top_left")),
-                                 softcap=float(graph.params.get("Softcap", 0) or extra.get("Softcap", 0)) or None)
+                                 softcap=float(graph.params.get("Softcap", 0) or scalars.get("Softcap", 0)) or None)
         return CheckResult(report.passed, report.max_err, None, f"GPU: {report.message}", shapes, seed)
 
     return check
