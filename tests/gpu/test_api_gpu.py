@@ -51,12 +51,16 @@ def test_attention_refuses_mismatched_heads() -> None:
 
 
 
-def _precompile(job: tuple) -> str:
-    """Fill the kernel cache for these tests (NVRTC only, no GPU): `python THIS --precompile`."""
+def builds() -> list[tuple[Path, dict]]:
+    """Every (spec, -D bindings) these tests build, for bench/precompile.py and --precompile (no GPU)."""
     from tlc.runtime import attention_spec
 
-    kind, arg = job
-    spec, defines = (SPECS / "mha_fwd.tl", dict(MHA64, Causal=arg)) if kind == "file" else attention_spec(*arg)
+    out = [(SPECS / "mha_fwd.tl", dict(MHA64, Causal=causal)) for causal in (False, True)]
+    return out + [attention_spec(dtype, 128, 128, True) for dtype in ("bf16", "fp16")]
+
+
+def _precompile(job: tuple[Path, dict]) -> str:
+    spec, defines = job
     tlc.build(spec, arch="sm_90", defines=defines)
     return f"built {spec.name} {defines}"
 
@@ -66,7 +70,7 @@ if __name__ == "__main__":
     from concurrent.futures import ProcessPoolExecutor
 
     if "--precompile" in sys.argv:
-        jobs = [("file", False), ("file", True), ("attn", ("bf16", 128, 128, True)), ("attn", ("fp16", 128, 128, True))]
+        jobs = builds()
         with ProcessPoolExecutor(max_workers=len(jobs)) as pool:
             for line in pool.map(_precompile, jobs):
                 print(line, flush=True)

@@ -20,12 +20,17 @@ def test_tlc_test_gpu_passes(spec, defines) -> None:
     assert "GPU kernel within" in lines[-1]
 
 
-def _precompile(case) -> str:
+def builds() -> list[tuple[Path, dict]]:
+    """Every (spec, -D bindings) these tests build, for bench/precompile.py and --precompile (no GPU)."""
+    return [(SPECS / spec, dict(d.split("=") for d in defines)) for spec, defines in CASES]
+
+
+def _precompile(job: tuple[Path, dict]) -> str:
     import tlc
 
-    spec, defines = case
-    tlc.build(SPECS / spec, arch="sm_90", defines=dict(d.split("=") for d in defines))
-    return f"built {spec}"
+    spec, defines = job
+    tlc.build(spec, arch="sm_90", defines=defines)
+    return f"built {spec.name}"
 
 
 if __name__ == "__main__":
@@ -34,5 +39,5 @@ if __name__ == "__main__":
 
     if "--precompile" in sys.argv:
         with ProcessPoolExecutor(max_workers=len(CASES)) as pool:
-            for line in pool.map(_precompile, CASES):
+            for line in pool.map(_precompile, builds()):
                 print(line, flush=True)

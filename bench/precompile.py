@@ -1,0 +1,89 @@
+"""Fill the tlc kernel cache in parallel (NVRTC only, no GPU needed) before a GPU run: every kernel
+the GPU tests build, and/or every kernel bench_attention.py times, each built from its shipped
+`.tl` spec through `tlc.build` exactly as the tests and the benchmark build it.
+
+    python3 bench/precompile.py --jobs 16 [--set tests|bench|all] [--arch sm_90]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def test_builds() -> list[tuple[str | Path, dict]]:
+    """(spec path or TL text, -D bindings) for everything under tests/gpu that builds a kernel."""
+    from tests.gpu import test_api_gpu, test_attention_gpu, test_tl_specs_gpu, test_tlc_test_gpu
+
+    out: list[tuple[str | Path, dict]] = []
+    for module in (test_attention_gpu, test_api_gpu, test_tlc_test_gpu):
+        out += module.builds()
+    for case in test_tl_specs_gpu.CASES:
+        data, _, defines = test_tl_specs_gpu.source(case)
+        out.append((data.decode(), defines))  # the variants are TL text, built as text there too
+    return out
+
+
+def bench_builds() -> list[tuple[str | Path, dict]]:
+    """The rows of bench_attention.py with their default tiles and with every swept variant."""
+    from bench.bench_attention import EXTRA_ROWS, ROWS, SWEEP, WIDE_SWEEP, _tile_defines
+    from tlc.runtime import attention_spec
+    from tlc.tuning import default_tiles
+
+    out: list[tuple[str | Path, dict]] = []
+    for rows, sweep in ((ROWS, SWEEP), (EXTRA_ROWS, WIDE_SWEEP)):
+        for row in rows:
+            d, dv = row["d"], row.get("d_v", row["d"])
+            for tiles in (default_tiles(d, dv), *sweep):
+                spec, defines = attention_spec("bf16", d, dv, row["causal"])
+                out.append((spec, dict(defines, **_tile_defines(spec, tiles))))
+    return out
+
+
+def _key(job: tuple[str | Path, dict]) -> tuple:
+    source, defines = job
+    return (str(source), tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v))
+                                      for k, v in defines.items())))
+
+
+def _build(args: tuple[tuple[str | Path, dict], str]) -> tuple[str, float, dict, bool, str | None]:
+    (source, defines), arch = args
+    import tlc
+
+    name = Path(source).name if isinstance(source, Path) else "<TL text>"
+    label = f"{name} " + " ".join(f"{k}={v}" for k, v in defines.items())
+    start = time.perf_counter()
+    try:
+        kernel = tlc.build(source, arch=arch, defines=defines)
+    except Exception as exc:  # report and continue: one bad build should not hide the others
+        return label, time.perf_counter() - start, {}, False, str(exc)[:2000]
+    return label, time.perf_counter() - start, kernel.compiled.metadata.get("ptxas", {}), kernel.compiled.cached, None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--set", default="all", choices=["tests", "bench", "all"])
+    a = ap.parse_args()
+    jobs = {"tests": test_builds, "bench": bench_builds, "all": lambda: test_builds() + bench_builds()}[a.set]()
+    jobs = list({_key(j): j for j in jobs}.values())
+    print(f"precompiling {len(jobs)} kernel(s) for {a.arch} with {a.jobs} job(s)", flush=True)
+    failed = 0
+    with ProcessPoolExecutor(a.jobs) as pool:
+        for label, secs, ptxas, cached, err in pool.map(_build, [(j, a.arch) for j in jobs]):
+            status = "cached" if cached else f"{secs:6.1f} s"
+            print(f"{label:90s} {status}  regs={ptxas.get('registers')} spill={ptxas.get('spill_store_bytes')}"
+                  + (f"\n  ERROR {err}" if err else ""), flush=True)
+            failed += err is not None
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
