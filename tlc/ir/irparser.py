@@ -1,84 +1,169 @@
 """Canonical IR text → TL graph (the inverse of `tlc.ir.printer`).
 
-Lets a pass test start from IR text rather than a `.tl` file, and makes
-print → parse → print a checked invariant. Generic over ops: the mnemonic picks the
-class from `OP_CLASSES`, attributes become its fields.
+Lets a pass test start from IR text rather than a `.tl` file, and makes print → parse → print
+a checked invariant. The LALR grammar in `ir.lark` reads the text into op lines; `_Builder`
+then resolves `%names` in order and builds the ops, generically: the mnemonic picks the class
+from `OP_CLASSES`, attributes become its fields.
 """
 from __future__ import annotations
 
 import dataclasses
-import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tlc.diagnostics import Loc, TlcError, error
-from tlc.frontend.ast import Name
-from tlc.frontend.parser import parse_expr
+from lark import Token, Transformer
+from lark.exceptions import UnexpectedInput, VisitError
+
+from tlc.diagnostics import GLOBAL_SOURCES, Loc, TlcError, error
+from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
-from tlc.ir.ops import OP_CLASSES, LoopOp
+from tlc.ir.ops import OP_CLASSES, LoopOp, Op
 from tlc.ir.types import TileType, Value
+from tlc.lark_errors import describe, load_grammar, visit_position
 
-_OP_LINE = re.compile(r"^(?:(?P<lhs>%[\w.]+(?:\s*,\s*%[\w.]+)*)\s*=\s*)?(?P<mn>[a-z_0-9]+)\((?P<ops>[^)]*)\)(?P<rest>.*)$")
-_LOC = re.compile(r"\s+loc\((\d+):(\d+)\)\s*$")
-
-
-def _split(text: str, sep: str = ",") -> list[str]:
-    """Split at top-level separators (outside (), [], {}, backticks and quotes)."""
-    parts, depth, cur, tick, quote = [], 0, [], False, False
-    for ch in text:
-        if ch == "`" and not quote:
-            tick = not tick
-        elif ch == '"' and not tick:
-            quote = not quote
-        elif not tick and not quote:
-            if ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-            elif ch == sep and depth == 0:
-                parts.append("".join(cur).strip())
-                cur = []
-                continue
-        cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur).strip())
-    return parts
+_GRAMMAR = Path(__file__).with_name("ir.lark")
+SOURCE = "<ir>"  # the file name parse errors are reported in
+_STARTS = ("start", "attr", "type")
+_WORDS = {"_PROGRAM": 'tl.program "FILE"', "NAME": "a name", "NUMBER": "a number", "INT": "a number",
+          "REF": "a %value", "STRING": 'a "string"', "PARAM_VALUE": "a value", "QMARK": "'?'", "_NL": "a new line",
+          "$END": "the end of the text"}
+_OPERATORS = frozenset({"PLUS", "MINUS", "STAR", "SLASH", "PERCENT"})
+_STRUCTURAL = ("results", "operands", "loc", "body", "args", "yields")  # fields that are not attributes
+_WORD_VALUES = {"none": None, "true": True, "false": False, "inf": float("inf"), "nan": float("nan")}
 
 
-def parse_type(text: str) -> TileType:
-    text = text.strip()
-    if text.startswith("scalar"):
-        return TileType("scalar", (), text.split()[1] if len(text.split()) > 1 else None)
-    m = re.match(r"^(\w+)\((.*)\)\s+(\S+)(?:\s+(\S+))?$", text)
-    if not m:
-        raise ValueError(f"bad type '{text}'")
-    space, dims, dtype, role = m.groups()
-    shape = None if dims.strip() == "?" else tuple(parse_expr(d) for d in _split(dims))
-    return TileType(space, shape, None if dtype == "?" else dtype, role or "none")
+@dataclass
+class _Body:
+    args: list[tuple[Token, TileType]]
+    ops: list[_Line]
+    yields: list[Token]
 
 
-def parse_attr(text: str) -> Any:
-    text = text.strip()
-    if text == "none":
+@dataclass
+class _Line:
+    """One op line with its `%names` still unresolved."""
+
+    results: list[Token]
+    mnemonic: Token
+    operands: list[Token]
+    attrs: list[tuple[Token, Any]]
+    body: _Body | None
+    types: list[TileType]
+    loc: tuple[int, int] | None
+
+
+def _fail(token: Token, message: str) -> TlcError:
+    return TlcError(error(message, Loc(SOURCE, token.line, token.column, token.end_column or token.column + 1)))
+
+
+class _ToLines(Transformer):
+    """lark tree → header entries and `_Line`s; expressions become frontend AST nodes."""
+
+    # expressions: the same trees the frontend builds for `seqlen_k / BN`
+    def num(self, items):
+        text = str(items[0])
+        return A.Num(float(text) if any(c in text for c in ".eE") else int(text))
+
+    def name(self, items):
+        return A.Name(str(items[0]))
+
+    def call(self, items):
+        return A.Call(str(items[0]), tuple(items[1:]))
+
+    def neg(self, items):
+        (x,) = items
+        return A.Num(-x.value) if isinstance(x, A.Num) else A.Neg(x)
+
+    def _bin(op):  # noqa: N805 - small factory for the five operators
+        return lambda self, items: A.BinOp(op, items[0], items[1])
+
+    add, sub, mul, div, mod = _bin("+"), _bin("-"), _bin("*"), _bin("/"), _bin("%")
+
+    # attributes
+    def word(self, items):
+        return _WORD_VALUES.get(str(items[0]), str(items[0]))
+
+    def number(self, items):
+        text = str(items[0])
+        return float(text) if any(c in text for c in ".eE") else int(text)
+
+    def negative(self, items):
+        value = self.number(items) if items[0].type == "NUMBER" else self.word(items)
+        return -value if isinstance(value, (int, float)) and not isinstance(value, bool) else f"-{items[0]}"
+
+    def string(self, items):
+        return str(items[0])[1:-1]
+
+    def tuple(self, items):  # noqa: A003 - grammar rule name
+        return tuple(items)
+
+    def pairs(self, items):
+        return tuple((str(key), value) for key, value in items)
+
+    def attr_item(self, items):
+        return items[0], items[1]
+
+    def attrs(self, items):
+        return list(items)
+
+    # types
+    def dims(self, items):
+        return None if items and isinstance(items[0], Token) and items[0].type == "QMARK" else tuple(items)
+
+    def dtype(self, items):
+        return None if items[0].type == "QMARK" else str(items[0])
+
+    def scalar_type(self, items):
+        return TileType("scalar", (), items[0])
+
+    def tile_type(self, items):
+        space, shape, dtype, role = items
+        return TileType(str(space), shape, dtype, str(role or "none"))
+
+    def types(self, items):
+        return list(items)
+
+    # lines
+    def refs(self, items):
+        return list(items)
+
+    def results(self, items):
+        return items[0]
+
+    def loc(self, items):
+        return int(items[0]), int(items[1])
+
+    def body_arg(self, items):
+        return items[0], items[1]
+
+    def body(self, items):
+        *head, yields = items
+        args = [item for item in head if isinstance(item, tuple)]
+        return _Body(args, [item for item in head if isinstance(item, _Line)], yields or [])
+
+    def op(self, items):
+        results, mnemonic, operands, attrs, body, types, loc = items
+        return _Line(results or [], mnemonic, operands or [], attrs or [], body, types or [], loc)
+
+    def param(self, items):
+        return "param", str(items[0]), _param_value(str(items[1]).strip())
+
+    def input(self, items):  # noqa: A003 - grammar rule name
+        return "input", str(items[0]), str(items[1])
+
+    def start(self, items):
+        return items
+
+
+def _param_value(text: str) -> Any:
+    """`?` is an unset Param; a value the attribute syntax cannot read stays the printed text."""
+    if text == "?":
         return None
-    if text in ("true", "false"):
-        return text == "true"
-    if text.startswith("`") and text.endswith("`"):
-        return parse_expr(text[1:-1])
-    if text.startswith('"') and text.endswith('"'):
-        return text[1:-1]
-    if text.startswith("[") and text.endswith("]"):
-        pairs = []
-        for item in _split(text[1:-1]):
-            key, _, expr = item.partition("=")
-            pairs.append((key.strip(), parse_attr(expr)))
-        return tuple(pairs)
-    if text.startswith("(") and text.endswith(")"):
-        return tuple(parse_attr(x) for x in _split(text[1:-1]))
-    if re.fullmatch(r"-?(\d+\.\d*(e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)", text):
-        return float(text)
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    return text
+    try:
+        return _ToLines().transform(load_grammar(_GRAMMAR, _STARTS).parse(text, start="attr"))
+    except (UnexpectedInput, VisitError):
+        return text
 
 
 def _coerce(cls, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -86,144 +171,116 @@ def _coerce(cls, attrs: dict[str, Any]) -> dict[str, Any]:
     out = dict(attrs)
     for f in dataclasses.fields(cls):
         if f.name in out and "tuple[str" in str(f.type) and isinstance(out[f.name], tuple):
-            out[f.name] = tuple(str(x) if isinstance(x, Name) else x for x in out[f.name])
+            out[f.name] = tuple(str(x) if isinstance(x, A.Name) else x for x in out[f.name])
         if f.name in out and str(f.type).startswith("float") and isinstance(out[f.name], int):
             out[f.name] = float(out[f.name])
     return out
 
 
-class _IRParser:
-    def __init__(self, text: str):
-        self.lines = [ln.rstrip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("//")]
-        self.pos = 0
+class _Builder:
+    """`_Line`s → ops in a `Graph`, resolving each `%name` against those defined above it."""
+
+    def __init__(self, file: str):
+        self.file = file
         self.values: dict[str, Value] = {}
-        self.file = "<ir>"
 
-    def fail(self, msg: str) -> TlcError:
-        return TlcError(error(f"IR line {self.pos + 1}: {msg}", Loc("<ir>", self.pos + 1, 1)))
-
-    def value(self, ref: str) -> Value:
-        name = ref.strip().lstrip("%")
+    def use(self, ref: Token) -> Value:
+        name = str(ref)[1:]
         if name not in self.values:
-            raise self.fail(f"%{name} is used before it is defined")
+            raise _fail(ref, f"%{name} is used before it is defined")
         return self.values[name]
 
-    def define(self, ref: str, ty: TileType) -> Value:
-        name = ref.strip().lstrip("%")
-        v = Value(name, ty)
-        self.values[name] = v
-        return v
+    def define(self, ref: Token, ty: TileType) -> Value:
+        value = Value(str(ref)[1:], ty)
+        self.values[value.name] = value
+        return value
 
-    def program(self) -> Graph:
-        head = self.lines[0] if self.lines else ""
-        m = re.match(r'^tl\.program "(.*)"$', head)
-        if not m:
-            raise self.fail('expected tl.program "FILE" first')
-        g = Graph(m.group(1))
-        self.file = g.file
-        self.pos = 1
-        while self.pos < len(self.lines):
-            line = self.lines[self.pos].strip()
-            if line.startswith("param "):
-                key, _, val = line[6:].partition("=")
-                g.params[key.strip()] = None if val.strip() == "?" else parse_attr(val.strip())
-                self.pos += 1
-            elif line.startswith("input "):
-                key, _, kind = line[6:].partition(":")
-                g.inputs[key.strip()] = kind.strip()
-                self.pos += 1
-            else:
-                break
-        self.region(g, top=True)
-        return g
+    def region(self, graph: Graph, lines: list[_Line]) -> None:
+        for line in lines:
+            graph.add(self.op(graph, line))
 
-    def region(self, g: Graph, top: bool = False) -> list[Value]:
-        while self.pos < len(self.lines):
-            line = self.lines[self.pos].strip()
-            if line.startswith("yield"):
-                self.pos += 1
-                return [self.value(x) for x in _split(line[5:])]
-            self.op(g, line)
-        if not top:
-            raise self.fail("loop body ends without 'yield'")
-        return []
-
-    def op(self, g: Graph, line: str) -> None:
-        loc = Loc(self.file, 0, 0)
-        lm = _LOC.search(line)
-        if lm:
-            loc = Loc(self.file, int(lm.group(1)), int(lm.group(2)))
-            line = line[: lm.start()]
-        m = _OP_LINE.match(line)
-        if not m:
-            raise self.fail(f"cannot read op '{line[:60]}'")
-        cls = OP_CLASSES.get(m.group("mn"))
+    def op(self, graph: Graph, line: _Line) -> Op:
+        mn = str(line.mnemonic)
+        cls = OP_CLASSES.get(mn)
         if cls is None:
-            raise self.fail(f"unknown op '{m.group('mn')}'")
-        operands = tuple(self.value(x) for x in _split(m.group("ops")))
-        rest = m.group("rest").strip()
-        attrs: dict[str, Any] = {}
-        if rest.startswith("{"):
-            end = _matching(rest, 0)
-            for item in _split(rest[1:end]):
-                key, _, val = item.partition("=")
-                attrs[key.strip()] = parse_attr(val)
-            rest = rest[end + 1 :].strip()
-        kw = _coerce(cls, attrs)
-        if cls is LoopOp:
-            am = re.match(r"^\^\((.*)\)\s*\[$", rest)
-            if not am:
-                raise self.fail("a loop needs '^(args) [' then its body")
-            args = []
-            for item in _split(am.group(1)):
-                ref, _, ty = item.partition(":")
-                args.append(self.define(ref, parse_type(ty)))
-            body = Graph(g.file, parent=g)
-            self.pos += 1
-            yields = self.region(body)
-            closing = self.lines[self.pos].strip()
-            self.pos += 1
-            cm = _LOC.search(closing)
-            if cm:
-                loc = Loc(self.file, int(cm.group(1)), int(cm.group(2)))
-                closing = closing[: cm.start()]
-            types = closing.strip()[1:].strip()
-            results = self.results(m.group("lhs"), types[1:] if types.startswith(":") else "")
-            g.add(LoopOp(results, operands, body=body, args=tuple(args), yields=tuple(yields), loc=loc, **kw))
-            return
-        types = rest[1:] if rest.startswith(":") else ""
-        results = self.results(m.group("lhs"), types)
-        g.add(cls(results, operands, loc=loc, **kw))
-        self.pos += 1
+            raise _fail(line.mnemonic, f"unknown op '{mn}'; the ops are {', '.join(sorted(OP_CLASSES))}")
+        operands = tuple(self.use(ref) for ref in line.operands)
+        kw = _coerce(cls, self.attributes(cls, line))
+        loc = Loc(self.file, *line.loc) if line.loc else Loc(self.file, 0, 0)
+        if (cls is LoopOp) != (line.body is not None):
+            raise _fail(line.mnemonic, "a loop needs '^(args) [' then its body" if cls is LoopOp
+                        else f"only a loop has a body; '{mn}' has none")
+        if line.body is not None:
+            args = tuple(self.define(ref, ty) for ref, ty in line.body.args)
+            body = Graph(graph.file, parent=graph)
+            self.region(body, line.body.ops)
+            kw.update(body=body, args=args, yields=tuple(self.use(ref) for ref in line.body.yields))
+        if len(line.results) != len(line.types):
+            raise _fail(line.mnemonic, f"{len(line.results)} results but {len(line.types)} types")
+        results = tuple(self.define(ref, ty) for ref, ty in zip(line.results, line.types))
+        try:
+            return cls(results, operands, loc=loc, **kw)
+        except (TypeError, ValueError) as exc:
+            raise _fail(line.mnemonic, f"'{mn}': {exc}") from None
 
-    def results(self, lhs: str | None, types: str) -> tuple[Value, ...]:
-        refs = _split(lhs) if lhs else []
-        tys = _split(types) if types.strip() else []
-        if len(refs) != len(tys):
-            raise self.fail(f"{len(refs)} results but {len(tys)} types")
-        return tuple(self.define(r, parse_type(t)) for r, t in zip(refs, tys))
+    def attributes(self, cls: type[Op], line: _Line) -> dict[str, Any]:
+        known = [f.name for f in dataclasses.fields(cls) if f.name not in _STRUCTURAL]
+        out: dict[str, Any] = {}
+        for key, value in line.attrs:
+            if key not in known:
+                raise _fail(key, f"'{line.mnemonic}' has no attribute '{key}'; its attributes are {', '.join(known)}")
+            if key in out:
+                raise _fail(key, f"attribute '{key}' is given twice")
+            out[str(key)] = value
+        return out
 
 
-def _matching(text: str, start: int) -> int:
-    depth, tick = 0, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if ch == "`":
-            tick = not tick
-        elif not tick and ch == "{":
-            depth += 1
-        elif not tick and ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    raise ValueError("unbalanced braces")
+def _build(file: str, entries: list) -> Graph:
+    graph = Graph(file)
+    builder = _Builder(file)
+    for entry in entries:
+        if isinstance(entry, tuple) and entry[0] == "param":
+            graph.params[entry[1]] = entry[2]
+        elif isinstance(entry, tuple):
+            graph.inputs[entry[1]] = entry[2]
+    builder.region(graph, [entry for entry in entries if isinstance(entry, _Line)])
+    return graph
+
+
+def _parse(text: str, start: str) -> Any:
+    """Parse and transform `text` from rule `start`; syntax errors become located diagnostics."""
+    parser = load_grammar(_GRAMMAR, _STARTS)
+    try:
+        return _ToLines().transform(parser.parse(text + "\n" if start == "start" else text, start=start))
+    except UnexpectedInput as exc:
+        GLOBAL_SOURCES.add(SOURCE, text)
+        message, line, col = describe(exc, text, parser, _WORDS, "the end of the text", _OPERATORS,
+                                       frozenset({"PARAM_VALUE"}))
+        raise TlcError(error(message, Loc(SOURCE, line, col))) from None
+    except VisitError as exc:
+        if not isinstance(exc.orig_exc, (TypeError, ValueError)):
+            raise exc.orig_exc from None
+        GLOBAL_SOURCES.add(SOURCE, text)
+        raise TlcError(error(f"malformed IR text: {exc.orig_exc}", Loc(SOURCE, *visit_position(exc)))) from None
+    except RecursionError:
+        raise TlcError(error("IR text nested too deeply to read", Loc(SOURCE, 1, 1))) from None
 
 
 def parse_ir(text: str) -> Graph:
-    """Parse the printer's canonical form; raises TlcError naming the IR line."""
+    """Parse the printer's canonical form; raises `TlcError` naming the line and column."""
+    file, *entries = _parse(text, "start")
     try:
-        return _IRParser(text).program()
+        return _build(str(file)[1:-1], entries)
     except TlcError:
+        GLOBAL_SOURCES.add(SOURCE, text)
         raise
-    except (ValueError, KeyError, TypeError) as exc:
-        raise TlcError(error(f"malformed IR text: {exc}")) from None
+
+
+def parse_type(text: str) -> TileType:
+    """`register(BM, BN) fp32 acc` → its `TileType`."""
+    return _parse(text, "type")
+
+
+def parse_attr(text: str) -> Any:
+    """One attribute value as the printer writes it: `none`, `(BM, `HeadDim`)`, `[L = `n`]`, …"""
+    return _parse(text, "attr")

@@ -1,16 +1,23 @@
 """Scalar expressions of the kernel IR: runtime index math, bounds and elementwise functions.
 
 Only these node kinds exist, so only validated identifiers, numbers and whitelisted operators
-and functions ever reach the emitted C++. Text form is infix, e.g. `ceil_div(p.sk, 64) - 1`.
+and functions ever reach the emitted C++. Text form is infix, e.g. `ceil_div(p.sk, 64) - 1`,
+read back by `parse_expr` with the LALR grammar in `expr.lark`.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-from tlc.diagnostics import fail
+from lark import Transformer
+from lark.exceptions import UnexpectedInput, VisitError
+
+from tlc.diagnostics import Loc, TlcError, fail
+from tlc.lark_errors import describe, load_grammar, visit_position
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Dotted names reach struct fields and CUDA builtins: `p.sq`, `blockIdx.x`.
@@ -173,88 +180,75 @@ def print_expr(e: Expr, parent_prec: int = 0) -> str:
                        lambda base, idx: f"{base}[{', '.join(idx)}]", parent_prec)
 
 
-_TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.\d*(?:e[+-]?\d+)?|\d+e[+-]?\d+|\d+)|(?P<name>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)?)"
-                    r"|(?P<op>\|\||&&|==|!=|<=|>=|[-+*/%<>()\[\],]))")
+# ------------------------------------------------------------------ text → Expr (grammar in expr.lark)
+
+_GRAMMAR = Path(__file__).with_name("expr.lark")
+_WORDS = {"NAME": "a name", "NUMBER": "a number", "INF": "a number", "TRUE": "a name", "FALSE": "a name",
+          "EQ_OP": "'==' or '!='", "REL_OP": "'<', '<=', '>' or '>='", "MUL_OP": "'*', '/' or '%'"}
+_OPERATORS = frozenset({"OR", "AND", "EQ_OP", "REL_OP", "PLUS", "MINUS", "MUL_OP"})
 
 
-def _tokenize(text: str) -> list[str]:
-    tokens, pos = [], 0
-    text = text.strip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise fail(f"kernel IR: cannot read expression {text!r} at column {pos + 1}")
-        tokens.append(m.group(m.lastgroup))
-        pos = m.end()
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-    return tokens
+class _ToExpr(Transformer):
+    """lark tree → `Expr`; a minus in front of a number folds into the constant."""
+
+    def number(self, items):
+        text = str(items[0])
+        return Const(float(text) if any(c in text for c in ".e") else int(text))
+
+    def keyword(self, items):
+        return Const({"inf": math.inf, "true": True, "false": False}[str(items[0])])
+
+    def var(self, items):
+        return Var(str(items[0]))
+
+    def binop(self, items):
+        lhs, op, rhs = items
+        return BinOp(str(op), lhs, rhs)
+
+    def neg(self, items):
+        arg = items[-1]
+        if isinstance(arg, Const) and not isinstance(arg.value, bool):
+            return Const(-arg.value)
+        return Neg(arg)
+
+    def call(self, items):
+        fn, args = str(items[0]), tuple(items[1:])
+        if fn not in FUNCTIONS:
+            raise fail(f"unknown function '{fn}'; the functions are {', '.join(sorted(FUNCTIONS))}")
+        if FUNCTIONS[fn] != len(args):
+            raise fail(f"'{fn}' takes {FUNCTIONS[fn]} argument(s), got {len(args)}")
+        return Call(fn, args)
+
+    def index(self, items):
+        return Index(Var(str(items[0])), tuple(items[1:]))
 
 
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.toks = _tokenize(text)
-        self.i = 0
-
-    def peek(self) -> str | None:
-        return self.toks[self.i] if self.i < len(self.toks) else None
-
-    def take(self, want: str | None = None) -> str:
-        tok = self.peek()
-        if tok is None or (want is not None and tok != want):
-            raise fail(f"kernel IR: expected {want or 'more'} in expression {self.text!r}")
-        self.i += 1
-        return tok
-
-    def parse(self, min_prec: int = 1) -> Expr:
-        lhs = self.unary()
-        while (tok := self.peek()) in BINOPS and BINOPS[tok] >= min_prec:
-            self.take()
-            rhs = self.parse(BINOPS[tok] + 1)
-            lhs = BinOp(tok, lhs, rhs)
-        return lhs
-
-    def unary(self) -> Expr:
-        tok = self.take()
-        if tok == "-":
-            arg = self.unary()
-            if isinstance(arg, Const) and not isinstance(arg.value, bool):
-                return Const(-arg.value)
-            return Neg(arg)
-        if tok == "(":
-            e = self.parse()
-            self.take(")")
-            return e
-        if tok[0].isdigit():
-            return Const(float(tok) if any(c in tok for c in ".e") else int(tok))
-        if tok in ("inf", "true", "false"):
-            return Const({"inf": math.inf, "true": True, "false": False}[tok])
-        if self.peek() == "(" and tok in FUNCTIONS:
-            self.take("(")
-            args = [self.parse()]
-            while self.peek() == ",":
-                self.take()
-                args.append(self.parse())
-            self.take(")")
-            return Call(tok, tuple(args))
-        if self.peek() == "[":
-            self.take("[")
-            idx = [self.parse()]
-            while self.peek() == ",":
-                self.take()
-                idx.append(self.parse())
-            self.take("]")
-            return Index(Var(tok), tuple(idx))
-        return Var(tok)
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Expr:
+    # Expressions are immutable and the kernel-IR text repeats them: parse each text once.
+    return _ToExpr().transform(load_grammar(_GRAMMAR).parse(text))
 
 
-def parse_expr(text: str) -> Expr:
-    p = _Parser(text)
-    e = p.parse()
-    if p.peek() is not None:
-        raise fail(f"kernel IR: unexpected {p.peek()!r} in expression {text!r}")
-    return e
+def parse_expr(text: str, at: Loc | None = None) -> Expr:
+    """Infix text → `Expr`. Errors are `TlcError`s naming the column, and with `at` (where
+    `text` starts in a larger text, as the kernel-IR text parser passes) the line too."""
+    parser = load_grammar(_GRAMMAR)
+    try:
+        return _parse(text)
+    except UnexpectedInput as exc:
+        message, line, col = describe(exc, text, parser, _WORDS, "the end of the expression", _OPERATORS)
+    except VisitError as exc:
+        if not isinstance(exc.orig_exc, TlcError):
+            raise exc.orig_exc from None
+        message = "; ".join(d.message.removeprefix("kernel IR: ") for d in exc.orig_exc.diagnostics)
+        line, col = visit_position(exc)
+    except RecursionError:
+        message, line, col = "expression nested too deeply", 1, 1
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    if at is None:
+        raise fail(f"kernel IR: expression {shown!r}, column {col}: {message}") from None
+    where = Loc(at.file, at.line + line - 1, (at.col if line == 1 else 1) + col - 1)
+    raise fail(f"kernel IR: expression `{shown}`: {message}", where) from None
 
 
 def free_names(e: Expr) -> set[str]:

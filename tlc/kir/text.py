@@ -2,18 +2,24 @@
 
 One op per line: `OpName(field=value, ...) @"file.tl":line:col`. Values: ints, floats, `true`/`false`,
 `none`, bare identifiers or "quoted strings", `(tuples)`, `` `expressions` ``, and `[ops]` regions.
+The reader is the LALR grammar in `kir.lark`; expressions go to `tlc.kir.expr.parse_expr`.
 """
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import fields
+from dataclasses import fields, replace
+from pathlib import Path
 
-from tlc.diagnostics import Loc, fail
+from lark import Token, Transformer
+from lark.exceptions import UnexpectedInput, VisitError
+
+from tlc.diagnostics import GLOBAL_SOURCES, Loc, TlcError, fail
 from tlc.kir.expr import IDENT, Expr, parse_expr, print_expr
 from tlc.kir.ops import OP_CLASSES, Op
+from tlc.lark_errors import describe, load_grammar, visit_position
 
 _INDENT = "  "
+SOURCE = "<kir>"  # the file name parse errors are reported in
 
 
 def _value(v, depth: int) -> str:
@@ -57,105 +63,97 @@ def print_kir(op: Op) -> str:
     return _op(op, 0) + "\n"
 
 
-_TOKEN = re.compile(r'\s*(?:(?P<expr>`[^`]*`)|(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>-?\d+\.\d*(?:e[+-]?\d+)?|-?\d+e[+-]?\d+|-?\d+)'
-                    r'|(?P<name>[A-Za-z_]\w*)|(?P<punct>[()\[\],=@:]))')
+# ------------------------------------------------------------------ text → ops (grammar in kir.lark)
+
+_GRAMMAR = Path(__file__).with_name("kir.lark")
+_WORDS = {"NAME": "a name", "NUMBER": "a number", "INT": "a number", "STRING": 'a "string"',
+          "EXPR": "an `expression`", "$END": "the end of the text"}
+_KEYWORD_VALUES = {"true": True, "false": False, "none": None}
 
 
-class _Reader:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
+def _where(token: Token) -> Loc:
+    return Loc(SOURCE, token.line, token.column, token.end_column or token.column + 1)
 
-    def _where(self) -> str:
-        line = self.text.count("\n", 0, self.pos) + 1
-        return f"kernel IR text line {line}"
 
-    def next(self) -> tuple[str, str]:
-        m = _TOKEN.match(self.text, self.pos)
-        if not m:
-            rest = self.text[self.pos:].strip()
-            if not rest:
-                return ("eof", "")
-            raise fail(f"{self._where()}: cannot read {rest[:20]!r}")
-        self.pos = m.end()
-        return (m.lastgroup or "eof", m.group(m.lastgroup))
+def _string(token: Token) -> str:
+    try:
+        return json.loads(token)
+    except ValueError as exc:
+        raise fail(f"kernel IR: bad string {str(token)}: {exc.args[0].split(':')[0]}", _where(token)) from None
 
-    def peek(self) -> tuple[str, str]:
-        save = self.pos
-        tok = self.next()
-        self.pos = save
-        return tok
 
-    def expect(self, text: str) -> None:
-        kind, tok = self.next()
-        if tok != text:
-            raise fail(f"{self._where()}: expected {text!r}, found {tok!r}")
+class _ToOps(Transformer):
+    """lark tree → kernel-IR ops; each op class is checked against the fields the text gives it."""
 
-    def value(self):
-        kind, tok = self.next()
-        if kind == "expr":
-            return parse_expr(tok[1:-1])
-        if kind == "str":
-            return json.loads(tok)
-        if kind == "num":
-            return float(tok) if any(c in tok for c in ".e") else int(tok)
-        if kind == "name":
-            if self.peek()[1] == "(" and tok in OP_CLASSES:
-                return self.op_body(tok)
-            return {"true": True, "false": False, "none": None}.get(tok, tok)
-        if tok == "(":
-            items = []
-            while self.peek()[1] != ")":
-                items.append(self.value())
-                if self.peek()[1] == ",":
-                    self.next()
-            self.next()
-            return tuple(items)
-        if tok == "[":
-            ops = []
-            while self.peek()[1] != "]":
-                ops.append(self.op())
-            self.next()
-            return tuple(ops)
-        raise fail(f"{self._where()}: unexpected {tok!r}")
+    def string(self, items):
+        return _string(items[0])
 
-    def op(self) -> Op:
-        kind, name = self.next()
-        if name not in OP_CLASSES:
-            raise fail(f"{self._where()}: unknown kernel-IR op {name!r}")
-        return self.op_body(name)
+    def number(self, items):
+        text = str(items[0])
+        return float(text) if any(c in text for c in ".e") else int(text)
 
-    def op_body(self, name: str) -> Op:
-        cls = OP_CLASSES[name]
-        self.expect("(")
+    def word(self, items):
+        return _KEYWORD_VALUES.get(str(items[0]), str(items[0]))
+
+    def expr(self, items):
+        tok = items[0]
+        return parse_expr(tok[1:-1], at=Loc(SOURCE, tok.line, tok.column + 1))
+
+    def tuple(self, items):  # noqa: A003 - grammar rule name
+        return tuple(items)
+
+    region = tuple
+
+    def field(self, items):
+        return items[0], items[1]
+
+    def loc(self, items):
+        file, line, col = items
+        return Loc(_string(file), int(line), int(col))
+
+    def op(self, items):
+        name, given = items[0], [item for item in items[1:] if isinstance(item, tuple)]
+        cls = OP_CLASSES.get(str(name))
+        if cls is None:
+            raise fail(f"unknown kernel-IR op {str(name)!r}; the ops are {', '.join(sorted(OP_CLASSES))}",
+                       _where(name))
+        known = [f.name for f in fields(cls) if f.name != "loc"]
         kwargs = {}
-        while self.peek()[1] != ")":
-            _, key = self.next()
-            self.expect("=")
-            kwargs[key] = self.value()
-            if self.peek()[1] == ",":
-                self.next()
-        self.next()
-        if self.peek()[1] == "@":
-            self.next()
-            _, file = self.next()
-            self.expect(":")
-            _, line = self.next()
-            self.expect(":")
-            _, col = self.next()
-            kwargs["loc"] = Loc(json.loads(file), int(line), int(col))
-        known = {f.name for f in fields(cls)}
-        if unknown := set(kwargs) - known:
-            raise fail(f"{self._where()}: {name} has no field {sorted(unknown)[0]!r}")
+        for key, value in given:
+            if key not in known:
+                has = f"its fields are {', '.join(known)}" if known else "it has none"
+                raise fail(f"kernel IR: {name} has no field {str(key)!r}; {has}", _where(key))
+            if key in kwargs:
+                raise fail(f"kernel IR: {name} gives {str(key)!r} twice", _where(key))
+            kwargs[str(key)] = value
         try:
-            return cls(**kwargs)
+            return cls(**kwargs, loc=items[-1] if isinstance(items[-1], Loc) else None)
         except TypeError as exc:
-            raise fail(f"{self._where()}: {name}: {exc}") from None
+            raise fail(f"kernel IR: {name}: {exc}", _where(name)) from None
+
+
+def _located(exc: VisitError) -> TlcError:
+    """The TlcError a transformer callback raised, with a place if it had none."""
+    orig = exc.orig_exc
+    if not isinstance(orig, TlcError):
+        raise orig
+    line, col = visit_position(exc)
+    return TlcError([d if d.loc is not None else replace(d, loc=Loc(SOURCE, line, col)) for d in orig.diagnostics])
 
 
 def parse_kir(text: str) -> Op:
-    reader = _Reader(text)
-    op = reader.op()
-    if reader.peek()[0] != "eof":
-        raise fail(f"{reader._where()}: trailing text after the program")
-    return op
+    """The printer's text back to ops; errors are `TlcError`s at `<kir>:line:col`."""
+    parser = load_grammar(_GRAMMAR)
+    try:
+        return _ToOps().transform(parser.parse(text))
+    except UnexpectedInput as exc:
+        GLOBAL_SOURCES.add(SOURCE, text)
+        message, line, col = describe(exc, text, parser, _WORDS, "the end of the text")
+        if "$END" in (getattr(exc, "accepts", None) or ()):
+            message = f"trailing text after the program: {message}"
+        raise fail(f"kernel IR: {message}", Loc(SOURCE, line, col)) from None
+    except VisitError as exc:
+        GLOBAL_SOURCES.add(SOURCE, text)
+        raise _located(exc) from None
+    except RecursionError:
+        raise fail("kernel IR: text nested too deeply to read", Loc(SOURCE, 1, 1)) from None
