@@ -17,26 +17,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def test_builds() -> list[tuple[str | Path, dict]]:
+Job = tuple  # (spec path or TL text, -D bindings[, a label for TL text])
+
+
+def gpu_test_builds() -> list[Job]:
     """(spec path or TL text, -D bindings) for everything under tests/gpu that builds a kernel."""
     from tests.gpu import test_api_gpu, test_attention_gpu, test_tl_specs_gpu, test_tlc_test_gpu
 
-    out: list[tuple[str | Path, dict]] = []
+    out: list[Job] = []
     for module in (test_attention_gpu, test_api_gpu, test_tlc_test_gpu):
         out += module.builds()
     for case in test_tl_specs_gpu.CASES:
-        data, _, defines = test_tl_specs_gpu.source(case)
-        out.append((data.decode(), defines))  # the variants are TL text, built as text there too
+        data, name, defines = test_tl_specs_gpu.source(case)
+        # built as TL text there (the variants have no file): the same text here, the same cache entry
+        out.append((data.decode(), dict(defines), f"{case} ({Path(name).name})"))
     return out
 
 
-def bench_builds() -> list[tuple[str | Path, dict]]:
+def bench_builds() -> list[Job]:
     """The rows of bench_attention.py with their default tiles and with every swept variant."""
     from bench.bench_attention import EXTRA_ROWS, ROWS, SWEEP, WIDE_SWEEP, _tile_defines
     from tlc.runtime import attention_spec
     from tlc.tuning import default_tiles
 
-    out: list[tuple[str | Path, dict]] = []
+    out: list[Job] = []
     for rows, sweep in ((ROWS, SWEEP), (EXTRA_ROWS, WIDE_SWEEP)):
         for row in rows:
             d, dv = row["d"], row.get("d_v", row["d"])
@@ -46,17 +50,18 @@ def bench_builds() -> list[tuple[str | Path, dict]]:
     return out
 
 
-def _key(job: tuple[str | Path, dict]) -> tuple:
-    source, defines = job
+def _key(job: Job) -> tuple:
+    source, defines = job[:2]
     return (str(source), tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v))
                                       for k, v in defines.items())))
 
 
-def _build(args: tuple[tuple[str | Path, dict], str]) -> tuple[str, float, dict, bool, str | None]:
-    (source, defines), arch = args
+def _build(args: tuple[Job, str]) -> tuple[str, float, dict, bool, str | None]:
+    job, arch = args
+    source, defines = job[:2]
     import tlc
 
-    name = Path(source).name if isinstance(source, Path) else "<TL text>"
+    name = Path(source).name if isinstance(source, Path) else (job[2] if len(job) > 2 else "<TL text>")
     label = f"{name} " + " ".join(f"{k}={v}" for k, v in defines.items())
     start = time.perf_counter()
     try:
@@ -72,7 +77,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--set", default="all", choices=["tests", "bench", "all"])
     a = ap.parse_args()
-    jobs = {"tests": test_builds, "bench": bench_builds, "all": lambda: test_builds() + bench_builds()}[a.set]()
+    jobs = {"tests": gpu_test_builds, "bench": bench_builds, "all": lambda: gpu_test_builds() + bench_builds()}[a.set]()
     jobs = list({_key(j): j for j in jobs}.values())
     print(f"precompiling {len(jobs)} kernel(s) for {a.arch} with {a.jobs} job(s)", flush=True)
     failed = 0
