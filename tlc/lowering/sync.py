@@ -34,15 +34,10 @@ class _State:
 
 
 def _extent(kernel: K.KernelOp) -> dict[str, tuple[int, int]]:
-    layouts = {op.name: op for op in K.walk(kernel) if isinstance(op, K.SmemLayoutOp)}
-    out = {}
-    for op in K.walk(kernel):
-        if isinstance(op, K.SharedBufferOp):
-            n = 1
-            for d in layouts[op.layout].shape:
-                n *= d
-            out[op.name] = (op.offset_bytes, op.offset_bytes + n * (4 if op.dtype == "fp32" else 2))
-    return out
+    """Byte range of each shared buffer (the resource model's accounting, one definition)."""
+    from tlc.lowering.resources import shared_buffers
+
+    return {b.name: (b.offset, b.offset + b.bytes) for b in shared_buffers(kernel)}
 
 
 class _Sync:
