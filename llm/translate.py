@@ -25,7 +25,6 @@ from tlc_llm.session import Session
 from tlc_llm.transcript import ReplayDivergence
 from tlc_llm.vanilla import cpp_dialect
 
-_STRUCT = re.compile(r"^struct\s+\w*Params?\b[^{]*\{.*?^\};", re.MULTILINE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -47,33 +46,51 @@ class LaunchAbi:
     text: str  # what the prompt shows
 
 
+def _struct_source(source_path: Path | None, name: str) -> str | None:
+    if source_path is None:
+        return None
+    found = re.search(rf"^struct\s+{re.escape(name)}\s*\{{.*?^\}};", source_path.read_text(encoding="utf-8"),
+                      re.MULTILINE | re.DOTALL)
+    return found.group(0) if found else None
+
+
 def launch_abi(artifacts: dict[str, str]) -> LaunchAbi | None:
-    """Kernel symbol, block/grid/shared memory and the parameter struct, from tlc build's outputs."""
+    """Kernel symbol, block/grid/shared memory and the parameter struct, from tlc build's outputs.
+
+    Reads the build record's `kernels` entry (what tlc's launcher uses) and the struct of that
+    name from tlc's own emitted source, so the translation binds exactly like tlc's kernel.
+    """
     meta_path = _artifact(artifacts, ".json")
-    source_path = _artifact(artifacts, ".cu")
     if meta_path is None:
         return None
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    launch = meta.get("launch") or {}
-    kernel = str(meta.get("kernel") or "")
-    if not kernel or not launch:
+    kernels = meta.get("kernels") or []
+    if len(kernels) != 1 or not kernels[0].get("name") or not kernels[0].get("params"):
         return None
-    struct = _STRUCT.search(source_path.read_text(encoding="utf-8")) if source_path else None
-    struct_name = re.match(r"struct\s+(\w+)", struct.group(0)).group(1) if struct else "Params"
-    grid = ", ".join(str(g) for g in launch.get("grid", []))
-    block = ", ".join(str(b) for b in launch.get("block", []))
+    kernel = kernels[0]
+    struct_name = str(kernel["params"])
+    struct = _struct_source(_artifact(artifacts, ".cu"), struct_name)
+    grid = ", ".join(str(g) for g in kernel.get("grid", []))
     lines = [
-        f'- kernel: `extern "C" __global__ void {kernel}(const {struct_name} p)` (this exact name)',
-        f"- grid: ({grid}); block: ({block}); dynamic shared memory: {launch.get('dynamic_smem_bytes', 0)} bytes",
-        f"- specialization: {json.dumps(meta.get('specialization', {}), sort_keys=True)}",
+        f'- kernel: `extern "C" __global__ void {kernel["name"]}(const {struct_name} p)` (this exact name)',
+        f"- grid: ({grid}); block: ({kernel.get('threads', 0)}, 1, 1); "
+        f"dynamic shared memory: {kernel.get('smem_bytes', 0)} bytes",
+        f"- specialization: {json.dumps(meta.get('defines', {}), sort_keys=True)}",
     ]
+    tensors = (meta.get("launch") or {}).get("tensors", [])
+    if tensors:
+        lines.append("- tensors (`X_ptr` + `X_batch_stride`/`X_head_stride`/`X_row_stride` in elements, "
+                     "columns contiguous): " + "; ".join(
+                         f"{t['name']} {t['dtype']} ({t['rows']}, {t['cols']}) at head {t['head']}"
+                         + (" (output)" if t.get("output") else "") for t in tensors))
     if struct:
         lines += ["- the parameter struct, passed by value (define it identically, same field order):",
-                  "```cpp", struct.group(0), "```"]
+                  "```cpp", struct, "```"]
     else:
-        fields = ", ".join(f"{f['name']}: {f['type']}" for f in launch.get("params_struct", []))
-        lines.append(f"- parameter struct fields, in order: {fields}")
-    return LaunchAbi(kernel, "\n".join(lines))
+        fields = ", ".join(f"{f['name']}: {f['type']}"
+                           for f in (meta.get("abi") or {}).get(struct_name, {}).get("fields", []))
+        lines.append(f"- parameter struct `{struct_name}` fields, in order: {fields}")
+    return LaunchAbi(str(kernel["name"]), "\n".join(lines))
 
 
 def _cutlass_version() -> str:

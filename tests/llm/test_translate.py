@@ -32,8 +32,11 @@ def translation(name: str = KERNEL, broken: bool = False) -> str:
 @pytest.fixture
 def setup(tmp_path, server):
     """A fake build (the .json/.cu tlc build writes) and a live session against the loopback server."""
-    meta = {"kernel": KERNEL, "launch": {"block": [128, 1, 1], "grid": ["ceil_div(sq, 128)", "hq", "b"],
-                                         "dynamic_smem_bytes": 65536}, "specialization": {"bm": 128}}
+    meta = {"kernels": [{"name": KERNEL, "params": "FlashParams", "threads": 128, "min_blocks": 1,
+                         "grid": ["ceil_div(sq, 128)", "hq", "b"], "smem_bytes": 65536}],
+            "defines": {"BM": "128"},
+            "launch": {"tensors": [{"name": "O", "dtype": "f32", "rows": "sq", "cols": 128, "head": "head_idx",
+                                    "output": True}]}}
     (tmp_path / "mha.json").write_text(json.dumps(meta))
     (tmp_path / "mha.cu").write_text(f"// emitted\n{STRUCT}\nextern \"C\" __global__ void {KERNEL}(const FlashParams p) {{}}\n")
     artifacts = {"json": str(tmp_path / "mha.json"), "cu": str(tmp_path / "mha.cu")}
@@ -52,6 +55,12 @@ def test_launch_abi_names_kernel_grid_and_struct(setup):
     assert f'extern "C" __global__ void {KERNEL}(const FlashParams p)' in abi.text
     assert "grid: (ceil_div(sq, 128), hq, b); block: (128, 1, 1); dynamic shared memory: 65536 bytes" in abi.text
     assert STRUCT in abi.text
+    assert '"BM": "128"' in abi.text and "O f32 (sq, 128) at head head_idx (output)" in abi.text
+
+
+def test_launch_abi_of_a_record_without_one_kernel_is_none(tmp_path):
+    (tmp_path / "x.json").write_text(json.dumps({"kernels": []}))
+    assert launch_abi({"json": str(tmp_path / "x.json")}) is None
 
 
 def test_translation_compiles_and_is_accepted_or_gated(setup):
@@ -109,8 +118,6 @@ def test_build_refusal_is_one_line_after_writing_the_tl(endpoint_env, gen, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="since the launch ABI is read off the program, gen --translate llm ends with status 0 "
-                   "but without mha.cubin / mha.llm.cubin in this scripted run; not yet diagnosed", strict=False)
 def test_gen_build_and_translate_end_to_end(endpoint_env, gen, tmp_path):
     """Real build (NVRTC, ~1-2 min on 2 cores), then the LLM translation against tlc's launch ABI."""
     pytest.importorskip("tlc.api")
@@ -130,6 +137,8 @@ def test_gen_build_and_translate_end_to_end(endpoint_env, gen, tmp_path):
     status, output = gen("MHA, head dim 128, bf16", "-o", str(out), "--target", "sm_90", "--translate", "llm")
     assert status == 0, output
     assert (tmp_path / "mha.cubin").exists() and (tmp_path / "mha.llm.cubin").exists()
-    assert "LLM translation" in output
+    # the scripted kernel computes nothing: accepted only where no GPU can show that
+    expected = "but is wrong" if gpu_available() else "LLM translation accepted"
+    assert expected in output, output
     record = json.loads((tmp_path / "mha.tl.transcript.json").read_text())
     assert [e["label"] for e in record["exchanges"]][-1] == "translate/round-0"
