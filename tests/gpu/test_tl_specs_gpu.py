@@ -35,6 +35,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     **{f"mha_d{d}": ("mha_fwd", {"HeadDim": str(d), "BM": "128" if d <= 128 else "64"})
        for d in (40, 80, 96, 112, 160, 224)},
     "mha_d40_causal": ("mha_fwd", {"HeadDim": "40", "Causal": "true"}),
+    # 16 rows on 4 warps: scores replicated per warp, O split by columns (tlc/lowering/warps.py)
+    "mla_decode": ("mla_decode_fwd", {}),
+    "mla_decode_causal": ("mla_decode_fwd", {"Causal": "true"}),
 }
 
 
@@ -122,3 +125,10 @@ def test_kernel_equals_interpreter(case, sq, sk):
 @pytest.mark.parametrize("case", ["gqa", "mqa_causal"])
 def test_grouped_heads(case):
     run_case(case, 77, 333, B=2, H=8, Hkv=2 if case == "gqa" else 1)
+
+
+@pytest.mark.parametrize("sq,sk", [(1, 1000), (2, 4097), (16, 300), (5, 1)])
+@pytest.mark.parametrize("case", ["mla_decode", "mla_decode_causal"])
+def test_decode_lengths(case, sq, sk):
+    """A few new tokens against a long latent cache, every query head reading KV head 0."""
+    run_case(case, sq, sk, B=2, H=4, Hkv=1)

@@ -105,9 +105,10 @@ def test_translation_without_launch_abi_is_skipped(setup):
 
 
 def test_build_refusal_is_one_line_after_writing_the_tl(endpoint_env, gen, tmp_path):
-    """The backend refuses MLA decode (head dim 576) quickly and clearly; the checked .tl stays."""
+    """The backend refuses MLA decode with 64-row blocks (O alone needs 256 registers per thread) quickly
+    and clearly; the checked .tl stays."""
     pytest.importorskip("tlc.api")
-    program = spec_text("mla_decode_fwd.tl")
+    program = spec_text("mla_decode_fwd.tl").replace("Param BM = 16", "Param BM = 64")
     endpoint_env.script = [fenced(sketch_of(program)), fenced(program)]
     out = tmp_path / "mla_decode.tl"
     status, output = gen("MLA decode", "-o", str(out), "--target", "sm_90")

@@ -41,9 +41,12 @@ CASES: dict[str, tuple[str, dict[str, str], tuple[int, int]]] = {
     "softcap_causal": ("softcap_fwd", CAUSAL, (2, 2)),
     "b2b": ("b2b_gemm_relu", {"K1": "32", "N2": "32", "BM": "64", "BN": "32"}, (2, 2)),
     "chain3": ("chain3_fwd", {"K1": "32", "N2": "32", "N3": "48", "BM": "64", "BN": "32"}, (2, 2)),
-    # the backend refuses it at its real widths (576/512); small widths lower
     "mla_decode_causal": ("mla_decode_fwd", {"DQK": "64", "DV": "32", "BM": "64", "BN": "32", "Causal": "true"},
                           (2, 1)),
+    # 16 rows on 4 warps: scores replicated per warp, O split by columns (tlc/lowering/warps.py)
+    "mla_decode_16rows": ("mla_decode_fwd", {"DQK": "64", "DV": "128", "BM": "16", "BN": "32"}, (2, 1)),
+    "mla_decode_16rows_causal": ("mla_decode_fwd", {"DQK": "64", "DV": "64", "BM": "16", "BN": "32",
+                                                    "Causal": "true"}, (2, 1)),
     **{f"variant_{k}": (f"variant:{k}", SMALL, (2, 2)) for k in BUILDS},
 }
 SIZES = [(1, 1), (17, 33), (70, 9), (65, 130)]

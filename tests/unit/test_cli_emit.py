@@ -22,7 +22,7 @@ def test_emit_kir_shows_the_pipelined_loop(capsys) -> None:
 
 
 def test_emit_of_a_refused_program_is_a_located_error(capsys) -> None:
-    assert main(["show", str(SPECS / "mla_decode_fwd.tl"), "--emit", "cute"]) == 1
+    assert main(["show", str(SPECS / "mla_decode_fwd.tl"), "-D", "BM=64", "--emit", "cute"]) == 1
     err = capsys.readouterr().err
     assert "mla_decode_fwd.tl:" in err and "registers" in err and "Traceback" not in err
 

@@ -44,7 +44,7 @@ def test_builder_program_shape():
     assert sum(isinstance(op, GemmOp) for op in walk(loop)) == 2
 
 
-@pytest.mark.parametrize("bad, why", [(dict(bm=48), "multiple of 64"), (dict(bn=8), "rows per pass"),
+@pytest.mark.parametrize("bad, why", [(dict(bm=48), "48 rows on 4 warps"), (dict(bn=8), "rows per pass"),
                                       (dict(stages=3), "1 or 2 stages"), (dict(dtype="fp32"), "dtype"),
                                       (dict(d=100), "multiple of 8"), (dict(alignment="middle", causal=True), "alignment")])
 def test_the_lowering_refuses_bad_choices(bad, why):

@@ -73,6 +73,11 @@ class CuteEmitter:
             self.w.raw(f'#line {self.w.next_line + 1} "{_safe_file(self.cu_name)}"')
             self._in_tl_line = False
 
+    @staticmethod
+    def _thread_index(mma: TiledMmaOp) -> str:
+        """A replicated MMA's threads: each group of its size acts as threads 0 … size-1."""
+        return f"threadIdx.x % {mma.threads}" if mma.replicas > 1 else "threadIdx.x"
+
     def _mma(self, name: str) -> TiledMmaOp:
         op = self.symbols.get(name)
         if not isinstance(op, TiledMmaOp):
@@ -120,7 +125,7 @@ class CuteEmitter:
         self.w.line(f"using {op.name}_t = TiledMMA<MMA_Atom<{op.atom}>, Layout<{static_shape((m, n, k))}>, "
                     f"Tile<Int<{tm}>, Int<{tn}>, Int<{tk}>>>;")
         self.w.line(f"{op.name}_t {op.name};")
-        self.w.line(f"auto {op.thread_slice} = {op.name}.get_slice(threadIdx.x);")
+        self.w.line(f"auto {op.thread_slice} = {op.name}.get_slice({self._thread_index(op)});")
 
     @emit.register
     def _(self, op: SmemLayoutOp) -> None:
@@ -187,7 +192,8 @@ class CuteEmitter:
             self.w.line(f"auto {op.name} = make_tiled_copy({atom}, {threads}, {values});")
         else:
             self.w.line(f"auto {op.name} = make_tiled_copy_{op.kind}({atom}, {op.mma});")
-        self.w.line(f"auto {op.thread_slice} = {op.name}.get_thread_slice(threadIdx.x);")
+        index = "threadIdx.x" if op.kind == "threads" else self._thread_index(self._mma(op.mma))
+        self.w.line(f"auto {op.thread_slice} = {op.name}.get_thread_slice({index});")
 
     @emit.register
     def _(self, op: PartitionOp) -> None:

@@ -72,18 +72,29 @@ class LetOp(Op):
 # ----------------------------------------------------------------------------- atoms and layouts
 @dataclass(frozen=True, kw_only=True)
 class TiledMmaOp(Op):
-    """TiledMMA: `atom` repeated over `warps` (M, N, K) warps, covering `tile` (M, N, K) per step."""
+    """TiledMMA: `atom` repeated over `warps` (M, N, K) warps, covering `tile` (M, N, K) per step.
+
+    `replicas` > 1: the block's warps hold that many copies of this MMA's tile, each group of
+    warps computing the same values (thread t acts as thread t mod the MMA's threads). Used when
+    a block has fewer rows than warps × 16 and a row-wise result (softmax) must stay in one warp.
+    """
 
     name: str
     atom: str
     warps: tuple[int, int, int]
     tile: tuple[int, int, int]
     thread_slice: str
+    replicas: int = 1
     defines = ("name", "thread_slice")
 
     def check(self) -> None:
         self._need(self.atom in MMA_ATOMS, f"unknown MMA atom {self.atom!r}")
         self._need(_ints(self.warps, 3) and _ints(self.tile, 3), "warps and tile need 3 positive ints")
+        self._need(isinstance(self.replicas, int) and self.replicas >= 1, "replicas must be a positive int")
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1] * self.warps[2]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -83,7 +83,8 @@ def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
         return table[name]  # type: ignore[return-value]
 
     def acc_regs(frag: FragmentOp) -> int:
-        return math.prod(frag.shape) * BYTES[frag.dtype] // 4 // threads
+        # a replicated TiledMMA spans fewer threads than the block: each thread holds its share of one copy
+        return math.prod(frag.shape) * BYTES[frag.dtype] // 4 // min(threads, mma_of(frag.mma).threads)
 
     def rows_per_thread(frag: FragmentOp) -> int:
         mma = mma_of(frag.mma)

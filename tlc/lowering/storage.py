@@ -51,6 +51,7 @@ class Slot:
     uid: int = -1                # smem: the TL value written (for staleness checks)
     is_float: bool = True
     logical_cols: int = -1       # the program's width when `cols` is padded (-1: not padded)
+    mma: str = "tiled_mma"       # frag / afrag / row: the TiledMMA whose thread layout it has
 
     def __post_init__(self) -> None:
         if self.logical_cols < 0:

@@ -164,7 +164,11 @@ class CopyRules:
         stage = Buffer(f"{t.name}_out", self.names.fresh(f"s{t.name}_out"), tr, tc, t.dtype, op.loc, reuse=True)
         self.buffers[stage.tl_name] = stage
         rname = self.names.fresh(f"r{t.name}_out")
-        r2s = self._memo_copy(("r2s", t.dtype), "r2s_copy", "UniversalCopy<uint32_t>", t.dtype, "C")
+        if self.warp_plan.replicas > 1 and src.mma != "tiled_mma_n":
+            raise fail(f"tlc build: '{op.operands[0].base}' is computed by every warp group alike (a block of "
+                       f"{src.rows} rows on {self.warps} warps); storing it is not supported — store a GEMM "
+                       "accumulator you allocated in registers, or use more rows per block", op.loc)
+        r2s = self._memo_copy(("r2s", t.dtype, src.mma), "r2s_copy", "UniversalCopy<uint32_t>", t.dtype, "C", src.mma)
         s2g, thr = self._copy_atom(tc, t.dtype, "UniversalCopy<cute::uint128_t>", tr, op.loc)
         gt = self._global_tile(g, tr, tc)
         ident = self._identity(tr, tc)
@@ -183,10 +187,10 @@ class CopyRules:
                          col_limit=Const(logical) if tc != logical else None, reads=(stage.name,), loc=op.loc)]
         self._bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
 
-    def _memo_copy(self, key: tuple, base: str, atom: str, dtype: str, kind: str) -> str:
+    def _memo_copy(self, key: tuple, base: str, atom: str, dtype: str, kind: str, mma: str = "tiled_mma") -> str:
         if key not in self.memo:
             name = self.names.fresh(base)
-            self.decls.append(K.TiledCopyOp(name=name, atom=atom, dtype=dtype, kind=kind, mma="tiled_mma",
+            self.decls.append(K.TiledCopyOp(name=name, atom=atom, dtype=dtype, kind=kind, mma=mma,
                                             thread_slice=f"{name}_thr"))
             self.memo[key] = name
         return self.memo[key]

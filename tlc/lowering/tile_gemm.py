@@ -18,8 +18,8 @@ LDSM_N, LDSM_T = "SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T"
 
 
 class GemmRules:
-    def _operand(self, v: Value, role: str, major: str | None, op: GemmOp) -> tuple[str, int, int, dict]:
-        """(fragment, rows, cols, GemmOp loads) for operand `role` of `op`."""
+    def _operand(self, v: Value, role: str, major: str | None, op: GemmOp, mma: str) -> tuple[str, int, int, dict]:
+        """(fragment, rows, cols, GemmOp loads) for operand `role` of `op`, computed with TiledMMA `mma`."""
         s = self.slot(v, op)
         if s.kind == "afrag" and role == "A":
             return s.name, s.rows, s.cols, {}
@@ -49,11 +49,11 @@ class GemmRules:
         if trans:
             src = self._transposed(buf)
         frag_src = f"{buf.name}t_plain" if trans else buf.name
-        frag = self._memo_decl(("frag", buf.name, role, trans), f"t{role}r{buf.tl_name}",
-                               lambda n: K.FragmentOp(name=n, mma="tiled_mma", role=role, dtype=buf.dtype,
+        frag = self._memo_decl(("frag", buf.name, role, trans, mma), f"t{role}r{buf.tl_name}",
+                               lambda n: K.FragmentOp(name=n, mma=mma, role=role, dtype=buf.dtype,
                                                       src=Var(frag_src)))
-        copy = self._memo_copy(("s2r", role, trans, buf.dtype), f"s2r_{role}{'_trans' if trans else ''}",
-                               LDSM_T if trans else LDSM_N, buf.dtype, role)
+        copy = self._memo_copy(("s2r", role, trans, buf.dtype, mma), f"s2r_{role}{'_trans' if trans else ''}",
+                               LDSM_T if trans else LDSM_N, buf.dtype, role, mma)
         smem = self._partition(("S2R", src, copy), f"t{role}s{buf.tl_name}", f"{copy}_thr", "partition_S", Var(src))
         view = self._partition(("view", frag, copy), f"{frag}_view", f"{copy}_thr", "retile_D", Var(frag))
         # A: (M, K) as stored. B: (K, N) — a k-major tile is stored (N, K), an mn-major one (K, N).
@@ -83,14 +83,16 @@ class GemmRules:
         return self.memo[key]
 
     def _GemmOp(self, op: GemmOp, region: Graph, out: list[K.Op]) -> None:
-        a, am, ak, a_load = self._operand(op.operands[0], "A", op.a_major or "k", op)
-        b, bk, bn, b_load = self._operand(op.operands[1], "B", op.b_major or "k", op)
+        mma = self.warp_plan.mma_of_gemm(op)
+        a, am, ak, a_load = self._operand(op.operands[0], "A", op.a_major or "k", op, mma)
+        b, bk, bn, b_load = self._operand(op.operands[1], "B", op.b_major or "k", op, mma)
         if ak != bk:
             raise fail(f"tlc build: GEMM inner dimensions differ: A is {am}×{ak}, B is {bk}×{bn}", op.loc)
-        per_warp = 16 * self.warps
-        if am % per_warp or bn % 16 or ak % 16:
-            raise fail(f"tlc build: GEMM {am}×{bn}×{ak} does not fit mma.sync m16n8k16 on {self.warps} warps: M must "
-                       f"be a multiple of {per_warp}, N and K multiples of 16", op.loc)
+        warps_m, warps_n = self.warp_plan.warps_of(mma)
+        per_warp = 16 * warps_m
+        if am % per_warp or bn % (16 * warps_n) or ak % 16:
+            raise fail(f"tlc build: GEMM {am}×{bn}×{ak} does not fit mma.sync m16n8k16 on {warps_m}×{warps_n} warps: "
+                       f"M must be a multiple of {per_warp}, N of {16 * warps_n} and K of 16", op.loc)
         if self.m_rows is None:
             self.m_rows = am
         elif am != self.m_rows:
@@ -98,6 +100,9 @@ class GemmRules:
                        f"one {self.m_rows}", op.loc)
         if op.accumulate:
             acc = self._target(op.operands[2], op.result, out, op.loc)
+            if acc.mma != mma:
+                raise fail(f"tlc build: accumulator '{op.operands[2].base}' was laid out for another GEMM kind; "
+                           "accumulate into a register tile you allocated", op.loc)
             if (acc.rows, acc.cols) != (am, bn):
                 raise fail(f"tlc build: accumulator '{op.operands[2].base}' is {acc.rows}×{acc.cols}, the product "
                            f"{am}×{bn}", op.loc)
@@ -105,10 +110,10 @@ class GemmRules:
             b_slot = self.slots[op.operands[1].uid]
             logical = b_slot.logical_cols if (op.b_major == "mn" and b_slot.kind == "smem") else bn
             acc = self._bind(op.result, Slot("frag", self.names.fresh(f"acc_{op.result.base}"), am, bn,
-                                             region=self.region, logical_cols=logical))
-            out += [K.FragmentOp(name=acc.name, mma="tiled_mma", role="C", dtype="fp32", shape=(am, bn), loc=op.loc),
+                                             region=self.region, logical_cols=logical, mma=mma))
+            out += [K.FragmentOp(name=acc.name, mma=mma, role="C", dtype="fp32", shape=(am, bn), loc=op.loc),
                     K.ClearOp(target=acc.name, loc=op.loc)]
         reads = tuple(ld.pop("_buf") for ld in (a_load, b_load) if ld)
-        out.append(K.GemmOp(mma="tiled_mma", acc=acc.name, a=a, b=b, prefetch=True, reads=reads, loc=op.loc,
+        out.append(K.GemmOp(mma=mma, acc=acc.name, a=a, b=b, prefetch=True, reads=reads, loc=op.loc,
                             **a_load, **b_load))
 

@@ -15,6 +15,8 @@ no swizzle (`infer-layouts`). A construct with no rule is refused at its line.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tlc.arch import ArchInfo
 from tlc.diagnostics import Loc, fail
 from tlc.frontend import ast as A
@@ -29,6 +31,7 @@ from tlc.lowering.exprs import BUILTINS, ExprLowering
 from tlc.lowering.storage import Buffer, Namer, Slot, last_uses
 from tlc.lowering.tile_copies import CopyRules, kblock, padded
 from tlc.lowering.tile_gemm import GemmRules
+from tlc.lowering.warps import plan_warps
 from tlc.passes.tile_origin import origin
 
 LOG2E = 1.4426950408889634
@@ -69,6 +72,7 @@ class TileOpLowering(CopyRules, GemmRules):
         if self.dtype not in ("bf16", "fp16"):
             raise fail(f"tlc build: dtype {self.dtype} has no mma.sync path (bf16 or fp16)")
         body: list[K.Op] = []
+        self.warp_plan = plan_warps(self.g, self.warps, self.x)
         self._lower_region(self.g, body)
         if self.m_rows is None:
             raise fail("tlc build: the program has no GEMM; the sm_80 lowering needs one to fix the thread layout")
@@ -78,14 +82,13 @@ class TileOpLowering(CopyRules, GemmRules):
                 K.LetOp(name="head_idx", type="i32", value=E("blockIdx.y")),
                 K.LetOp(name="batch_idx", type="i32", value=E("blockIdx.z")),
                 K.LetOp(name="group", type="i32", value=Var("p.group"))]
-        mma = K.TiledMmaOp(name="tiled_mma", atom=self.arch.mma_atoms[self.dtype], warps=(self.warps, 1, 1),
-                           tile=(16 * self.warps, 16, 16), thread_slice="thr_mma")
+        mmas = self.warp_plan.decls(self.arch.mma_atoms[self.dtype])
         smem = self._smem_decls()
         rows = Var(f"p.{self.abi.grid_rows}") if not self.abi.grid_rows.isdigit() else Const(int(self.abi.grid_rows))
         grid = (E(f"ceil_div({rows}, {self.abi.grid_tile})"), Var("p.heads"), Var("p.batch"))
         kernel = K.KernelOp(name=self.name, params=self.abi.params_op().name, threads=32 * self.warps, min_blocks=1,
                             grid=grid, smem_bytes=smem_extent(smem),
-                            body=tuple(lets + [mma] + smem + self.layouts + self.decls + body))
+                            body=tuple(lets + mmas + smem + self.layouts + self.decls + body))
         program = K.ProgramOp(name=self.name, body=(self.abi.params_op(), kernel))
         program.verify()
         return program
@@ -137,15 +140,14 @@ class TileOpLowering(CopyRules, GemmRules):
             out.append(K.RowVectorOp(name=name, like=self._row_ref(s.rows), init=Const(0.0 if init is None else init),
                                      loc=loc))
         else:
-            out.append(K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(s.rows, s.cols), loc=loc))
-        return Slot(s.kind, name, s.rows, s.cols, region=self.region, logical_cols=s.logical_cols)
+            out.append(K.FragmentOp(name=name, mma=s.mma, role="C", dtype="fp32", shape=(s.rows, s.cols), loc=loc))
+        return Slot(s.kind, name, s.rows, s.cols, region=self.region, logical_cols=s.logical_cols, mma=s.mma)
 
     def _target(self, v: Value, result: Value, out: list[K.Op], loc: Loc | None) -> Slot:
         """Storage for `result` computed from `v` by an in-place op: v's own if v dies here."""
         src = self.slots[v.uid]
         if self._dies_here(v):
-            return self._bind(result, Slot(src.kind, src.name, src.rows, src.cols, region=self.region,
-                                           logical_cols=src.logical_cols))
+            return self._bind(result, dataclasses.replace(src, region=self.region))
         dst = self._fresh_like(src, result.base, out, loc)
         out.append(K.MapOp(target=dst.name, srcs=(src.name,), fn=E("x0"), loc=loc))
         return self._bind(result, dst)
@@ -192,9 +194,10 @@ class TileOpLowering(CopyRules, GemmRules):
             return
         name = self.names.fresh(f"r{op.name}")
         self.register_allocs[name] = (f"Allocate {op.name} in register", op.loc)
-        out += [K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(rows, cols), loc=op.loc),
+        mma = self.warp_plan.mma_of_register(op.name)
+        out += [K.FragmentOp(name=name, mma=mma, role="C", dtype="fp32", shape=(rows, cols), loc=op.loc),
                 K.ClearOp(target=name, loc=op.loc)]
-        self._bind(op.result, Slot("frag", name, rows, cols, region=self.region, logical_cols=logical))
+        self._bind(op.result, Slot("frag", name, rows, cols, region=self.region, logical_cols=logical, mma=mma))
 
     def _shape2(self, shape, loc: Loc, what: str) -> tuple[int, int]:
         if len(shape) != 2:
@@ -237,6 +240,9 @@ class TileOpLowering(CopyRules, GemmRules):
             out.append(K.RowBroadcastOp(target=dst.name, vec=slots[r].name, fn=fn, loc=op.loc))
             return
         shapes = {(slots[i].rows, slots[i].cols) for i in tiles}
+        if len({slots[i].mma for i in tiles}) > 1:
+            raise fail("tlc build: elementwise operands are spread over the warps differently (one is split by "
+                       "columns across warps); compute them with GEMMs of the same kind", op.loc)
         if len(shapes) > 1:
             raise fail(f"tlc build: elementwise operands have different shapes {sorted(shapes)}", op.loc)
         for k, i in enumerate(tiles):
@@ -246,8 +252,7 @@ class TileOpLowering(CopyRules, GemmRules):
         first = op.operands[tiles[0]]
         if self._dies_here(first):
             first_slot = slots[tiles[0]]
-            dst = self._bind(op.result, Slot(first_slot.kind, first_slot.name, first_slot.rows, first_slot.cols,
-                                             region=self.region, logical_cols=first_slot.logical_cols))
+            dst = self._bind(op.result, dataclasses.replace(first_slot, region=self.region))
         else:
             dst = self._bind(op.result, self._fresh_like(slots[tiles[0]], op.result.base, out, op.loc))
         out.append(K.MapOp(target=dst.name, srcs=tuple(slots[i].name for i in tiles), fn=fn, loc=op.loc))
@@ -261,7 +266,8 @@ class TileOpLowering(CopyRules, GemmRules):
         row0 = BinOp("*", self.x.lower(rows_o.coord, op.loc), self.x.lower(rows_o.tile, op.loc))
         col0 = BinOp("*", self.x.lower(cols_o.coord, op.loc), self.x.lower(cols_o.tile, op.loc))
         ident = self._identity(s.rows, s.cols)
-        coord = self._partition(("C", ident), f"tS{ident}", "thr_mma", "partition_C", Var(ident))
+        coord = self._partition(("C", ident, s.mma), f"tS{ident}", self.warp_plan.slice_of(s.mma), "partition_C",
+                                Var(ident))
         dst = self._target(op.operands[0], op.result, out, op.loc)
         if op.kind == "bounds":
             mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=Const(0),
@@ -287,6 +293,7 @@ class TileOpLowering(CopyRules, GemmRules):
         if s.logical_cols != s.cols:
             raise fail(f"tlc build: a row reduction over a tile whose {s.logical_cols} columns are padded to {s.cols} "
                        "in the kernel is not supported; use a width that is a multiple of 32", op.loc)
+        self.warp_plan.need_whole_rows(s.mma, "a row reduction", op.loc)
         dst = self._bind(op.result, self._fresh_like(Slot("row", "", s.rows), op.result.base, out, op.loc))
         out += [K.RowReduceOp(dst=dst.name, src=s.name, kind=op.fn, accumulate=False, loc=op.loc),
                 K.AllReduceOp(target=dst.name, kind=op.fn, width=4, loc=op.loc)]
@@ -321,10 +328,11 @@ class TileOpLowering(CopyRules, GemmRules):
         dtype = op.dtype or self.dtype
         if dtype not in ("bf16", "fp16"):
             raise fail(f"tlc build: an A operand is bf16 or fp16, not {dtype}", op.loc)
+        self.warp_plan.need_whole_rows(s.mma, "a Reshape to an A operand", op.loc)
         conv, frag = self.names.fresh(f"r{op.result.base}"), self.names.fresh(f"tAr{op.result.base}")
         out += [K.ConvertOp(name=conv, src=s.name, dtype=dtype, loc=op.loc),
-                K.RetileAccToAOp(name=frag, src=conv, mma="tiled_mma", loc=op.loc)]
-        self._bind(op.result, Slot("afrag", frag, s.rows, s.cols, region=self.region))
+                K.RetileAccToAOp(name=frag, src=conv, mma=s.mma, loc=op.loc)]
+        self._bind(op.result, Slot("afrag", frag, s.rows, s.cols, region=self.region, mma=s.mma))
 
     # ------------------------------------------------------------------ loops
     def _LoopOp(self, op: LoopOp, region: Graph, out: list[K.Op]) -> None:
@@ -349,8 +357,7 @@ class TileOpLowering(CopyRules, GemmRules):
         self._regions += 1
         self.region = inner_region = self._regions
         for arg, home in zip(op.args[1:], homes):
-            self._bind(arg, Slot(home.kind, home.name, home.rows, home.cols, region=inner_region,
-                                 logical_cols=home.logical_cols))
+            self._bind(arg, dataclasses.replace(home, region=inner_region))
         body: list[K.Op] = []
         self.loops.append((var, set()))
         self._lower_region(op.body, body, tuple(op.yields[:carried]))
@@ -368,8 +375,7 @@ class TileOpLowering(CopyRules, GemmRules):
         self.region, self._last, self._index = outer
         out.append(K.ForOp(var=var, start=start, stop=stop, step=1, body=tuple(body), loc=op.loc))
         for res, home in zip(op.results, homes):
-            self._bind(res, Slot(home.kind, home.name, home.rows, home.cols, region=self.region,
-                                 logical_cols=home.logical_cols))
+            self._bind(res, dataclasses.replace(home, region=self.region))
 
     # ------------------------------------------------------------------ shared memory
     def _smem_decls(self) -> list[K.Op]:
