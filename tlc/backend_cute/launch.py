@@ -14,6 +14,7 @@ from tlc.backend_cute.compile import CompiledKernel
 from tlc.diagnostics import fail
 from tlc.kir.evaluate import evaluate
 from tlc.kir.ops import KernelOp, ParamsOp
+from tlc.kir.ops_sm90 import ELEMENT_BYTES, TmaDescriptorOp, TmaParamsOp, tma_descriptors
 from tlc.lowering.abi import LaunchABI, TensorArg
 
 _CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64,
@@ -22,8 +23,64 @@ _TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 _INT32_MAX = 2**31 - 1
 
 
+_TMA_BYTES, _TMA_ALIGN = 128, 64   # a CUtensorMap
+_TMA_DTYPE = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp32": "FLOAT32"}
+_TMA_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+
+
 def params_struct(params: ParamsOp) -> type[ctypes.Structure]:
-    return type(params.name, (ctypes.Structure,), {"_fields_": [(n, _CTYPES[t]) for n, t in params.fields]})
+    """The C layout of the struct. A `TmaParamsOp`'s descriptor slots follow the fields, each 128
+    bytes at a 64-byte boundary, and the struct's size is a multiple of 64 (as `alignas(64)` makes it)."""
+    fields = [(n, _CTYPES[t]) for n, t in params.fields]
+    if isinstance(params, TmaParamsOp) and params.descriptors:
+        head = type("_head", (ctypes.Structure,), {"_fields_": fields})
+        last = getattr(head, fields[-1][0]) if fields else None
+        offset = last.offset + last.size if last else 0   # the byte arrays below pack from here
+        for i, slot in enumerate(params.descriptors):
+            if pad := -offset % _TMA_ALIGN:
+                fields.append((f"_pad{i}_", ctypes.c_uint8 * pad))
+            fields.append((slot, ctypes.c_uint8 * _TMA_BYTES))
+            offset += pad + _TMA_BYTES
+        if tail := -offset % _TMA_ALIGN:
+            fields.append(("_pad_end_", ctypes.c_uint8 * tail))
+    return type(params.name, (ctypes.Structure,), {"_fields_": fields})
+
+
+def tma_encode_args(desc: TmaDescriptorOp, tensor) -> dict:
+    """The arguments of `cuTensorMapEncodeTiled` for `desc` over a torch tensor: its shape and
+    strides innermost first, the box, the swizzle; refuses what TMA cannot address, saying why."""
+    rank, size = len(desc.box), ELEMENT_BYTES[desc.dtype]
+    shape, strides = tuple(tensor.shape), tuple(tensor.stride())
+    what = f"TMA descriptor {desc.name} over {desc.field}"
+    if len(shape) != rank:
+        raise fail(f"{what}: the tensor has {len(shape)} dimensions, the box {desc.box} has {rank}")
+    if tensor.element_size() != size:
+        raise fail(f"{what}: the tensor's elements are {tensor.element_size()} bytes; the kernel reads {desc.dtype}")
+    if strides[-1] != 1:
+        raise fail(f"{what}: the last dimension must be contiguous (stride 1), got {strides[-1]}; call .contiguous()")
+    if tensor.data_ptr() % 16:
+        raise fail(f"{what}: the data pointer is not 16-byte aligned (TMA needs it); pass a fresh tensor")
+    for dim, stride in enumerate(strides[:-1]):
+        if (stride * size) % 16 and shape[dim] > 1:
+            raise fail(f"{what}: stride({dim}) = {stride * size} bytes is not a multiple of 16 (TMA needs it)")
+    return {"dtype": _TMA_DTYPE[desc.dtype], "rank": rank, "address": tensor.data_ptr(),
+            "dims": tuple(reversed(shape)), "strides": tuple(s * size for s in reversed(strides[:-1])),
+            "box": tuple(reversed(desc.box)), "element_strides": (1,) * rank, "swizzle": _TMA_SWIZZLE[desc.swizzle]}
+
+
+def encode_tma(desc: TmaDescriptorOp, tensor) -> bytes:
+    """The 128-byte CUtensorMap of `desc` over `tensor` (interleave none, L2 promotion 128 B,
+    out-of-bounds elements read as zeros)."""
+    driver, args = _driver(), tma_encode_args(desc, tensor)
+    err, tensor_map = driver.cuTensorMapEncodeTiled(
+        getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{args['dtype']}"), args["rank"],
+        args["address"], list(args["dims"]), list(args["strides"]), list(args["box"]), list(args["element_strides"]),
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{args['swizzle']}"),
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    _check(err, f"cuTensorMapEncodeTiled({desc.name}: dims {args['dims']}, box {args['box']})")
+    return ctypes.string_at(tensor_map.getPtr(), _TMA_BYTES)
 
 
 def _driver():
@@ -88,6 +145,7 @@ class Kernel:
         self._params_op = next(op for op in compiled.program.body
                                if isinstance(op, ParamsOp) and op.name == self.kernel.params)
         self._struct = params_struct(self._params_op)
+        self._tma = tma_descriptors(compiled.program).get(self.kernel.params, {})
         self._loaded: dict[int, _Loaded] = {}
         self.inputs = [t for t in abi.tensors if not t.output]
         self.outputs = [t for t in abi.tensors if t.output]
@@ -188,11 +246,13 @@ class Kernel:
         if all(o.numel() == 0 for o in outs):
             return outs[0] if len(outs) == 1 else tuple(outs)
         values = dict(env, **dims)
+        bound = {}
         for arg, t in list(zip(self.inputs, tensors)) + list(zip(self.outputs, outs)):
             values[arg.ptr] = t.data_ptr()
+            bound[arg.ptr] = t
             for which, stride in zip(("batch", "head", "row"), t.stride()[:3]):
                 values[arg.stride(which)] = stride
-        self.launch(values, dev, torch.cuda.current_stream(dev).cuda_stream)
+        self.launch(values, dev, torch.cuda.current_stream(dev).cuda_stream, tensors=bound)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     # ------------------------------------------------------------------ launch
@@ -208,13 +268,28 @@ class Kernel:
         gx, gy, gz = (int(evaluate(g, env)) for g in self.kernel.grid)
         return gx, gy, gz
 
-    def launch(self, values: dict, device, stream: int) -> None:
-        """Pack `values` (field name → value) into the struct and launch on `stream`."""
+    def _fill_descriptors(self, params: ctypes.Structure, values: dict, tensors: Mapping) -> None:
+        """Encode each TMA slot from the tensor bound to its pointer field (on the host, per launch:
+        the descriptor travels in the struct by value, so a captured CUDA graph keeps it)."""
+        for slot, desc in self._tma.items():
+            tensor = tensors.get(desc.field)
+            if tensor is None:
+                raise fail(f"launch: TMA descriptor {slot} needs the tensor of {desc.field}: pass tensors={{"
+                           f"'{desc.field}': <tensor>}}")
+            if tensor.data_ptr() != values[desc.field]:
+                raise fail(f"launch: {desc.field} = {values[desc.field]:#x} but its tensor is at {tensor.data_ptr():#x}")
+            ctypes.memmove(ctypes.addressof(params) + getattr(type(params), slot).offset, encode_tma(desc, tensor),
+                           _TMA_BYTES)
+
+    def launch(self, values: dict, device, stream: int, tensors: Mapping | None = None) -> None:
+        """Pack `values` (field name → value) into the struct and launch on `stream`. `tensors`
+        (pointer field → torch tensor) gives the tensors TMA descriptors are encoded from."""
         driver = _driver()
         missing = [n for n, _ in self._params_op.fields if n not in values]
         if missing:
             raise fail(f"launch: no value for parameter field(s) {', '.join(missing)}")
         params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
+        self._fill_descriptors(params, values, tensors or {})
         env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}
         grid = self.grid(env)
         if grid[1] > 65535 or grid[2] > 65535:

@@ -15,12 +15,14 @@ from tlc.kir.ops_decl import (FragmentOp, GlobalTensorOp, GlobalTileOp, Identity
 from tlc.kir.ops_exec import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp, Exp2ScaleOp,
                               ForOp, GemmOp, IfOp, MapOp, MaskOp, RetileAccToAOp, RowBroadcastOp, RowReduceOp,
                               RowStoreOp, WaitOp)
+from tlc.kir.ops_sm90 import SM90_OP_CLASSES
 
 OP_CLASSES: dict[str, type[Op]] = {cls.__name__: cls for cls in (
     ProgramOp, ParamsOp, KernelOp, LetOp, TiledMmaOp, SmemLayoutOp, SmemTransposeLayoutOp, SharedBufferOp,
     SharedViewOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, TiledCopyOp, PartitionOp, FragmentOp,
     RowVectorOp, AsyncCopyOp, CommitOp, WaitOp, BarrierOp, CopyOp, ClearOp, GemmOp, MaskOp, RowReduceOp,
-    AllReduceOp, Exp2ScaleOp, RowBroadcastOp, MapOp, ConvertOp, RetileAccToAOp, RowStoreOp, ForOp, IfOp)}
+    AllReduceOp, Exp2ScaleOp, RowBroadcastOp, MapOp, ConvertOp, RetileAccToAOp, RowStoreOp, ForOp, IfOp,
+    *SM90_OP_CLASSES)}  # the Hopper path's ops (ops_sm90): TMA, mbarriers, wgmma, warp roles
 
 __all__ = ["AllReduceOp", "AsyncCopyOp", "BarrierOp", "ClearOp", "CommitOp", "ConvertOp", "CopyOp",
            "Exp2ScaleOp", "ForOp", "FragmentOp", "GemmOp", "GlobalTensorOp", "GlobalTileOp",

@@ -1,0 +1,234 @@
+"""Hopper (sm_90a) handlers of the CuTe emitter: one per op of `tlc.kir.ops_sm90`, each spelled with
+CuTe's SM90 atoms (SM90_TMA_LOAD_<n>D, GMMA op selectors, warpgroup_*) and CUTLASS's barrier classes.
+
+`CuteEmitter` inherits `Sm90Emitter`; subclassing registers these handlers on its `emit` dispatcher.
+"""
+from __future__ import annotations
+
+import functools
+import string
+from importlib import resources
+from typing import Callable
+
+from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, cpp_expr, static_shape
+from tlc.diagnostics import fail
+from tlc.kir.base import Op
+from tlc.kir.ops_decl import SharedBufferOp
+from tlc.kir.ops_sm90 import (GmmaSmemLayoutOp, MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierInitOp,
+                              MbarrierOp, MbarrierWaitOp, NamedBarrierOp, Sm90KernelOp, TmaDescriptorOp, TmaLoadOp,
+                              TmaParamsOp, WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp,
+                              WgmmaFragmentOp, WgmmaOp, WgmmaTiledMmaOp, WgmmaWaitOp, WARP_GROUP)
+
+_BARRIER = "cutlass::arch::ClusterBarrier"
+_TX_BARRIER = "cutlass::arch::ClusterTransactionBarrier"
+_SWIZZLE_ATOM = {0: "INTER", 32: "SW32", 64: "SW64", 128: "SW128"}
+
+# op class → handler; filled by @_handles below, registered on the subclass's dispatcher.
+_HANDLERS: dict[type[Op], Callable] = {}
+
+
+def _handles(cls: type[Op]) -> Callable[[Callable], Callable]:
+    def register(fn: Callable) -> Callable:
+        _HANDLERS[cls] = fn
+        return fn
+    return register
+
+
+@functools.lru_cache(maxsize=None)
+def _template(name: str) -> string.Template:
+    return string.Template(resources.files("tlc.backend_cute").joinpath("templates", name).read_text())
+
+
+def _major(k_major: bool) -> str:
+    return "GMMA::Major::K" if k_major else "GMMA::Major::MN"
+
+
+class Sm90Emitter:
+    """Mixin of `CuteEmitter` (it provides `w`, `symbols`, `_at` and the `emit` dispatcher)."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        dispatcher = cls.__dict__.get("emit")
+        if not isinstance(dispatcher, functools.singledispatchmethod):
+            raise TypeError(f"{cls.__name__} inherits Sm90Emitter but defines no singledispatchmethod `emit`")
+        for op_cls, handler in _HANDLERS.items():
+            dispatcher.register(op_cls, handler)
+
+    def _sm90_headers(self) -> None:
+        """The Hopper includes, once, at file scope before the first sm_90a struct or kernel."""
+        if not getattr(self, "_sm90_included", False):
+            self.w.raw(_template("sm90_headers.cuh").substitute())
+            self._sm90_included = True
+
+    def _sym(self, name: str, kind: type[Op] | tuple[type[Op], ...], op: Op) -> Op:
+        found = self.symbols.get(name)
+        if not isinstance(found, kind):
+            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise fail(f"emitter: {type(op).__name__} needs `{name}` to be a {want}", op.loc)
+        return found
+
+    # ------------------------------------------------------------------ program and kernel
+    @_handles(TmaParamsOp)
+    def _params(self, op: TmaParamsOp) -> None:
+        self._sm90_headers()
+        self._at(op)
+        with self.w.block(f"struct {op.name}", "};"):
+            for fname, ftype in op.fields:
+                self.w.line(f"{CPP_PARAM[ftype]} {fname};")
+            for slot in op.descriptors:
+                self.w.line(f"alignas(64) cute::TmaDescriptor {slot};  // CUtensorMap, encoded at launch")
+
+    @_handles(Sm90KernelOp)
+    def _kernel(self, op: Sm90KernelOp) -> None:
+        self._sm90_headers()
+        self._at(op)
+        self.w.raw(_template("kernel_open_sm90.cuh").substitute(
+            threads=op.threads, min_blocks=op.min_blocks, name=op.name, params=op.params).rstrip("\n"))
+        with self.w.indented():
+            for child in op.body:
+                self.emit(child)
+        self.w.line("}")
+
+    # ------------------------------------------------------------------ TMA and shared layouts
+    @_handles(TmaDescriptorOp)
+    def _descriptor(self, op: TmaDescriptorOp) -> None:
+        self._at(op)
+        box = "x".join(str(b) for b in op.box)
+        self.w.line(f"cute::TmaDescriptor const* {op.name} = &p.{op.name};  // over {op.ptr}: {op.dtype} boxes "
+                    f"{box}, swizzle {op.swizzle} B")
+
+    @_handles(GmmaSmemLayoutOp)
+    def _gmma_layout(self, op: GmmaSmemLayoutOp) -> None:
+        self._at(op)
+        atom = f"GMMA::Layout_{'K' if op.k_major else 'MN'}_{_SWIZZLE_ATOM[op.swizzle]}_Atom<{CPP_DTYPE[op.dtype]}>"
+        self.w.line(f"using {op.name} = decltype(tile_to_shape({atom}{{}}, {static_shape(op.shape)}{{}}));")
+
+    @_handles(TmaLoadOp)
+    def _tma_load(self, op: TmaLoadOp) -> None:
+        self._at(op)
+        desc = self._sym(op.desc, TmaDescriptorOp, op)
+        if len(op.coord) != len(desc.box):
+            raise fail(f"emitter: TmaLoadOp gives {len(op.coord)} coordinates for the rank-{len(desc.box)} "
+                       f"descriptor {op.desc}", op.loc)
+        buffer = self._sym(op.dst, SharedBufferOp, op)
+        layout = self.symbols.get(buffer.layout)
+        rank = len(getattr(layout, "shape", ()))
+        row, col = op.dst_coord
+        where = f"{row}, {col}" + (f", {cpp_expr(op.stage)}" if rank == 3 else "")
+        # The TMA unit takes coordinates innermost first.
+        coords = ", ".join(cpp_expr(c) for c in reversed(op.coord))
+        self.w.line(f"SM90_TMA_LOAD_{len(op.coord)}D::copy({op.desc}, &{op.bar}[{cpp_expr(op.stage)}], "
+                    f"static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL), &{op.dst}({where}), {coords});")
+
+    # ------------------------------------------------------------------ mbarriers
+    @_handles(MbarrierOp)
+    def _mbarrier(self, op: MbarrierOp) -> None:
+        self._at(op)
+        self.w.line(f"uint64_t* {op.name} = reinterpret_cast<uint64_t*>(smem_ + {op.offset_bytes});  "
+                    f"// {op.count} mbarrier(s)")
+
+    @_handles(MbarrierInitOp)
+    def _mbarrier_init(self, op: MbarrierInitOp) -> None:
+        self._at(op)
+        bar = self._sym(op.bar, MbarrierOp, op)
+        self.w.line("CUTE_UNROLL")
+        with self.w.block(f"for (int i = 0; i < {bar.count}; ++i)"):
+            self.w.line(f"{_TX_BARRIER}::init(&{op.bar}[i], {op.arrivals});")
+        self.w.line("cutlass::arch::fence_barrier_init();")
+
+    @_handles(MbarrierArriveExpectTxOp)
+    def _arrive_expect_tx(self, op: MbarrierArriveExpectTxOp) -> None:
+        self._at(op)
+        self.w.line(f"{_TX_BARRIER}::arrive_and_expect_tx(&{op.bar}[{cpp_expr(op.stage)}], {op.bytes});")
+
+    @_handles(MbarrierArriveOp)
+    def _arrive(self, op: MbarrierArriveOp) -> None:
+        self._at(op)
+        self.w.line(f"{_BARRIER}::arrive(&{op.bar}[{cpp_expr(op.stage)}]);")
+
+    @_handles(MbarrierWaitOp)
+    def _wait(self, op: MbarrierWaitOp) -> None:
+        self._at(op)
+        self.w.line(f"{_BARRIER}::wait(&{op.bar}[{cpp_expr(op.stage)}], {cpp_expr(op.phase)});")
+
+    # ------------------------------------------------------------------ wgmma
+    @_handles(WgmmaTiledMmaOp)
+    def _wgmma_mma(self, op: WgmmaTiledMmaOp) -> None:
+        self._at(op)
+        t = CPP_DTYPE[op.dtype]
+        selector = "ss_op_selector" if op.kind == "SS" else "rs_op_selector"
+        atom = (f"GMMA::{selector}<{t}, {t}, float, {static_shape(op.tile)}, {_major(op.a_k_major)}, "
+                f"{_major(op.b_k_major)}>()")
+        self.w.line(f"using {op.name}_t = decltype(make_tiled_mma({atom}, Layout<{static_shape(op.warp_groups)}>{{}}));")
+        self.w.line(f"{op.name}_t {op.name};")
+        self.w.line(f"auto {op.thread_slice} = {op.name}.get_slice({cpp_expr(op.thread_index)});")
+
+    @_handles(WgmmaFragmentOp)
+    def _wgmma_fragment(self, op: WgmmaFragmentOp) -> None:
+        self._at(op)
+        mma = self._sym(op.mma, WgmmaTiledMmaOp, op)
+        if op.role == "C":
+            self.w.line(f"Tensor {op.name} = partition_fragment_C({op.mma}, {static_shape(op.shape)}{{}});")
+        elif op.role == "A" and mma.kind == "RS":
+            self.w.line(f"Tensor {op.name} = {mma.thread_slice}.partition_fragment_A({cpp_expr(op.src)});")
+        else:  # shared-memory operands: GMMA descriptors over the partitioned tile
+            self.w.line(f"Tensor {op.name} = {mma.thread_slice}.make_fragment_{op.role}({cpp_expr(op.src)});")
+
+    @_handles(WgmmaFenceOperandOp)
+    def _fence_operand(self, op: WgmmaFenceOperandOp) -> None:
+        self._at(op)
+        for target in op.targets:
+            self.w.line(f"warpgroup_fence_operand({target});")
+
+    @_handles(WgmmaArriveOp)
+    def _wgmma_arrive(self, op: WgmmaArriveOp) -> None:
+        self._at(op)
+        self.w.line("warpgroup_arrive();")
+
+    @_handles(WgmmaOp)
+    def _wgmma(self, op: WgmmaOp) -> None:
+        self._at(op)
+        self._sym(op.mma, WgmmaTiledMmaOp, op)
+        with self.w.block(""):
+            self.w.line(f"auto a_ = {cpp_expr(op.a)};")
+            self.w.line(f"auto b_ = {cpp_expr(op.b)};")
+            scale = "Zero" if op.zero_init else "One"
+            self.w.line(f"{op.mma}.accumulate_ = GMMA::ScaleOut::{scale};")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block("for (int kb = 0; kb < size<2>(a_); ++kb)"):
+                self.w.line(f"cute::gemm({op.mma}, a_(_, _, kb), b_(_, _, kb), {op.acc});")
+                if op.zero_init:
+                    self.w.line(f"{op.mma}.accumulate_ = GMMA::ScaleOut::One;")
+
+    @_handles(WgmmaCommitOp)
+    def _wgmma_commit(self, op: WgmmaCommitOp) -> None:
+        self._at(op)
+        self.w.line("warpgroup_commit_batch();")
+
+    @_handles(WgmmaWaitOp)
+    def _wgmma_wait(self, op: WgmmaWaitOp) -> None:
+        self._at(op)
+        self.w.line(f"warpgroup_wait<{op.pending}>();")
+
+    # ------------------------------------------------------------------ roles and barriers
+    @_handles(WarpSpecializeOp)
+    def _roles(self, op: WarpSpecializeOp) -> None:
+        self._at(op)
+        with self.w.block(""):
+            self.w.line(f"const int {op.group} = cutlass::canonical_warp_group_idx();")
+            with self.w.block(f"if ({op.group} < {op.producer_threads // WARP_GROUP})"):
+                self.w.line(f"// producer: gives registers away (setmaxnreg.dec {op.producer_regs})")
+                self.w.line(f"cutlass::arch::warpgroup_reg_dealloc<{op.producer_regs}>();")
+                for child in op.producer:
+                    self.emit(child)
+            with self.w.block("else"):
+                self.w.line(f"// consumers: take them (setmaxnreg.inc {op.consumer_regs})")
+                self.w.line(f"cutlass::arch::warpgroup_reg_alloc<{op.consumer_regs}>();")
+                for child in op.consumer:
+                    self.emit(child)
+
+    @_handles(NamedBarrierOp)
+    def _named_barrier(self, op: NamedBarrierOp) -> None:
+        self._at(op)
+        call = "arrive" if op.arrive_only else "sync"
+        self.w.line(f"cutlass::arch::NamedBarrier::{call}({op.threads}, {op.id});  // hardware barrier {op.id + 8}")
