@@ -19,3 +19,16 @@ def attention_kir(*, dtype: str = "bf16", d: int = 128, d_v: int | None = None, 
     if d_v is not None and d_v != d:
         return kernel_ir(SPECS / "mla_prefill_fwd.tl", arch, dict(tiles, DQK=d, DV=d_v))
     return kernel_ir(SPECS / "gqa_fwd.tl", arch, dict(tiles, HeadDim=d))
+
+
+def gemms(kir) -> list[tuple]:
+    """(MmaOp, {copy name: CopyOp}) per GEMM of `kir`, in program order: each unrolled k-block loop's
+    MMA and the shared→register loads of its operands (inside the loop, or before it once prefetched)."""
+    from tlc.kir.ops import CopyOp, ForOp, MmaOp, walk
+
+    out = []
+    for loop in (op for op in walk(kir) if isinstance(op, ForOp) and op.unroll):
+        mma = next(op for op in walk(loop) if isinstance(op, MmaOp))
+        loads = {op.copy: op for op in walk(loop) if isinstance(op, CopyOp) and op.kblock is not None}
+        out.append((mma, loads))
+    return out

@@ -10,7 +10,8 @@ import pytest
 
 from tlc.api import compile_graph
 from tests.lowering.programs import attention_kir
-from tlc.kir.ops import GemmOp, SmemLayoutOp, TiledCopyOp
+from tests.lowering.programs import gemms
+from tlc.kir.ops import SmemLayoutOp, TiledCopyOp
 from tlc.lowering import layout_check as lc
 from tlc.lowering.passes import run_lowering
 
@@ -59,9 +60,9 @@ def test_the_kernel_loads_follow_resolve_transpose() -> None:
     graph, _ = compile_graph(MHA.read_bytes(), str(MHA))
     state, _ = run_lowering(graph, "sm_90", name="mha_fwd")
     copies = {op.name: op.atom for op in lc.walk(state.kir) if isinstance(op, TiledCopyOp)}
-    s_gemm, o_gemm = [op for op in lc.walk(state.kir) if isinstance(op, GemmOp)]
-    assert lc.LOAD_OF_ATOM[copies[s_gemm.b_copy]] == lc.required_load("B", "k")     # K in Q·Kᵀ: k-major
-    assert lc.LOAD_OF_ATOM[copies[o_gemm.b_copy]] == lc.required_load("B", "mn")    # V (BN, d): mn-major
+    (_, s_loads), (_, o_loads) = gemms(state.kir)
+    assert lc.LOAD_OF_ATOM[copies["s2r_B"]] == lc.required_load("B", "k") and "s2r_B" in s_loads   # K: k-major
+    assert lc.LOAD_OF_ATOM[copies["s2r_B_trans"]] == lc.required_load("B", "mn") and list(o_loads) == ["s2r_B_trans"]
 
 
 def test_wrong_load_in_the_kernel_ir_is_caught() -> None:

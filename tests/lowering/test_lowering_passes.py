@@ -61,14 +61,16 @@ def test_golden_filecheck(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_operand_loads_follow_resolve_transpose() -> None:
     """K read as K.T (k-major) → ldmatrix; V as stored (mn-major) → ldmatrix.trans; P from registers."""
-    from tlc.kir.ops import GemmOp, TiledCopyOp, walk
+    from tests.lowering.programs import gemms
+    from tlc.kir.ops import TiledCopyOp, walk
 
     state, _ = lower()
     copies = {op.name: op.atom for op in walk(state.kir) if isinstance(op, TiledCopyOp)}
-    s_gemm, o_gemm = [op for op in walk(state.kir) if isinstance(op, GemmOp)]
-    assert copies[s_gemm.b_copy] == "SM75_U32x4_LDSM_N" and s_gemm.reads == ("sQ", "sK")
-    assert o_gemm.a_smem is None and o_gemm.a == "tArP"
-    assert copies[o_gemm.b_copy] == "SM75_U16x8_LDSM_T" and o_gemm.reads == ("sV",)
+    (s_gemm, s_loads), (o_gemm, o_loads) = gemms(state.kir)
+    assert [(copies[c], op.reads) for c, op in s_loads.items()] == [("SM75_U32x4_LDSM_N", ("sQ",)),
+                                                                     ("SM75_U32x4_LDSM_N", ("sK",))]
+    assert o_gemm.a == "tArP" and [(copies[c], op.reads) for c, op in o_loads.items()] == [
+        ("SM75_U16x8_LDSM_T", ("sV",))]
 
 
 @pytest.mark.parametrize("defines, arch, stages", [

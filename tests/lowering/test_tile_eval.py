@@ -20,7 +20,7 @@ from tests.lowering.variants import BUILDS
 from tlc.api import compile_graph
 from tlc.ir.interpreter import run_program
 from tlc.kir import ops as K
-from tlc.kir.expr import E, Index, Var
+from tlc.kir.expr import Const, E, Index, Var
 from tlc.kir.tile_eval import TileEvalError, evaluate_program, known_ops
 from tlc.kir.tile_eval_expr import eval_tensor_expr
 from tlc.lowering.passes import run_lowering
@@ -158,9 +158,29 @@ def mutate(program: K.ProgramOp, fn: Callable[[K.Op], K.Op | None]) -> K.Program
 
 
 def _other_stage(op: K.Op) -> K.Op:
-    if isinstance(op, K.GemmOp) and isinstance(op.b_smem, Index) and "sK" in str(op.b_smem):
-        idx = op.b_smem.indices[:-1] + (E(f"({op.b_smem.indices[-1]} + 1) % 2"),)
-        return dataclasses.replace(op, b_smem=Index(op.b_smem.base, idx))
+    if isinstance(op, K.CopyOp) and op.kblock is not None and isinstance(op.src, Index) and "sK" in str(op.src):
+        idx = op.src.indices[:-1] + (E(f"({op.src.indices[-1]} + 1) % 2"),)
+        return dataclasses.replace(op, src=Index(op.src.base, idx))
+    return op
+
+
+def _kblock_not_prefetched(op: K.Op) -> K.Op:
+    """The k-block loop without its load of k-block kb + 1."""
+    if isinstance(op, K.ForOp) and op.unroll:
+        return dataclasses.replace(op, body=tuple(x for x in op.body if not isinstance(x, K.IfOp)))
+    return op
+
+
+def _prefetch_loads_this_kblock(op: K.Op) -> K.Op:
+    if isinstance(op, K.CopyOp) and op.kblock is not None and "+ 1" in str(op.kblock):
+        return dataclasses.replace(op, kblock=E(str(op.kblock).replace(" + 1", "")))
+    return op
+
+
+def _first_kblock_of_v_not_loaded(op: K.Op) -> K.Op | None:
+    """Drop the load of V's k-block 0 before the P·V loop."""
+    if isinstance(op, K.CopyOp) and op.kblock == Const(0) and "sV" in str(op.src):
+        return None
     return op
 
 
@@ -181,7 +201,7 @@ def _drop_loop_wait(op: K.Op) -> K.Op:
 
 
 def _drop_first_loop_barrier(op: K.Op) -> K.Op:
-    if isinstance(op, K.ForOp):
+    if isinstance(op, K.ForOp) and not op.unroll:
         i = next(i for i, x in enumerate(op.body) if isinstance(x, K.BarrierOp))
         return dataclasses.replace(op, body=op.body[:i] + op.body[i + 1:])
     return op
@@ -227,6 +247,9 @@ def _p_in_fp32(op: K.Op) -> K.Op:
 # name → (case, mutation, sizes, what must be reported: an error message part, or "mismatch")
 MUTATIONS = {
     "gemm_reads_other_stage": ("mha", _other_stage, (17, 70), "in flight"),
+    "kblock_used_before_its_load": ("mha", _kblock_not_prefetched, (17, 70), "before any load fills it"),
+    "prefetch_loads_the_current_kblock": ("mha", _prefetch_loads_this_kblock, (17, 70), "before any load fills it"),
+    "first_kblock_of_v_not_loaded": ("mha", _first_kblock_of_v_not_loaded, (17, 130), "before any load fills it"),
     "mask_col0_off_by_one": ("mha_causal", _shift_mask, (65, 130), "mismatch"),
     "no_rescale_of_o": ("mha", _drop_rescale, (65, 130), "mismatch"),
     "no_wait_in_loop": ("mha", _drop_loop_wait, (17, 33), "in flight"),
@@ -278,7 +301,7 @@ def test_unknown_op_is_refused_with_the_known_ones() -> None:
     kir = mutate(lowered("mha")[1], lambda op: ShuffleOp() if isinstance(op, K.AllReduceOp) else op)
     with pytest.raises(TileEvalError, match="ShuffleOp has no tile-level meaning") as exc:
         mismatch("mha", 17, 33, program=kir)
-    assert "GemmOp" in str(exc.value)
+    assert "MmaOp" in str(exc.value)
     assert set(known_ops()) == set(K.OP_CLASSES) - {"ProgramOp", "KernelOp", "ParamsOp"}
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from tlc.api import compile_graph
 from tlc.diagnostics import TlcError
-from tlc.kir.ops import GemmOp, TiledMmaOp, walk
+from tests.lowering.programs import gemms
+from tlc.kir.ops import TiledMmaOp, walk
 from tlc.lowering.emit_text import emit_text
 from tlc.lowering.passes import run_lowering
 from tlc.lowering.resources import register_fragments
@@ -41,7 +42,7 @@ def test_fewer_rows_replicate_scores_and_split_the_output(bm, warps, replicas):
     rows = bm // 16
     assert mmas["tiled_mma"].warps == (rows, 1, 1) and mmas["tiled_mma"].replicas == replicas
     assert mmas["tiled_mma_n"].warps == (rows, replicas, 1) and mmas["tiled_mma_n"].replicas == 1
-    s_gemm, o_gemm = [op for op in walk(kir) if isinstance(op, GemmOp)]
+    (s_gemm, _), (o_gemm, _) = gemms(kir)
     assert (s_gemm.mma, o_gemm.mma) == ("tiled_mma", "tiled_mma_n")
 
 

@@ -7,7 +7,7 @@ from tlc.diagnostics import Loc, TlcError
 from tlc.kir.evaluate import evaluate
 from tlc.kir.expr import E, parse_expr
 from tests.lowering.programs import attention_kir
-from tlc.kir.ops import OP_CLASSES, ForOp, GemmOp, KernelOp, SmemLayoutOp, TiledMmaOp, WaitOp, walk
+from tlc.kir.ops import OP_CLASSES, ForOp, KernelOp, MmaOp, SmemLayoutOp, TiledMmaOp, WaitOp, walk
 from tlc.kir.text import parse_kir, print_kir
 
 CONFIGS = {"mha": {}, "causal_br": dict(causal=True, alignment="bottom_right", stages=2),
@@ -41,7 +41,7 @@ def test_builder_program_shape():
     assert any(isinstance(op, WaitOp) and op.pending == 1 for op in walk(loop))
     k_layout = next(op for op in ops if isinstance(op, SmemLayoutOp) and op.name == "sK_layout")
     assert k_layout.shape == (64, 128, 2) and k_layout.swizzle == (3, 3, 3)
-    assert sum(isinstance(op, GemmOp) for op in walk(loop)) == 2
+    assert sum(isinstance(op, MmaOp) for op in walk(loop)) == 2
 
 
 @pytest.mark.parametrize("bad, why", [(dict(bm=48), "48 rows on 4 warps"), (dict(bn=8), "rows per pass"),

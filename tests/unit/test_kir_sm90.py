@@ -153,3 +153,25 @@ def test_emitter_refuses_a_load_into_a_non_buffer() -> None:
 
 def test_emission_is_deterministic_and_marks_tl_lines() -> None:
     assert emit_program(tile_gemm_sm90()) == emit_program(tile_gemm_sm90())
+
+
+def test_launcher_writes_each_descriptor_into_its_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packing half of a launch, on the CPU: the encoder is replaced by a marker per slot."""
+    from tlc.backend_cute import launch
+    from tlc.backend_cute.compile import CompiledKernel
+    from tlc.lowering.abi import LaunchABI
+
+    program = tile_gemm_sm90()
+    kernel = launch.Kernel(CompiledKernel(program, "sm_90a", "", b"", {}, 0.0), LaunchABI("g", (), (), "1", 1))
+    monkeypatch.setattr(launch, "encode_tma", lambda desc, t: bytes([len(desc.name) + ord(desc.name[-1])]) * 128)
+    a, b = torch.empty(128, 64, dtype=torch.bfloat16), torch.empty(256, 64, dtype=torch.bfloat16)
+    values = {"A_ptr": a.data_ptr(), "B_ptr": b.data_ptr(), "C_ptr": 0, "M": 128, "N": 256, "K": 64}
+    params = kernel._struct(**values)
+    kernel._fill_descriptors(params, values, {"A_ptr": a, "B_ptr": b})
+    raw = ctypes.string_at(ctypes.addressof(params), ctypes.sizeof(params))
+    assert raw[64:192] == bytes([5 + ord("A")]) * 128 and raw[192:320] == bytes([5 + ord("B")]) * 128
+    assert int.from_bytes(raw[32:36], "little") == 64                     # K, before the slots
+    with pytest.raises(TlcError, match="needs the tensor of B_ptr"):
+        kernel._fill_descriptors(params, values, {"A_ptr": a})
+    with pytest.raises(TlcError, match="but its tensor is at"):
+        kernel._fill_descriptors(params, dict(values, A_ptr=a.data_ptr() + 16), {"A_ptr": a, "B_ptr": b})

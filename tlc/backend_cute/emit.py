@@ -14,11 +14,12 @@ from tlc.backend_cute.emit_sm90 import Sm90Emitter
 from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, static_shape, static_stride
 from tlc.backend_cute.writer import Writer
 from tlc.diagnostics import fail
-from tlc.kir.expr import Expr
+from tlc.kir.expr import Expr, Var
+from tlc.kir.ops_exec import kblock_slice
 from tlc.kir.scopes import check_scopes
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp, Exp2ScaleOp,
-                         ForOp, FragmentOp, GemmOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, IfOp, KernelOp,
-                         LetOp, MapOp, MaskOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
+                         ForOp, FragmentOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, IfOp, KernelOp,
+                         LetOp, MapOp, MaskOp, MmaOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
                          RowBroadcastOp, RowReduceOp, RowStoreOp, RowVectorOp, SharedBufferOp, SharedViewOp,
                          SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, WaitOp, walk)
 
@@ -256,7 +257,10 @@ class CuteEmitter(Sm90Emitter):
     @emit.register
     def _(self, op: CopyOp) -> None:
         self._at(op)
-        if op.pred is None:
+        if op.kblock is not None:
+            src, dst = (_ix(kblock_slice(e, op.kblock)) for e in (op.src, op.dst))
+            self.w.line(f"cute::copy({op.copy}, {src}, {dst});")
+        elif op.pred is None:
             self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
         else:
             self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=False,
@@ -284,26 +288,10 @@ class CuteEmitter(Sm90Emitter):
         self.w.line(f"cute::clear({op.target});")
 
     @emit.register
-    def _(self, op: GemmOp) -> None:
+    def _(self, op: MmaOp) -> None:
         self._at(op)
-        loads = [(smem, copy, view) for smem, copy, view in
-                 ((op.a_smem, op.a_copy, op.a_view), (op.b_smem, op.b_copy, op.b_view)) if smem is not None]
-        with self.w.block(""):
-            for i, (smem, _, _) in enumerate(loads):
-                self.w.line(f"auto smem{i}_ = {_ix(smem)};")
-            if op.prefetch:
-                for i, (_, copy, view) in enumerate(loads):
-                    self.w.line(f"cute::copy({copy}, smem{i}_(_, _, Int<0>{{}}), {view}(_, _, Int<0>{{}}));")
-            self.w.line("CUTE_UNROLL")
-            with self.w.block(f"for (int kb = 0; kb < size<2>({op.a}); ++kb)"):
-                if loads and op.prefetch:
-                    with self.w.block(f"if (kb < size<2>({op.a}) - 1)"):
-                        for i, (_, copy, view) in enumerate(loads):
-                            self.w.line(f"cute::copy({copy}, smem{i}_(_, _, kb + 1), {view}(_, _, kb + 1));")
-                else:
-                    for i, (_, copy, view) in enumerate(loads):
-                        self.w.line(f"cute::copy({copy}, smem{i}_(_, _, kb), {view}(_, _, kb));")
-                self.w.line(f"cute::gemm({op.mma}, {op.a}(_, _, kb), {op.b}(_, _, kb), {op.acc});")
+        a, b = (_ix(kblock_slice(Var(x), op.kblock)) for x in (op.a, op.b))
+        self.w.line(f"cute::gemm({op.mma}, {a}, {b}, {op.acc});")
 
     @emit.register
     def _(self, op: MaskOp) -> None:
@@ -423,8 +411,13 @@ class CuteEmitter(Sm90Emitter):
         cmp, inc = ("<", f"+= {op.step}") if op.step > 0 else (">", f"-= {-op.step}")
         if op.step in (1, -1):
             inc = "++" if op.step > 0 else "--"
-        self.w.line(f"// schedule: {op.stages} stage(s)" + (", next tile issued before compute" if op.prefetch else ""))
-        self.w.line("#pragma unroll 1")
+        if op.unroll:
+            self.w.line("// k-blocks" + (": the next one's operands loaded before this one's MMAs" if op.prefetch else ""))
+            self.w.line("CUTE_UNROLL")
+        else:
+            self.w.line(f"// schedule: {op.stages} stage(s)" + (", next tile issued before compute" if op.prefetch
+                                                                 else ""))
+            self.w.line("#pragma unroll 1")
         head = f"for (int {op.var} = {_ix(op.start)}; {op.var} {cmp} {_ix(op.stop)}; {inc}{op.var})"
         if op.step not in (1, -1):
             head = f"for (int {op.var} = {_ix(op.start)}; {op.var} {cmp} {_ix(op.stop)}; {op.var} {inc})"

@@ -72,9 +72,11 @@ def encode_tma(desc: TmaDescriptorOp, tensor) -> bytes:
     """The 128-byte CUtensorMap of `desc` over `tensor` (interleave none, L2 promotion 128 B,
     out-of-bounds elements read as zeros)."""
     driver, args = _driver(), tma_encode_args(desc, tensor)
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t   # the binding takes these wrappers, not ints
     err, tensor_map = driver.cuTensorMapEncodeTiled(
         getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{args['dtype']}"), args["rank"],
-        args["address"], list(args["dims"]), list(args["strides"]), list(args["box"]), list(args["element_strides"]),
+        args["address"], [u64(d) for d in args["dims"]], [u64(s) for s in args["strides"]],
+        [u32(b) for b in args["box"]], [u32(e) for e in args["element_strides"]],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{args['swizzle']}"),
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
@@ -289,7 +291,6 @@ class Kernel:
         if missing:
             raise fail(f"launch: no value for parameter field(s) {', '.join(missing)}")
         params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
-        self._fill_descriptors(params, values, tensors or {})
         env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}
         grid = self.grid(env)
         if grid[1] > 65535 or grid[2] > 65535:
@@ -297,6 +298,7 @@ class Kernel:
         import torch
         with torch.cuda.device(device):
             loaded = self._module(device.index if device.index is not None else torch.cuda.current_device())
+            self._fill_descriptors(params, values, tensors or {})   # after the module load: the driver is up
             arg = (ctypes.c_void_p * 1)(ctypes.addressof(params))
             (err,) = driver.cuLaunchKernel(loaded.function, *grid, self.kernel.threads, 1, 1, self.kernel.smem_bytes,
                                            driver.CUstream(stream), ctypes.addressof(arg), 0)

@@ -26,16 +26,16 @@ Tensors
   FragmentOp(name, mma, role=A|B|C, dtype, src | shape)   RowVectorOp(name, like, init)
 Memory effects (what pipeline decides: tokens make the order explicit)
   AsyncCopyOp(token, copy, src, dst, pred, row_limit)   rows ≥ row_limit are zero-filled
-  CommitOp(name, tokens)   WaitOp(pending, groups)   BarrierOp()   CopyOp(copy, src, dst, pred, row_limit)
+  CommitOp(name, tokens)   WaitOp(pending, groups)   BarrierOp()   CopyOp(copy, src, dst, pred, row_limit, kblock)
 Fragment math
-  ClearOp(target)   GemmOp(mma, acc, a, b, a_smem/a_copy/a_view, b_smem/b_copy/b_view, prefetch)
+  ClearOp(target)   MmaOp(mma, acc, a, b, kblock)   one k-block of a GEMM (operands loaded by CopyOp ... kblock)
   MaskOp(target, coord, row0, col0, sq, sk, causal, alignment=top_left|bottom_right, bounds)
   RowReduceOp(dst, src, kind=max|sum, accumulate)   AllReduceOp(target, kind, width)
   Exp2ScaleOp(target, row_max, scale_log2)          x = exp2(x·s − m·s), −inf rows → 0
   RowBroadcastOp(target, vec, fn(x, r))   MapOp(target, srcs, fn(x0, x1, ...))   e.g. softcap, ReLU
   ConvertOp(name, src, dtype)   RetileAccToAOp(name, src, mma)   RowStoreOp(dst, vec, coord, row_limit)
 Control flow and schedule
-  ForOp(var, start, stop, step, body, stages, prefetch)   IfOp(cond, body)
+  ForOp(var, start, stop, step, body, stages, prefetch, unroll)   IfOp(cond, body)
 
 `tlc.lowering.tile_ops` produces it from a TL program, op by op; `tlc.kir.text.print_kir` /
 `parse_kir` give the text form.

@@ -4,7 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tlc.kir.base import DTYPES, Op
-from tlc.kir.expr import Expr, check_ident
+from tlc.diagnostics import fail
+from tlc.kir.expr import Expr, Index, Var, check_ident
+
+_ALL = Var("_")
+
 
 # ----------------------------------------------------------------------------- async copies and sync
 @dataclass(frozen=True, kw_only=True)
@@ -60,11 +64,13 @@ class BarrierOp(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class CopyOp(Op):
-    """Synchronous tiled copy (R2S, S2G); rows with `pred` row ≥ `row_limit` are skipped."""
+    """Synchronous tiled copy (S2R, R2S, S2G); rows with `pred` row ≥ `row_limit` are skipped.
+    With `kblock`, only that k-block (mode 2 of both partitions) is copied: one GEMM operand load."""
 
     copy: str
     src: Expr
     dst: Expr
+    kblock: Expr | None = None
     pred: Expr | None = None
     row_limit: Expr | None = None
     # Columns at or past `col_limit` (padding) are skipped too.
@@ -89,33 +95,29 @@ class ClearOp(Op):
         check_ident(self.target, "fragment")
 
 
+def kblock_slice(e: Expr, kb: Expr) -> Expr:
+    """K-block `kb` of a partitioned GEMM operand: `t` → `t[_, _, kb]`, `t[_, _, _, s]` → `t[_, _, kb, s]`."""
+    if isinstance(e, Var):
+        return Index(e, (_ALL, _ALL, kb))
+    if isinstance(e, Index) and len(e.indices) >= 3 and e.indices[2] == _ALL:
+        return Index(e.base, (*e.indices[:2], kb, *e.indices[3:]))
+    raise fail(f"kernel IR: `{e}` has no k-block mode to select")
+
+
 @dataclass(frozen=True, kw_only=True)
-class GemmOp(Op):
-    """acc += a·b on fragments with `mma`. An operand with `*_smem` set is loaded per k-block from
-    shared memory with S2R copy `*_copy` into the `*_view` retiled view of its fragment."""
+class MmaOp(Op):
+    """acc += a·b over k-block `kblock` of the operand fragments `a` and `b` (mode 2 of a
+    partitioned fragment), with TiledMMA `mma`."""
 
     mma: str
     acc: str
     a: str
     b: str
-    a_smem: Expr | None = None
-    a_copy: str = ""
-    a_view: str = ""
-    b_smem: Expr | None = None
-    b_copy: str = ""
-    b_view: str = ""
-    # Software-pipeline the S2R loads: issue k-block kb+1 before the MMAs of kb (more registers).
-    prefetch: bool = True
-    # Shared buffers the operands are loaded from (scheduling passes read them).
-    reads: tuple[str, ...] = ()
+    kblock: Expr
 
     def check(self) -> None:
         for n in (self.mma, self.acc, self.a, self.b):
             check_ident(n, "fragment")
-        for smem, copy, view in ((self.a_smem, self.a_copy, self.a_view), (self.b_smem, self.b_copy, self.b_view)):
-            if smem is not None:
-                check_ident(copy, "smem copy")
-                check_ident(view, "fragment view")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,7 +258,8 @@ class RowStoreOp(Op):
 @dataclass(frozen=True, kw_only=True)
 class ForOp(Op):
     """`for var in start, start+step, …` while var < stop (step > 0) or var > stop (step < 0).
-    Schedule attributes: `stages` buffers in flight, `prefetch` = next tile issued before compute."""
+    Schedule attributes: `stages` buffers in flight, `prefetch` = next tile issued before compute;
+    `unroll`: a loop over a GEMM's k-blocks, fully unrolled (static bounds, registers indexed by it)."""
 
     var: str
     start: Expr
@@ -265,6 +268,7 @@ class ForOp(Op):
     body: tuple[Op, ...]
     stages: int = 1
     prefetch: bool = False
+    unroll: bool = False
     defines = ("var",)
     regions = ("body",)
 

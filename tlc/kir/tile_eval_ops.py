@@ -1,7 +1,8 @@
-"""Tile evaluator: executable ops — copies, cp.async groups, waits and barriers, GEMMs and the
-fragment math — on whole tiles. GEMM operands are (M, K) and (N, K): a k-major B is stored (N, K),
-an mn-major B is read through its transposed view; acc += A·Bᵀ with values as shared memory
-(or a bf16/fp16 ConvertOp) holds them."""
+"""Tile evaluator: executable ops — copies, cp.async groups, waits and barriers, GEMM k-blocks and
+the fragment math — on whole tiles. GEMM operands are (M, K) and (N, K): a k-major B is stored
+(N, K), an mn-major B is read through its transposed view. An S2R load copies one 16-wide k-block
+into the operand fragment's registers as shared memory holds it then; an MMA reads k-block kb of
+its operands (registers, or a bf16/fp16 accumulator retiled as A) and adds A·Bᵀ."""
 from __future__ import annotations
 
 import torch
@@ -50,6 +51,9 @@ def _async_copy(blk: Block, op: K.AsyncCopyOp) -> None:
 
 @handles(K.CopyOp)
 def _copy(blk: Block, op: K.CopyOp) -> None:
+    if op.kblock is not None:
+        _load_kblock(blk, op)
+        return
     src, dst = blk.resolve(op.src), blk.resolve(op.dst)
     pred = blk.resolve(op.pred) if op.pred is not None else None
     _copy_slices(blk, op.copy, src=src, dst=dst, pred=pred)
@@ -95,48 +99,63 @@ def _barrier(blk: Block, op: K.BarrierOp) -> None:
 
 
 # ----------------------------------------------------------------------------- GEMM
-def _operand(blk: Block, op: K.GemmOp, role: str) -> torch.Tensor:
-    """Operand `role` ("A" or "B") as (rows, K): loaded from shared memory, or A from registers."""
-    r = role.lower()
-    frag = blk.value(getattr(op, r))
-    smem, copy, view = getattr(op, f"{r}_smem"), getattr(op, f"{r}_copy"), getattr(op, f"{r}_view")
-    if smem is None:
-        if isinstance(frag, OperandFrag):
-            ref = frag.src
-        elif isinstance(frag, Frag) and frag.role == "A" and role == "A":
-            return frag.data
-        else:
-            raise TileFault(f"operand {role} {getattr(op, r)} is neither loaded from shared memory nor an A "
-                            "operand retiled from an accumulator")
-    else:
-        ref = blk.shared(smem)
-        v = blk.value(view)
-        atom = _copy_slices(blk, copy, **{f"{r}_smem": ref, f"{r}_view": v})
-        if atom.kind != role:
-            raise TileFault(f"loads operand {role} with {copy}, a copy for operand {atom.kind}")
-        if ref.transposed != atom.atom.endswith("_T"):
-            raise TileFault(f"loads {'a transposed view' if ref.transposed else 'a row-major tile'} of {ref.buffer} "
-                            f"with {atom.atom}; that needs ldmatrix{'.trans' if ref.transposed else ''}")
-        if not isinstance(frag, OperandFrag) or getattr(v, "origin", None) != frag.origin:
-            raise TileFault(f"loads into `{view}`, which is not a view of operand fragment {getattr(op, r)}")
-        if frag.src.buffer != ref.buffer or frag.src.transposed != ref.transposed:
-            raise TileFault(f"operand fragment {frag.origin} is shaped for {frag.src.buffer} but loaded from "
-                            f"{ref.buffer}{' (transposed)' if ref.transposed else ''}")
-    if frag.role != role or frag.mma != op.mma:
-        raise TileFault(f"{frag.origin} is an operand {frag.role} fragment of {frag.mma}, used as operand {role} "
-                        f"of {op.mma}")
+K_BLOCK = 16  # the k extent of an m16n8k16 MMA: one k-block of an operand fragment
+
+
+def _kblock(blk: Block, e, k: int, what: str) -> int:
+    kb = blk.integer(e)
+    if kb is None or not 0 <= kb < k // K_BLOCK:
+        raise TileFault(f"{what}: k-block {kb} of a {k}-wide operand (k-blocks 0..{k // K_BLOCK - 1})")
+    return kb
+
+
+def _load_kblock(blk: Block, op: K.CopyOp) -> None:
+    """S2R: k-block `op.kblock` of a shared operand tile into its fragment's registers."""
+    ref, frag = blk.resolve(op.src), blk.resolve(op.dst)
+    atom = _copy_slices(blk, op.copy, src=ref, dst=frag)
+    if not isinstance(ref, SharedRef) or not isinstance(frag, OperandFrag):
+        raise TileFault(f"loads a k-block from `{op.src}` into `{op.dst}`: expected a shared tile and an operand "
+                        "fragment's view")
+    if atom.kind != frag.role:
+        raise TileFault(f"loads operand {frag.role} with {op.copy}, a copy for operand {atom.kind}")
+    if ref.transposed != atom.atom.endswith("_T"):
+        raise TileFault(f"loads {'a transposed view' if ref.transposed else 'a row-major tile'} of {ref.buffer} "
+                        f"with {atom.atom}; that needs ldmatrix{'.trans' if ref.transposed else ''}")
+    if frag.src.buffer != ref.buffer or frag.src.transposed != ref.transposed:
+        raise TileFault(f"operand fragment {frag.origin} is shaped for {frag.src.buffer} but loaded from "
+                        f"{ref.buffer}{' (transposed)' if ref.transposed else ''}")
     if ref.buffer not in op.reads:
         raise TileFault(f"reads shared {ref.buffer} but lists reads={op.reads} (sync decisions read them)")
-    return blk.read_shared(ref)
+    tile = blk.read_shared(ref)
+    kb = _kblock(blk, op.kblock, tile.shape[1], f"loads into {frag.origin}")
+    frag.blocks[kb] = tile[:, kb * K_BLOCK:(kb + 1) * K_BLOCK].clone()
 
 
-@handles(K.GemmOp)
-def _gemm(blk: Block, op: K.GemmOp) -> None:
+def _operand_block(blk: Block, name: str, role: str, op: K.MmaOp, kb_expr) -> torch.Tensor:
+    """K-block kb of operand `role` as (rows, 16): loaded registers, or A retiled from an accumulator."""
+    v = blk.value(name)
+    if isinstance(v, OperandFrag):
+        if v.role != role or v.mma != op.mma:
+            raise TileFault(f"{v.origin} is an operand {v.role} fragment of {v.mma}, used as operand {role} of "
+                            f"{op.mma}")
+        kb = blk.integer(kb_expr)
+        if kb not in v.blocks:
+            raise TileFault(f"the MMA reads k-block {kb} of {v.origin} before any load fills it")
+        return v.blocks[kb]
+    if isinstance(v, Frag) and v.role == "A" and role == "A":
+        kb = _kblock(blk, kb_expr, v.data.shape[1], f"reads {name}")
+        return v.data[:, kb * K_BLOCK:(kb + 1) * K_BLOCK]
+    raise TileFault(f"operand {role} {name} is neither loaded from shared memory nor an A operand retiled from "
+                    "an accumulator")
+
+
+@handles(K.MmaOp)
+def _mma(blk: Block, op: K.MmaOp) -> None:
     if op.mma not in blk.mmas:
         raise TileFault(f"unknown TiledMMA {op.mma!r}")
     acc = blk.frag(op.acc, 2)
-    a, b = _operand(blk, op, "A"), _operand(blk, op, "B")
-    if a.shape[1] != b.shape[1] or tuple(acc.data.shape) != (a.shape[0], b.shape[0]):
+    a, b = _operand_block(blk, op.a, "A", op, op.kblock), _operand_block(blk, op.b, "B", op, op.kblock)
+    if tuple(acc.data.shape) != (a.shape[0], b.shape[0]):
         raise TileFault(f"{op.acc} {tuple(acc.data.shape)} += A {tuple(a.shape)} · Bᵀ of {tuple(b.shape)}: shapes "
                         "do not match")
     acc.data += a @ b.T

@@ -6,7 +6,7 @@ thread slice and add CuTe's third leading mode), so `tKsK[_, _, _, s]` is stage 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -101,7 +101,8 @@ class Frag:
 
 @dataclass(frozen=True)
 class OperandFrag:
-    """An A/B operand fragment shaped like shared `src`, filled by the GEMM's S2R loads."""
+    """An A/B operand fragment shaped like shared `src`, filled one k-block at a time by the
+    GEMM's S2R loads: `blocks[kb]` is what k-block kb's registers hold (views share the dict)."""
 
     src: SharedRef
     role: str
@@ -109,6 +110,7 @@ class OperandFrag:
     origin: str
     rank: int = 2
     slice: str = ""
+    blocks: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Callable
 
 from pycute import ComposedLayout, Layout, Swizzle
 
-from tlc.kir.ops import GemmOp, ProgramOp, SharedBufferOp, SmemLayoutOp, TiledCopyOp, walk  # noqa: F401 (walk re-exported for tests)
+from tlc.kir.ops import CopyOp, ProgramOp, SharedBufferOp, SmemLayoutOp, TiledCopyOp, walk  # noqa: F401 (walk re-exported for tests)
 
 # --------------------------------------------------------------------------- the MMA atom
 # PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" (.f16/.bf16):
@@ -156,14 +156,13 @@ def check_program(program: ProgramOp, loads: dict[str, str] | None = None) -> li
         if isinstance(op, SmemLayoutOp) and op.name in elem:
             layout = smem_layout(op.swizzle, op.atom, op.shape)
             problems += [f"{op.name}: {p}" for p in ldmatrix_phase_problems(layout, op.shape, elem[op.name])[:3]]
-    for g in (op for op in ops if isinstance(op, GemmOp)):
-        for copy_name in (g.a_copy, g.b_copy):
-            copy = copies.get(copy_name)
-            if copy is None or loads is None or copy_name not in loads:
-                continue
-            have = LOAD_OF_ATOM.get(copy.atom, copy.atom)
-            if have != loads[copy_name]:
-                problems.append(f"{copy_name} uses {copy.atom} ({have}) but the lowering chose {loads[copy_name]}")
+    for copy_name in sorted({op.copy for op in ops if isinstance(op, CopyOp) and op.kblock is not None}):
+        copy = copies.get(copy_name)   # a GEMM operand's k-block load
+        if copy is None or loads is None or copy_name not in loads:
+            continue
+        have = LOAD_OF_ATOM.get(copy.atom, copy.atom)
+        if have != loads[copy_name]:
+            problems.append(f"{copy_name} uses {copy.atom} ({have}) but the lowering chose {loads[copy_name]}")
     return problems
 
 

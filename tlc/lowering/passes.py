@@ -5,6 +5,7 @@ PassContext (`LoweringState`) and `--print-after` shows the kernel IR after each
     infer-layouts    shared layouts' swizzles from how the tiles are read
     insert-sync      cp.async waits and barriers from the shared-memory effects
     pipeline         multi-stage copies of a loop (Param Stages, else 2 where shared memory allows)
+    prefetch-operands each GEMM's shared→register loads one k-block ahead of its MMAs
     defer-reductions running row sums reduced across lanes once, after the loop
     check-resources  shared memory and a register estimate against the arch table
 """
@@ -17,7 +18,7 @@ from typing import ClassVar
 from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
-from tlc.kir.ops import ForOp, GemmOp as KirGemmOp, KernelOp, walk
+from tlc.kir.ops import ForOp, KernelOp, MmaOp, walk
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
 from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
@@ -44,7 +45,8 @@ def _kernel(state: LoweringState) -> KernelOp:
     return state.kir.kernels()[0]
 
 
-LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "defer-reductions", "check-resources")
+LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "prefetch-operands", "defer-reductions",
+                  "check-resources")
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,25 @@ class PipelinePass(Pass):
 
 
 @dataclass(frozen=True)
+class PrefetchOperandsPass(Pass):
+    """Shared→register operand loads one k-block ahead of the MMAs (tlc.lowering.prefetch)."""
+
+    name: ClassVar[str] = "prefetch-operands"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.prefetch import prefetch_operands
+
+        state = _state(ctx, self.name)
+        kernel, notes = prefetch_operands(_kernel(state))
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+    def print_state(self, ctx: PassContext) -> str:
+        state = get_state(ctx)
+        return print_kir(state.kir) if state and state.kir else ""
+
+
+@dataclass(frozen=True)
 class DeferReductionsPass(Pass):
     """Running row sums stay per lane in the loop; one cross-lane sum after (tlc.lowering.reductions)."""
 
@@ -182,7 +203,7 @@ class CheckResourcesPass(Pass):
                 smem.append(Allocation(b.name, tl, b.bytes, loc, f"reuses {b.reuses}" if b.reuses else ""))
             extent = shared_extent(shared_buffers(kernel))
             frags, resident, peak = register_fragments(kernel)
-            kir_gemms = [op for op in walk(kernel) if isinstance(op, KirGemmOp)]
+            kir_gemms = [op for op in walk(kernel) if isinstance(op, MmaOp)]
             regs = []
             for f in (f for f in frags if f.what == "accumulator"):
                 tl, loc = self._tl_of_fragment(state, f.name, kir_gemms, tl_gemms)

@@ -101,7 +101,7 @@ def defer_reductions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     out: list[K.Op] = []
     notes: list[str] = []
     for op in kernel.body:
-        if isinstance(op, K.ForOp):
+        if isinstance(op, K.ForOp) and not op.unroll:
             loop, deferred = _defer_in(op, out)
             out.append(loop)
             for acc in deferred:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from tlc.kir.expr import print_expr
-from tlc.kir.ops import (ConvertOp, ForOp, FragmentOp, GemmOp, KernelOp, Op, RetileAccToAOp, RowVectorOp,
+from tlc.kir.ops import (ConvertOp, CopyOp, ForOp, FragmentOp, KernelOp, MmaOp, Op, RetileAccToAOp, RowVectorOp,
                          SharedBufferOp, SharedViewOp, SmemLayoutOp, TiledMmaOp, walk)
 
 BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -109,19 +109,21 @@ def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
             resident += regs
 
     peak = resident
-    for g in (op for op in walk(kernel) if isinstance(op, GemmOp)):
-        acc = table.get(g.acc)
+    for loop in (op for op in walk(kernel) if isinstance(op, ForOp) and op.unroll):
+        g = next((op for op in loop.body if isinstance(op, MmaOp)), None)
+        acc = table.get(g.acc) if g is not None else None
         if not isinstance(acc, FragmentOp):
             continue
         mma = mma_of(g.mma)
         m, n = acc.shape
-        kblocks = 2 if g.prefetch else 1
+        kblocks = 2 if loop.prefetch else 1
+        loaded = {getattr(table.get(c.copy), "kind", "") for c in walk(loop) if isinstance(c, CopyOp)}
         live = 0 if g.acc not in in_loop else acc_regs(acc)
-        if g.a_smem is not None:
+        if "A" in loaded:
             live += kblocks * max(m // (16 * mma.warps[0]), 1) * 4   # 8 half-words per m16k16 atom
         else:
             live += _register_a(table, g.a, acc_regs)
-        if g.b_smem is not None:
+        if "B" in loaded:
             live += kblocks * max(n // (8 * mma.warps[1]), 1) * 2    # 4 half-words per n8k16 atom
         peak = max(peak, resident + live)
     return frags, resident, peak

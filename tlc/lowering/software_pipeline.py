@@ -49,7 +49,7 @@ class Pipeliner:
     def run(self) -> K.KernelOp:
         body = list(self.kernel.body)
         for i, op in enumerate(list(body)):
-            if isinstance(op, K.ForOp) and op.step == 1:
+            if isinstance(op, K.ForOp) and op.step == 1 and not op.unroll:
                 body = self._loop(body, body.index(op))
         return dataclasses.replace(self.kernel, body=tuple(body))
 
@@ -173,9 +173,6 @@ class Pipeliner:
         return rank
 
     def _restage(self, op: K.Op, rank: dict[str, int], stage: Expr) -> K.Op:
-        if isinstance(op, K.GemmOp):
-            return dataclasses.replace(op, a_smem=op.a_smem and _staged(op.a_smem, rank, stage),
-                                       b_smem=op.b_smem and _staged(op.b_smem, rank, stage))
         if isinstance(op, K.CopyOp):
             return dataclasses.replace(op, src=_staged(op.src, rank, stage), dst=_staged(op.dst, rank, stage))
         if isinstance(op, (K.IfOp, K.ForOp)):

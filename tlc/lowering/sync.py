@@ -61,11 +61,9 @@ class _Sync:
         """(async writes, reads, register writes) of `op`, through If bodies."""
         if isinstance(op, K.AsyncCopyOp):
             return {op.buffer} if op.buffer else set(), set(), set()
-        if isinstance(op, K.GemmOp):
-            return set(), set(op.reads), set()
         if isinstance(op, K.CopyOp):
             return set(), set(op.reads), set(op.writes)
-        if isinstance(op, K.IfOp):
+        if isinstance(op, K.IfOp) or (isinstance(op, K.ForOp) and op.unroll):  # a k-block loop syncs as one op
             acc: tuple[set[str], set[str], set[str]] = (set(), set(), set())
             for child in op.body:
                 for mine, theirs in zip(acc, _Sync.effects(child)):
@@ -89,7 +87,7 @@ class _Sync:
     def region(self, ops: tuple[K.Op, ...], st: _State) -> list[K.Op]:
         out: list[K.Op] = []
         for op in ops:
-            if isinstance(op, K.ForOp):
+            if isinstance(op, K.ForOp) and not op.unroll:
                 trial = st.copy()
                 self.region(op.body, trial)
                 entry = st.merge(trial)

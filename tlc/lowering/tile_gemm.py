@@ -11,7 +11,7 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
 from tlc.ir.types import Value
 from tlc.kir import ops as K
-from tlc.kir.expr import Var
+from tlc.kir.expr import Const, Var
 from tlc.lowering.storage import Buffer, Slot
 
 LDSM_N, LDSM_T = "SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T"
@@ -19,7 +19,8 @@ LDSM_N, LDSM_T = "SM75_U32x4_LDSM_N", "SM75_U16x8_LDSM_T"
 
 class GemmRules:
     def _operand(self, v: Value, role: str, major: str | None, op: GemmOp, mma: str) -> tuple[str, int, int, dict]:
-        """(fragment, rows, cols, GemmOp loads) for operand `role` of `op`, computed with TiledMMA `mma`."""
+        """(fragment, rows, cols, its shared-memory load or {}) for operand `role` of `op`, computed with
+        TiledMMA `mma`."""
         s = self.slot(v, op)
         if s.kind == "afrag" and role == "A":
             return s.name, s.rows, s.cols, {}
@@ -58,8 +59,7 @@ class GemmRules:
         view = self._partition(("view", frag, copy), f"{frag}_view", f"{copy}_thr", "retile_D", Var(frag))
         # A: (M, K) as stored. B: (K, N) — a k-major tile is stored (N, K), an mn-major one (K, N).
         rows, cols = (buf.rows, buf.cols) if role == "A" or trans else (buf.cols, buf.rows)
-        return frag, rows, cols, {f"{role.lower()}_smem": Var(smem), f"{role.lower()}_copy": copy,
-                                  f"{role.lower()}_view": view, "_buf": buf.name}
+        return frag, rows, cols, {"smem": Var(smem), "copy": copy, "view": view, "buf": buf.name}
 
     def _memo_decl(self, key: tuple, base: str, make) -> str:
         if key not in self.memo:
@@ -113,7 +113,13 @@ class GemmRules:
                                              region=self.region, logical_cols=logical, mma=mma))
             out += [K.FragmentOp(name=acc.name, mma=mma, role="C", dtype="fp32", shape=(am, bn), loc=op.loc),
                     K.ClearOp(target=acc.name, loc=op.loc)]
-        reads = tuple(ld.pop("_buf") for ld in (a_load, b_load) if ld)
-        out.append(K.GemmOp(mma=mma, acc=acc.name, a=a, b=b, prefetch=True, reads=reads, loc=op.loc,
-                            **a_load, **b_load))
+        # One k-block per trip of an unrolled loop: load the shared operands' k-block, then its MMAs.
+        # `prefetch-operands` moves each load one trip ahead.
+        kb = self.names.fresh("kb")
+        body: list[K.Op] = [
+            K.CopyOp(copy=ld["copy"], src=ld["smem"], dst=Var(ld["view"]), kblock=Var(kb), reads=(ld["buf"],),
+                     loc=op.loc) for ld in (a_load, b_load) if ld]
+        body.append(K.MmaOp(mma=mma, acc=acc.name, a=a, b=b, kblock=Var(kb), loc=op.loc))
+        out.append(K.ForOp(var=kb, start=Const(0), stop=Const(ak // 16), step=1, body=tuple(body), unroll=True,
+                           loc=op.loc))
 

@@ -31,6 +31,7 @@ LOWERING_PIPELINE = [
     "infer-layouts",      # needs the kernel IR's tiles and their readers: swizzles
     "insert-sync",        # needs every copy and read in program order: waits and barriers
     "pipeline",           # rewrites a loop's copies and the waits insert-sync placed into stages
+    "prefetch-operands",  # after sync: each GEMM's operand loads one k-block ahead of its MMAs
     "defer-reductions",   # after the schedule is fixed: moves cross-lane sums out of the loop
     "check-resources",    # needs the final buffers and fragments: shared bytes and registers
 ]

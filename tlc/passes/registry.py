@@ -29,6 +29,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "infer-layouts": _lazy("tlc.lowering.passes:InferLayoutsPass"),
     "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
+    "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),
     "defer-reductions": _lazy("tlc.lowering.passes:DeferReductionsPass"),
     "check-resources": _lazy("tlc.lowering.passes:CheckResourcesPass"),
 }
