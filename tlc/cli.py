@@ -107,7 +107,8 @@ def _replace_keeping_mode(path: Path, text: str) -> None:
         raise TlcError(_err(f"cannot rewrite {path} ({exc.strerror or exc}); left as it was")) from None
 
 
-_LOWERING = {"lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "defer-reductions", "check-resources"}
+_LOWERING = {"lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "prefetch-operands", "defer-reductions",
+             "check-resources"}
 
 
 def cmd_show(args) -> int:

@@ -13,19 +13,19 @@ from tlc.kir.ops_decl import (FragmentOp, GlobalTensorOp, GlobalTileOp, Identity
                               PartitionOp, ProgramOp, RowVectorOp, SharedBufferOp, SharedViewOp, SmemLayoutOp,
                               SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp)
 from tlc.kir.ops_exec import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp, Exp2ScaleOp,
-                              ForOp, GemmOp, IfOp, MapOp, MaskOp, RetileAccToAOp, RowBroadcastOp, RowReduceOp,
+                              ForOp, IfOp, MapOp, MaskOp, MmaOp, RetileAccToAOp, RowBroadcastOp, RowReduceOp,
                               RowStoreOp, WaitOp)
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
 
 OP_CLASSES: dict[str, type[Op]] = {cls.__name__: cls for cls in (
     ProgramOp, ParamsOp, KernelOp, LetOp, TiledMmaOp, SmemLayoutOp, SmemTransposeLayoutOp, SharedBufferOp,
     SharedViewOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, TiledCopyOp, PartitionOp, FragmentOp,
-    RowVectorOp, AsyncCopyOp, CommitOp, WaitOp, BarrierOp, CopyOp, ClearOp, GemmOp, MaskOp, RowReduceOp,
+    RowVectorOp, AsyncCopyOp, CommitOp, WaitOp, BarrierOp, CopyOp, ClearOp, MmaOp, MaskOp, RowReduceOp,
     AllReduceOp, Exp2ScaleOp, RowBroadcastOp, MapOp, ConvertOp, RetileAccToAOp, RowStoreOp, ForOp, IfOp,
     *SM90_OP_CLASSES)}  # the Hopper path's ops (ops_sm90): TMA, mbarriers, wgmma, warp roles
 
 __all__ = ["AllReduceOp", "AsyncCopyOp", "BarrierOp", "ClearOp", "CommitOp", "ConvertOp", "CopyOp",
-           "Exp2ScaleOp", "ForOp", "FragmentOp", "GemmOp", "GlobalTensorOp", "GlobalTileOp",
+           "Exp2ScaleOp", "ForOp", "FragmentOp", "MmaOp", "GlobalTensorOp", "GlobalTileOp",
            "IdentityTileOp", "IfOp", "KernelOp", "LetOp", "MapOp", "MaskOp", "ParamsOp", "PartitionOp",
            "ProgramOp", "RetileAccToAOp", "RowBroadcastOp", "RowReduceOp", "RowStoreOp", "RowVectorOp",
            "SharedBufferOp", "SharedViewOp", "SmemLayoutOp", "SmemTransposeLayoutOp", "TiledCopyOp",
