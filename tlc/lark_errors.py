@@ -1,4 +1,4 @@
-"""lark plumbing shared by the IR text parsers (`tlc.ir.irparser`, `tlc.kir.text`, `tlc.kir.expr`):
+"""lark plumbing shared by the IR text parsers (`tlc.ir.irparser`, `tlc.kir.text`, `tlc.expr.parse`):
 load a `.lark` grammar as LALR with positions, and say in words where a text broke and what was expected.
 """
 from __future__ import annotations

@@ -70,7 +70,7 @@ MALFORMED = {
                                 "2:1", "a coordinate needs a tile shape"),
     "unknown-coordinate": ("Allocate Q in global (4, 4)\nCopy Q (4, 4) in coordinate [Z = 0] from global to shared\n",
                            "2:1", "unknown coordinate 'Z'"),
-    "unknown-function": ("Allocate S in register (foo(4), 4)\n", "1:1", "unknown function 'foo'"),
+    "unknown-function": ("Allocate S in register (foo(4), 4)\n", "1:25", "unknown function 'foo'"),
     "param-named-builtin": ("Param head_idx = 3\n", "1:1", "built-in runtime index"),
     "when-undefined": ("Allocate S in register (4, 4) when Nope\n", "1:1", "no boolean 'Param Nope'"),
     "when-not-boolean": ("Param X = 4\nAllocate S in register (4, 4) when X\n", "2:1", "needs a true/false parameter"),

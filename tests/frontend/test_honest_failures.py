@@ -65,9 +65,12 @@ def test_loops_that_run_or_have_runtime_bounds_are_accepted(header: str) -> None
     ("cdiv(n, BN - 64)", "division by zero in a coordinate"),
 ])
 def test_wrong_function_arity_or_constant_zero_divisor_is_located(expr: str, message: str) -> None:
+    """A bad call is a syntax error at the call's name; a zero divisor, at the statement."""
     text = MHA.replace("Copy K (BN, HeadDim) in coordinate [L = n]", f"Copy K (BN, HeadDim) in coordinate [L = {expr}]")
     line, col, got = only_error(text)
-    assert line == line_of(text, f"[L = {expr}]") and col == 3
+    copy_line = next(t for t in text.splitlines() if f"[L = {expr}]" in t)
+    call_col = copy_line.index(f"[L = {expr}]") + len("[L = ") + 1
+    assert line == line_of(text, f"[L = {expr}]") and col == (3 if "division" in message else call_col)
     assert message in got
 
 

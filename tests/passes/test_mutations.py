@@ -173,7 +173,7 @@ def test_mask_from_the_wrong_trip_is_caught(monkeypatch) -> None:
             if getattr(op, "kind", None) == "causal" and op.from_iteration:
                 (var, e), = op.from_iteration
                 self.body.replace(op, op.__class__(op.results, op.operands, kind=op.kind, alignment=op.alignment,
-                                                   from_iteration=((var, BinOp("+", e, mask_mod.Num(1))),),
+                                                   from_iteration=((var, BinOp("+", e, mask_mod.Const(1))),),
                                                    loc=op.loc))
 
     monkeypatch.setattr(mask_mod._LoopMasks, "causal", late)

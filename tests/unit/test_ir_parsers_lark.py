@@ -85,7 +85,8 @@ _leaves = st.one_of(_names.map(Var), _consts.map(Const))
 
 def _extend(sub: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
     call = st.sampled_from(sorted(FUNCTIONS)).flatmap(
-        lambda fn: st.lists(sub, min_size=FUNCTIONS[fn], max_size=FUNCTIONS[fn]).map(lambda a: Call(fn, tuple(a))))
+        lambda fn: st.lists(sub, min_size=FUNCTIONS[fn][0], max_size=FUNCTIONS[fn][1] or FUNCTIONS[fn][0] + 2).map(
+            lambda a: Call(fn, tuple(a))))
     index = st.tuples(st.sampled_from(["sK", "tSrS", "p.tile"]).map(Var), st.lists(sub, min_size=1, max_size=3))
     return st.one_of(st.builds(BinOp, st.sampled_from(sorted(BINOPS)), sub, sub), sub.map(Neg), call,
                      index.map(lambda t: Index(t[0], tuple(t[1]))))
@@ -153,7 +154,7 @@ def test_malformed_kernel_ir_is_a_located_diagnostic(text: str, line: int, col: 
     ("a +", 4, "expected '(', '-', a name or a number but found the end of the expression"),
     ("(a", 3, "expected ')' or an operator"),
     ("a b", 3, "an operator or the end of the expression but found 'b'"),
-    ("min(a)", 1, "'min' takes 2 argument(s), got 1"),
+    ("min(a)", 1, "'min' takes at least 2 arguments, got 1"),
     ("a ? b", 3, "unexpected character '?'"),
     ("int + 1", 1, "C++ keyword 'int'"),
 ])
@@ -168,7 +169,7 @@ def test_malformed_expression_names_the_column(text: str, col: int, words: str) 
     ('tl.program "x"\n%a = elementwise(%b) {fn = exp} : register(?) fp32', 2, 18, "%b is used before it is defined"),
     ('tl.program "x"\n%a = full() {value = 0.0 : register(?) fp32', 2, 26, "expected ',' or '}' but found ':'"),
     ('tl.program "x"\n%a = full() {value = `1 +`} : register(?) fp32', 2, 26, "expected '(', '-', a name or a number"),
-    ('tl.program "x"\n%a = full() {value = 0.0} : register(BM fp32', 2, 41, "expected '(', ')', ',' or an operator"),
+    ('tl.program "x"\n%a = full() {value = 0.0} : register(BM fp32', 2, 41, "expected '(', ')', ',', '[' or an operator"),
     ('tl.program "x"\n%a = full() {valu = 0.0} : register(?) fp32', 2, 14, "'full' has no attribute 'valu'"),
     ('tl.program "x"\n%a = full() {value = 0.0} : register(?) fp32 $', 2, 46, "unexpected character '$'"),
     ('tl.program "x"\n%a = loop() {var = n} : register(?) fp32', 2, 6, "a loop needs '^(args) ['"),

@@ -9,8 +9,8 @@ CPP_DTYPE = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t", "fp32": "float"
 CPP_SCALAR = {"i32": "int", "i64": "int64_t", "f32": "float", "bool": "bool"}
 CPP_PARAM = {"ptr<bf16>": "cute::bfloat16_t*", "ptr<fp16>": "cute::half_t*", "ptr<f32>": "float*",
              "i32": "int", "i64": "int64_t", "f32": "float"}
-_FUNCS = {"min": "min", "max": "max", "ceil_div": "tlc::ceil_div", "floor_div": "tlc::floor_div",
-          "exp2": "exp2f", "exp": "expf", "sqrt": "sqrtf", "log": "logf", "tanh": "tanhf", "abs": "fabsf", "isnan": "isnan"}
+_FUNCS = {"min": "min", "max": "max", "ceil_div": "tlc::ceil_div", "cdiv": "tlc::ceil_div",
+          "floor_div": "tlc::floor_div", "exp2": "exp2f", "exp": "expf", "sqrt": "sqrtf", "log": "logf", "tanh": "tanhf", "abs": "fabsf", "isnan": "isnan"}
 
 
 def cpp_const(v: int | float | bool) -> str:
@@ -29,6 +29,8 @@ def _cpp_call(fn: str, args: list[str]) -> str:
         return f"({args[0]} != {args[0]})"
     if fn == "select":
         return f"({args[0]} ? {args[1]} : {args[2]})"
+    if fn in ("min", "max") and len(args) > 2:  # the language's min and max take any number; C++'s two
+        return _cpp_call(fn, [_cpp_call(fn, args[:-1]), args[-1]])
     return f"{_FUNCS[fn]}({', '.join(args)})"
 
 

@@ -1,150 +1,32 @@
 """The TL abstract syntax tree: one frozen dataclass per statement, each with its `Loc`.
 
 Produced by `tlc.frontend.parser`, printed back to TL text by `tlc.frontend.format`,
-lowered to the TL graph by `tlc.frontend.lower`. Integer expressions (`Expr`) are
-shared with the IR, which keeps tile shapes symbolic (`BM`, `HeadDim`).
+lowered to the TL graph by `tlc.frontend.lower`. Expressions are `tlc.expr` nodes, shared
+with the TL graph (symbolic tile shapes `BM`, `HeadDim`) and the kernel IR.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Mapping, Union
 
 from tlc.diagnostics import Loc, UNKNOWN_LOC
+from tlc.expr import BinOp, Call, Const, Expr, ExprError, Neg, Var, eval_expr, free_names
+from tlc.expr import call_problem as _call_problem
 
 # ---------------------------------------------------------------- expressions
+# The nodes are those of `tlc.expr`, shared with the TL graph and the kernel IR. TL spells a
+# number `Num` and a name `Name`; the classes are the same.
 
+Num = Const
+Name = Var
+expr_names = free_names
 
-@dataclass(frozen=True)
-class Num:
-    value: float | int
-
-    def __str__(self) -> str:
-        v = self.value
-        if isinstance(v, float):
-            if math.isinf(v):
-                return "-inf" if v < 0 else "inf"
-            return repr(v)
-        return str(v)
-
-
-@dataclass(frozen=True)
-class Name:
-    id: str
-
-    def __str__(self) -> str:
-        return self.id
-
-
-@dataclass(frozen=True)
-class BinOp:
-    op: str  # + - * / %
-    lhs: "Expr"
-    rhs: "Expr"
-
-    def __str__(self) -> str:
-        return f"{_paren(self.lhs, self.op, False)} {self.op} {_paren(self.rhs, self.op, True)}"
-
-
-@dataclass(frozen=True)
-class Neg:
-    operand: "Expr"
-
-    def __str__(self) -> str:
-        inner = str(self.operand)
-        return f"-{inner}" if isinstance(self.operand, (Num, Name, Call)) else f"-({inner})"
-
-
-@dataclass(frozen=True)
-class Call:
-    fn: str
-    args: tuple["Expr", ...]
-
-    def __str__(self) -> str:
-        return f"{self.fn}({', '.join(str(a) for a in self.args)})"
-
-
-Expr = Union[Num, Name, BinOp, Neg, Call]
-
-_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2}
-
-
-def _paren(e: Expr, parent: str, right: bool) -> str:
-    if isinstance(e, BinOp):
-        p, q = _PREC[e.op], _PREC[parent]
-        if p < q or (right and p == q):
-            return f"({e})"
-    return str(e)
-
-
-# name → (fewest, most) arguments; None: no upper bound. eval_expr and the frontend's
-# check both read this table, so an arity the checker accepts always evaluates.
-EXPR_FUNCTIONS: dict[str, tuple[int, int | None]] = {"cdiv": (2, 2), "min": (2, None), "max": (2, None)}
+# The functions a TL program may call (a subset of `tlc.expr.FUNCTIONS`).
+TL_FUNCTIONS = ("cdiv", "min", "max")
 
 
 def call_problem(fn: str, n_args: int) -> str | None:
-    """Why `fn(…n_args…)` is not a valid call of a built-in function, or None."""
-    if fn not in EXPR_FUNCTIONS:
-        return f"unknown function '{fn}'; the functions are cdiv(a, b), min(a, b, …) and max(a, b, …)"
-    least, most = EXPR_FUNCTIONS[fn]
-    if n_args < least or (most is not None and n_args > most):
-        want = f"exactly {least}" if most == least else f"at least {least}"
-        form = "cdiv(a, b)" if fn == "cdiv" else f"{fn}(a, b, …)"
-        return f"'{fn}' takes {want} arguments, got {n_args}; write {form}"
-    return None
-
-
-class ExprError(Exception):
-    """An expression could not be evaluated (unbound name, division by zero)."""
-
-
-def eval_expr(e: Expr, env: Mapping[str, float | int], *, ceil_div: bool = False) -> float | int:
-    """Evaluate with `env`; `/` on integers rounds down, or up when `ceil_div` (loop bounds)."""
-    if isinstance(e, Num):
-        return e.value
-    if isinstance(e, Name):
-        if e.id not in env:
-            raise ExprError(f"'{e.id}' has no value here")
-        return env[e.id]
-    if isinstance(e, Neg):
-        return -eval_expr(e.operand, env, ceil_div=ceil_div)
-    if isinstance(e, Call):
-        problem = call_problem(e.fn, len(e.args))
-        if problem:
-            raise ExprError(problem)
-        args = [eval_expr(a, env, ceil_div=ceil_div) for a in e.args]
-        if e.fn == "cdiv":
-            if args[1] == 0:
-                raise ExprError("cdiv by zero")
-            return -(-args[0] // args[1])
-        return (min if e.fn == "min" else max)(args)
-    a = eval_expr(e.lhs, env, ceil_div=ceil_div)
-    b = eval_expr(e.rhs, env, ceil_div=ceil_div)
-    if e.op == "+":
-        return a + b
-    if e.op == "-":
-        return a - b
-    if e.op == "*":
-        return a * b
-    if b == 0:
-        raise ExprError(f"division by zero in '{e}'")
-    if e.op == "%":
-        return a % b
-    if isinstance(a, int) and isinstance(b, int):
-        return -(-a // b) if ceil_div else a // b
-    return a / b
-
-
-def expr_names(e: Expr) -> set[str]:
-    if isinstance(e, Name):
-        return {e.id}
-    if isinstance(e, Neg):
-        return expr_names(e.operand)
-    if isinstance(e, Call):
-        return set().union(*(expr_names(a) for a in e.args)) if e.args else set()
-    if isinstance(e, BinOp):
-        return expr_names(e.lhs) | expr_names(e.rhs)
-    return set()
+    """Why `fn(…n_args…)` is not a valid call of a TL built-in function, or None."""
+    return _call_problem(fn, n_args, TL_FUNCTIONS)
 
 
 # ---------------------------------------------------------------- statements
@@ -293,3 +175,9 @@ class ForStmt(Stmt):
 class Program:
     file: str
     body: tuple[Stmt, ...]
+
+
+__all__ = ["AllocateStmt", "Arg", "BinOp", "Call", "ComputeStmt", "Const", "CopyStmt", "Expr", "ExprError",
+           "ForStmt", "GemmStmt", "InputStmt", "MaskStmt", "Name", "Neg", "Num", "Operand", "ParamStmt",
+           "Program", "ReshapeStmt", "SoftmaxStmt", "Stmt", "TL_FUNCTIONS", "Var", "call_problem", "eval_expr",
+           "expr_names"]

@@ -21,7 +21,8 @@ from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, 
                         ScalarOp, SoftmaxOp)
 from tlc.ir.types import (MEMORY_DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Value, canonical_dtype,
                           dtype_spellings)
-from tlc.frontend.lower_scopes import assigned_names, sketch_prelude, subexprs, drop_dead_carried
+from tlc.expr import subexprs
+from tlc.frontend.lower_scopes import assigned_names, sketch_prelude, drop_dead_carried
 
 COORD_KEYS = {"L": 0, "C": 1}
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -114,9 +115,7 @@ class Lowerer:
                 continue
             self.err(f"undefined name '{n}' in {what}{self.suggest(n, self.scalar_names())}; "
                      "declare it with 'Param' or 'Input'", loc)
-        for x in subexprs(e):
-            if isinstance(x, A.Call) and A.call_problem(x.fn, len(x.args)):
-                self.err(f"{A.call_problem(x.fn, len(x.args))} (in {what})", loc)
+        for x in subexprs(e):  # calls and operators were checked by the parser, at their column
             divisor = x.rhs if isinstance(x, A.BinOp) and x.op in "/%" else (
                 x.args[1] if isinstance(x, A.Call) and x.fn == "cdiv" and len(x.args) == 2 else None)
             if divisor is not None and self.constant(divisor) == 0:
@@ -416,14 +415,14 @@ class Lowerer:
 
     def arg(self, arg: A.Arg) -> Value | None:
         e = arg.expr
-        if isinstance(e, A.Name) and e.id not in self.scalar_names():
-            v = self.operand(e.id, arg.loc, "an argument")
+        if isinstance(e, A.Name) and e.name not in self.scalar_names():
+            v = self.operand(e.name, arg.loc, "an argument")
             if v is not None and v.type.space == "global":
-                self.err(f"'{e.id}' is in global memory; copy it to shared or registers first", arg.loc)
+                self.err(f"'{e.name}' is in global memory; copy it to shared or registers first", arg.loc)
                 return None
             return v
         self.check_expr(e, arg.loc, "a Compute argument")
-        v = self.fresh(e.id if isinstance(e, A.Name) else "c", SCALAR)
+        v = self.fresh(e.name if isinstance(e, A.Name) else "c", SCALAR)
         self.emit(ScalarOp((v,), (), expr=e, loc=arg.loc))
         return v
 

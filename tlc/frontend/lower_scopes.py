@@ -33,18 +33,6 @@ def sketch_prelude(stmts) -> list[A.Stmt]:
             for (name, space), loc in wanted.items() if (name, space) not in allocated]
 
 
-def subexprs(e: A.Expr):
-    yield e
-    if isinstance(e, A.BinOp):
-        yield from subexprs(e.lhs)
-        yield from subexprs(e.rhs)
-    elif isinstance(e, A.Neg):
-        yield from subexprs(e.operand)
-    elif isinstance(e, A.Call):
-        for a in e.args:
-            yield from subexprs(a)
-
-
 def assigned_names(stmts) -> dict[str, set[str]]:
     """name → spaces that a loop body (recursively) assigns."""
     out: dict[str, set[str]] = {}

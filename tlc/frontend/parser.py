@@ -15,8 +15,11 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, DiagnosticSink, Loc, Note, TlcError, error
+from tlc.expr import ARITHMETIC, ExprBuilder
+from tlc.expr.parse import OPERATORS, load_with_expr, merge_builder, number_value
 from tlc.frontend import ast as A
-from tlc.frontend.names import unknown_operation
+from tlc.frontend.names import identifier_problem, unknown_operation
+from tlc.lark_errors import visit_position
 
 MAX_SOURCE_BYTES = 1_000_000
 MAX_ERRORS = 25
@@ -29,7 +32,7 @@ MAX_EXPR_OPERATORS = 64
 STATEMENT_WORDS = ("Param", "Input", "Allocate", "Copy", "Compute", "Reshape", "for", "end")
 
 _TERMINAL_WORDS = {
-    "NAME": "a name", "NUMBER": "a number", "COMMA": "','", "LPAR": "'('", "RPAR": "')'",
+    "NAME": "a name", "IDENT": "a name", "NUMBER": "a number", "COMMA": "','", "LPAR": "'('", "RPAR": "')'",
     "EQUAL": "'='", "COLON": "':'", "LSQB": "'['", "RSQB": "']'", "PLUS": "'+'", "MINUS": "'-'",
     "STAR": "'*'", "SLASH": "'/'", "PERCENT": "'%'", "$END": "the end of the line",
     "TRANSPOSE": "'.T'", "GEMM_MODE": "'get' or 'accumulate'", "NEW": "'new'",
@@ -46,16 +49,52 @@ def _word(terminal: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
-    path = Path(__file__).with_name("tl.lark")
-    return Lark(path.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False,
-                start=["start", "expr"])
+    return load_with_expr(Path(__file__).with_name("tl.lark"), ("start", "expr"), maybe_placeholders=False)
 
 
 # ------------------------------------------------------------------ line → statement
 
 
+class _TLExprs(ExprBuilder):
+    """The TL subset of the expression language: `+ - * / %`, `cdiv`, `min`, `max` and names a
+    TL program can declare. Whatever else the shared grammar reads is refused at its column."""
+
+    def var(self, items):
+        tok = items[0]
+        name = str(tok)
+        if "." in name:
+            dot = tok.column + name.index(".")
+            raise _LineError(f"unexpected '{name[name.index('.'):]}': only '.T' (transpose) may follow a name",
+                             tok, col=dot, end=tok.end_column)
+        problem = "'_' stands for a whole mode in the kernel IR; rename it" if name == "_" else identifier_problem(name)
+        if problem:
+            raise _LineError(problem, tok)
+        return super().var(items)
+
+    def binop(self, items):
+        op = items[1]
+        if str(op) not in ARITHMETIC:
+            raise _LineError(f"'{op}' is not a TL operator; TL expressions use +, -, *, / and %", op)
+        return super().binop(items)
+
+    def call(self, items):
+        problem = A.call_problem(str(items[0]), len(items) - 1)
+        if problem:
+            raise _LineError(problem, items[0])
+        return super().call(items)
+
+    def index(self, items):
+        raise _LineError(f"'{items[0]}[…]' indexes a tile, which a TL expression cannot do; "
+                         "name a tile's position with 'in coordinate [L = …]'", items[0])
+
+
+def _transformer(file: str, lineno: int) -> Transformer:
+    return merge_builder(_ToAst(file, lineno), _TLExprs())
+
+
 class _ToAst(Transformer):
-    """lark tree of one line → one `ast.Stmt`; positions become `Loc`s on `lineno`."""
+    """lark tree of one line → one `ast.Stmt`; positions become `Loc`s on `lineno`. Expressions
+    are built by `_TLExprs`, merged in by `_transformer`."""
 
     def __init__(self, file: str, lineno: int):
         super().__init__()
@@ -66,28 +105,8 @@ class _ToAst(Transformer):
         end = getattr(meta_or_tok, "end_column", col + 1) or col + 1
         return Loc(self.file, self.lineno, col, end)
 
-    # expressions
     def number(self, items):
-        text = str(items[0])
-        value = float(text) if any(c in text for c in ".eE") else int(text)
-        return A.Num(value)
-
-    def name(self, items):
-        return A.Name(str(items[0]))
-
-    def call(self, items):
-        return A.Call(str(items[0]), tuple(items[1:]))
-
-    def neg(self, items):
-        (x,) = items
-        if isinstance(x, A.Num):
-            return A.Num(-x.value)
-        return A.Neg(x)
-
-    def _bin(op):  # noqa: N805 - small factory for the four operators
-        return lambda self, items: A.BinOp(op, items[0], items[1])
-
-    add, sub, mul, div, mod = _bin("+"), _bin("-"), _bin("*"), _bin("/"), _bin("%")
+        return A.Num(number_value(str(items[0])))
 
     def shape(self, items):
         return tuple(items)
@@ -239,24 +258,25 @@ def _too_long(text: str) -> tuple[str, int] | None:
 
 
 class _LineError(Exception):
-    def __init__(self, message: str, token):
+    """A refusal from a transformer callback at `token` (or at columns `col`..`end` of its line)."""
+
+    def __init__(self, message: str, token, *, col: int | None = None, end: int | None = None):
         super().__init__(message)
         self.token = token
+        self.col = col if col is not None else getattr(token, "column", 1) or 1
+        self.end = end if end is not None else getattr(token, "end_column", self.col + 1) or self.col + 1
 
 
 def parse_expr(text: str) -> A.Expr:
-    """One integer/scalar expression (used by the IR text parser and `-D` checks)."""
+    """One TL expression on its own (the launcher reads the ABI's head offsets with it)."""
     problem = _too_long(text)
     if problem:
         raise ValueError(problem[0])
-    return _ToAst("<expr>", 1).transform(_lark().parse(text, start="expr"))
+    return _transformer("<expr>", 1).transform(_lark().parse(text, start="expr"))
 
 
 def _parse_line(text: str, file: str, lineno: int):
-    tree = _lark().parse(text, start="start")
-    tr = _ToAst(file, lineno)
-    tr._line = text
-    return tr.transform(tree)
+    return _transformer(file, lineno).transform(_lark().parse(text, start="start"))
 
 
 # ------------------------------------------------------------------ friendly errors
@@ -275,7 +295,7 @@ def _hint(text: str, exc: UnexpectedInput) -> str:
     if isinstance(exc, UnexpectedCharacters):
         return f"unexpected character {text[col - 1]!r}"
     if isinstance(exc, (UnexpectedToken, UnexpectedEOF)):
-        expected = sorted({_word(t) for t in exc.expected if not t.startswith("__")})
+        expected = _expected_words(exc.expected)
         got = "the end of the line" if isinstance(exc, UnexpectedEOF) or getattr(exc.token, "type", "") == "$END" else f"'{exc.token}'"
         lead = first.lower()
         shape_hint = {
@@ -292,6 +312,15 @@ def _hint(text: str, exc: UnexpectedInput) -> str:
             shape_hint = " (an elementwise Compute ends with 'and get [new] NAME')"
         return f"expected {_join(expected)} but found {got}{shape_hint}"
     return "syntax error"
+
+
+def _expected_words(terminals) -> list[str]:
+    """lark's expected terminals in words; the binary operators, where one may come, are named
+    together as 'an operator' ('-' alone, where an operand must come, is the unary minus)."""
+    names = {t for t in terminals if not t.startswith("__")}
+    if names & OPERATORS - {"MINUS"}:
+        names = names - OPERATORS | {"an operator"}
+    return sorted({n if n == "an operator" else _word(n) for n in names})
 
 
 _COMPUTE_OP = re.compile(r"(\s*compute\s+)([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
@@ -447,9 +476,14 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
             continue
         except VisitError as exc:
             orig = exc.orig_exc
-            tok = getattr(orig, "token", None)
-            col = getattr(tok, "column", 1) or 1
-            sink.error(str(orig), Loc(file, lineno, col, (getattr(tok, "end_column", col + 1) or col + 1)))
+            unknown = _unknown_operation(line, file, lineno)
+            if unknown is not None:  # `Compute GEM Q, K.T`: the word, not what follows it
+                sink.error(*unknown)
+            elif isinstance(orig, _LineError):
+                sink.error(str(orig), Loc(file, lineno, orig.col, orig.end))
+            else:  # a node that refused to be built (`fail`), or a number Python cannot read
+                message = orig.diagnostics[0].message if isinstance(orig, TlcError) else str(orig)
+                sink.error(message, Loc(file, lineno, visit_position(exc)[1]))
             continue
         if isinstance(item, tuple) and item[0] == "for":
             _, var, start, stop, indented, loc = item

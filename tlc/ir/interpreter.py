@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import torch
 
-from tlc.frontend.ast import ExprError, eval_expr
+from tlc.expr import ExprError, eval_expr
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)

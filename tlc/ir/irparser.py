@@ -16,19 +16,19 @@ from lark import Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
 from tlc.diagnostics import GLOBAL_SOURCES, Loc, TlcError, error
-from tlc.frontend import ast as A
+from tlc.expr import Var
+from tlc.expr.parse import OPERATORS, WORDS, load_with_expr, merge_builder
 from tlc.ir.graph import Graph
 from tlc.ir.ops import OP_CLASSES, LoopOp, Op
 from tlc.ir.types import TileType, Value
-from tlc.lark_errors import describe, load_grammar, visit_position
+from tlc.lark_errors import describe, visit_position
 
 _GRAMMAR = Path(__file__).with_name("ir.lark")
 SOURCE = "<ir>"  # the file name parse errors are reported in
 _STARTS = ("start", "attr", "type")
-_WORDS = {"_PROGRAM": 'tl.program "FILE"', "NAME": "a name", "NUMBER": "a number", "INT": "a number",
-          "REF": "a %value", "STRING": 'a "string"', "PARAM_VALUE": "a value", "QMARK": "'?'", "_NL": "a new line",
+_WORDS = {**WORDS, "_PROGRAM": 'tl.program "FILE"', "WORD": "a name", "INT": "a number", "REF": "a %value",
+          "STRING": 'a "string"', "PARAM_VALUE": "a value", "QMARK": "'?'", "_NL": "a new line",
           "$END": "the end of the text"}
-_OPERATORS = frozenset({"PLUS", "MINUS", "STAR", "SLASH", "PERCENT"})
 _STRUCTURAL = ("results", "operands", "loc", "body", "args", "yields")  # fields that are not attributes
 _WORD_VALUES = {"none": None, "true": True, "false": False, "inf": float("inf"), "nan": float("nan")}
 
@@ -58,27 +58,8 @@ def _fail(token: Token, message: str) -> TlcError:
 
 
 class _ToLines(Transformer):
-    """lark tree → header entries and `_Line`s; expressions become frontend AST nodes."""
-
-    # expressions: the same trees the frontend builds for `seqlen_k / BN`
-    def num(self, items):
-        text = str(items[0])
-        return A.Num(float(text) if any(c in text for c in ".eE") else int(text))
-
-    def name(self, items):
-        return A.Name(str(items[0]))
-
-    def call(self, items):
-        return A.Call(str(items[0]), tuple(items[1:]))
-
-    def neg(self, items):
-        (x,) = items
-        return A.Num(-x.value) if isinstance(x, A.Num) else A.Neg(x)
-
-    def _bin(op):  # noqa: N805 - small factory for the five operators
-        return lambda self, items: A.BinOp(op, items[0], items[1])
-
-    add, sub, mul, div, mod = _bin("+"), _bin("-"), _bin("*"), _bin("/"), _bin("%")
+    """lark tree → header entries and `_Line`s; expressions are built by `tlc.expr`'s builder,
+    merged in by `_transform`."""
 
     # attributes
     def word(self, items):
@@ -156,12 +137,20 @@ class _ToLines(Transformer):
         return items
 
 
+def _grammar():
+    return load_with_expr(_GRAMMAR, _STARTS)
+
+
+def _transform(tree) -> Any:
+    return merge_builder(_ToLines()).transform(tree)
+
+
 def _param_value(text: str) -> Any:
     """`?` is an unset Param; a value the attribute syntax cannot read stays the printed text."""
     if text == "?":
         return None
     try:
-        return _ToLines().transform(load_grammar(_GRAMMAR, _STARTS).parse(text, start="attr"))
+        return _transform(_grammar().parse(text, start="attr"))
     except (UnexpectedInput, VisitError):
         return text
 
@@ -171,7 +160,7 @@ def _coerce(cls, attrs: dict[str, Any]) -> dict[str, Any]:
     out = dict(attrs)
     for f in dataclasses.fields(cls):
         if f.name in out and "tuple[str" in str(f.type) and isinstance(out[f.name], tuple):
-            out[f.name] = tuple(str(x) if isinstance(x, A.Name) else x for x in out[f.name])
+            out[f.name] = tuple(x.name if isinstance(x, Var) else x for x in out[f.name])
         if f.name in out and str(f.type).startswith("float") and isinstance(out[f.name], int):
             out[f.name] = float(out[f.name])
     return out
@@ -249,19 +238,24 @@ def _build(file: str, entries: list) -> Graph:
 
 def _parse(text: str, start: str) -> Any:
     """Parse and transform `text` from rule `start`; syntax errors become located diagnostics."""
-    parser = load_grammar(_GRAMMAR, _STARTS)
+    parser = _grammar()
     try:
-        return _ToLines().transform(parser.parse(text + "\n" if start == "start" else text, start=start))
+        return _transform(parser.parse(text + "\n" if start == "start" else text, start=start))
     except UnexpectedInput as exc:
         GLOBAL_SOURCES.add(SOURCE, text)
-        message, line, col = describe(exc, text, parser, _WORDS, "the end of the text", _OPERATORS,
+        message, line, col = describe(exc, text, parser, _WORDS, "the end of the text", OPERATORS,
                                        frozenset({"PARAM_VALUE"}))
         raise TlcError(error(message, Loc(SOURCE, line, col))) from None
     except VisitError as exc:
-        if not isinstance(exc.orig_exc, (TypeError, ValueError)):
-            raise exc.orig_exc from None
+        orig = exc.orig_exc
+        if isinstance(orig, TlcError):  # the expression builder's refusal (an unknown function, …)
+            message = orig.diagnostics[0].message
+        elif isinstance(orig, (TypeError, ValueError)):
+            message = f"malformed IR text: {orig}"
+        else:
+            raise orig from None
         GLOBAL_SOURCES.add(SOURCE, text)
-        raise TlcError(error(f"malformed IR text: {exc.orig_exc}", Loc(SOURCE, *visit_position(exc)))) from None
+        raise TlcError(error(message, Loc(SOURCE, *visit_position(exc)))) from None
     except RecursionError:
         raise TlcError(error("IR text nested too deeply to read", Loc(SOURCE, 1, 1))) from None
 

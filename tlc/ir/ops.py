@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tlc.diagnostics import UNKNOWN_LOC, Loc
-from tlc.frontend.ast import Expr
+from tlc.expr import Expr
 from tlc.ir.types import SPACES, Value
 
 if TYPE_CHECKING:

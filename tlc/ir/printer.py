@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tlc.frontend.ast import BinOp, Call, Expr, Name, Neg, Num
+from tlc.expr import Expr
 from tlc.ir.graph import Graph
 from tlc.ir.ops import LoopOp, Op
-
-_EXPR_TYPES = (Num, Name, BinOp, Neg, Call)
 
 
 def format_attr(value: Any) -> str:
@@ -24,7 +22,7 @@ def format_attr(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return repr(value) if isinstance(value, float) else str(value)
-    if isinstance(value, _EXPR_TYPES):
+    if isinstance(value, Expr):
         return f"`{value}`"
     if isinstance(value, str):
         return value if value.replace("_", "a").isalnum() and not value[:1].isdigit() else f'"{value}"'

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from tlc.frontend.ast import Expr
+from tlc.expr import Expr
 
 SPACES = ("global", "shared", "register")
 ROLES = ("none", "acc", "A", "B")

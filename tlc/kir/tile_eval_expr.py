@@ -60,14 +60,16 @@ def _call(fn: str, args: list[torch.Tensor]) -> torch.Tensor:
         return _UNARY[fn](_float(args[0]))
     if fn == "select":
         return torch.where(args[0].to(torch.bool), _float(args[1]), _float(args[2]))
+    if fn in ("min", "max"):
+        pick = torch.fmin if fn == "min" else torch.fmax
+        out = _float(args[0])
+        for x in args[1:]:
+            out = pick(out, _float(x))
+        return out
     a, b = (_float(x) for x in args)
-    if fn == "max":
-        return torch.fmax(a, b)
-    if fn == "min":
-        return torch.fmin(a, b)
     if fn == "floor_div":
         return torch.div(a, b, rounding_mode="floor")
-    if fn == "ceil_div":
+    if fn in ("ceil_div", "cdiv"):
         return -torch.div(-a, b, rounding_mode="floor")
     raise TileFault(f"function {fn} has no elementwise meaning")
 

@@ -78,12 +78,12 @@ def _stored(graph: Graph) -> set[str]:
 
 
 def _rows_text(e: A.Expr, graph: Graph, loc: Loc) -> str:
-    if isinstance(e, A.Name) and graph.inputs.get(e.id) == "int":
-        return e.id
+    if isinstance(e, A.Name) and graph.inputs.get(e.name) == "int":
+        return e.name
     if isinstance(e, A.Num) and isinstance(e.value, int):
         return str(e.value)
-    if isinstance(e, A.Name) and isinstance(graph.params.get(e.id), int):
-        return str(graph.params[e.id])
+    if isinstance(e, A.Name) and isinstance(graph.params.get(e.name), int):
+        return str(graph.params[e.name])
     raise fail(f"tlc build: the rows of a global tensor must be an `Input … : int` (a sequence length) or a "
                f"number, not '{e}'", loc)
 
@@ -126,7 +126,7 @@ def _grid(graph: Graph, int_value) -> tuple[str, int]:
         if not isinstance(op, CopyOp) or "global" not in (op.src_space, op.dst_space) or op.tile is None:
             continue
         coord = dict(op.coord).get("L")
-        if isinstance(coord, A.Name) and coord.id == "block_idx":
+        if isinstance(coord, A.Name) and coord.name == "block_idx":
             tensor = op.operands[0] if op.src_space == "global" else op.operands[1]
             alloc = graph.root().producer(tensor) if graph.root().producer(tensor) else None
             if isinstance(alloc, AllocateOp):

@@ -1,24 +1,27 @@
-"""TL expressions → kernel-IR expressions: the one bridge between the two levels.
+"""TL expressions in the kernel: which names they read there and what their division means.
 
-Params become constants, runtime Inputs read the launch struct (`p.seqlen_k`), the built-in
-indices (`block_idx`, `head_idx`, `batch_idx`, `group`) and loop variables become the kernel's
-scalars. Division follows the language: it rounds up in a loop bound and down elsewhere, so the
-kernel's loop runs exactly the trips the interpreter runs.
+The TL graph and the kernel IR share one expression language (`tlc.expr`), so nothing is
+translated node by node; one rewrite applies the lowering's decisions. Params become constants,
+runtime Inputs read the launch struct (`p.seqlen_k`), the built-in indices (`block_idx`,
+`head_idx`, `batch_idx`, `group`) and loop variables become the kernel's scalars, TL's `cdiv` is
+the kernel's `ceil_div`. Division follows the language: an integer `/` rounds up in a loop bound
+and down elsewhere (C++ would truncate), so the kernel's loop runs exactly the interpreter's trips.
 """
 from __future__ import annotations
 
+from functools import reduce
 from typing import Mapping
 
 from tlc.diagnostics import Loc, fail
-from tlc.frontend import ast as A
-from tlc.kir.expr import BinOp, Call, Const, Expr, Neg, Var
+from tlc.expr import BinOp, Call, Const, Expr, Var, fold_node, rewrite, subexprs
 
 BUILTINS = ("block_idx", "head_idx", "batch_idx", "group")
+_KERNEL_CALLS = {"cdiv": "ceil_div"}  # TL spelling → the kernel's
 
 
 class ExprLowering:
-    """Translate TL `Expr`s in one program. `scalars` maps TL names (loop variables, scalar
-    values, built-ins) to the kernel-IR names they have in the kernel."""
+    """Lower TL `Expr`s of one program. `scalars` maps TL names (loop variables, scalar values,
+    built-ins) to the kernel-IR names they have in the kernel."""
 
     def __init__(self, params: Mapping[str, object], inputs: Mapping[str, str],
                  fields: Mapping[str, str]) -> None:
@@ -33,29 +36,27 @@ class ExprLowering:
         if is_float:
             self.float_names.add(kir_name)
 
-    def lower(self, e: A.Expr, loc: Loc | None, *, ceil: bool = False) -> Expr:
-        """`e` as a kernel-IR expression; `ceil`: `/` rounds up (loop bounds)."""
-        if isinstance(e, A.Num):
-            return Const(e.value)
-        if isinstance(e, A.Name):
-            return self._name(e.id, loc)
-        if isinstance(e, A.Neg):
-            inner = self.lower(e.operand, loc, ceil=ceil)
-            return Const(-inner.value) if isinstance(inner, Const) and not isinstance(inner.value, bool) else Neg(inner)
-        if isinstance(e, A.Call):
-            args = tuple(self.lower(a, loc, ceil=ceil) for a in e.args)
-            if e.fn == "cdiv" and len(args) == 2:
-                return _fold(Call("ceil_div", args))
-            if e.fn in ("min", "max") and len(args) == 2:
-                return _fold(Call(e.fn, args))
-            raise fail(f"tlc build: cannot lower the call '{e}': cdiv(a, b), min(a, b) and max(a, b) are "
+    def lower(self, e: Expr, loc: Loc | None, *, ceil: bool = False) -> Expr:
+        """`e` as the kernel computes it; `ceil`: an integer `/` rounds up (loop bounds)."""
+        def rule(x: Expr) -> Expr:
+            if isinstance(x, Var):
+                return self._name(x.name, loc)
+            if isinstance(x, Call):
+                x = self._call(x, loc)
+            elif isinstance(x, BinOp) and x.op == "/" and self._is_int(x.lhs) and self._is_int(x.rhs):
+                x = Call("ceil_div" if ceil else "floor_div", (x.lhs, x.rhs))
+            return fold_node(x)
+
+        return rewrite(e, rule)
+
+    def _call(self, e: Call, loc: Loc | None) -> Expr:
+        fn = _KERNEL_CALLS.get(e.fn, e.fn)
+        if fn in ("min", "max"):  # C++'s min and max take two arguments
+            return reduce(lambda acc, arg: fold_node(Call(fn, (acc, arg))), e.args[1:], e.args[0])
+        if fn not in ("ceil_div", "floor_div"):
+            raise fail(f"tlc build: cannot lower the call '{e}': cdiv(a, b), min(a, b, …) and max(a, b, …) are "
                        "supported", loc)
-        if isinstance(e, A.BinOp):
-            lhs, rhs = self.lower(e.lhs, loc, ceil=ceil), self.lower(e.rhs, loc, ceil=ceil)
-            if e.op == "/" and self._is_int(lhs) and self._is_int(rhs):
-                return _fold(Call("ceil_div" if ceil else "floor_div", (lhs, rhs)))
-            return _fold(BinOp(e.op, lhs, rhs))
-        raise fail(f"tlc build: cannot lower the expression '{e}'", loc)
+        return Call(fn, e.args)
 
     def _name(self, name: str, loc: Loc | None) -> Expr:
         if name in self.scalars:
@@ -73,40 +74,17 @@ class ExprLowering:
 
     def _is_int(self, e: Expr) -> bool:
         """Integer-valued: no float constant, float Input or float scalar inside."""
-        if isinstance(e, Const):
-            return not isinstance(e.value, float)
-        if isinstance(e, Var):
-            return e.name not in self.float_names
-        if isinstance(e, Neg):
-            return self._is_int(e.arg)
-        if isinstance(e, BinOp):
-            return self._is_int(e.lhs) and self._is_int(e.rhs)
-        if isinstance(e, Call):
-            return all(self._is_int(a) for a in e.args)
+        for x in subexprs(e):
+            if isinstance(x, Const) and isinstance(x.value, float):
+                return False
+            if isinstance(x, Var) and x.name in self.float_names:
+                return False
         return True
 
-    def int_value(self, e: A.Expr, loc: Loc | None, what: str) -> int:
+    def int_value(self, e: Expr, loc: Loc | None, what: str) -> int:
         """A compile-time integer (tile extents, head dims)."""
         k = self.lower(e, loc)
         if not isinstance(k, Const) or isinstance(k.value, bool) or not float(k.value).is_integer():
             raise fail(f"tlc build: {what} '{e}' must be a compile-time integer (a Param or a number)", loc)
         return int(k.value)
 
-
-def _fold(e: Expr) -> Expr:
-    """Fold constant arithmetic so static extents stay static in the C++."""
-    if isinstance(e, BinOp) and isinstance(e.lhs, Const) and isinstance(e.rhs, Const):
-        a, b = e.lhs.value, e.rhs.value
-        if e.op in "+-*":
-            return Const({"+": a + b, "-": a - b, "*": a * b}[e.op])
-        if e.op == "%" and b:
-            return Const(a % b)
-    if isinstance(e, Call) and all(isinstance(a, Const) for a in e.args):
-        a, b = (x.value for x in e.args)
-        if e.fn == "ceil_div" and b:
-            return Const(-(-a // b))
-        if e.fn == "floor_div" and b:
-            return Const(a // b)
-        if e.fn in ("min", "max"):
-            return Const(min(a, b) if e.fn == "min" else max(a, b))
-    return e

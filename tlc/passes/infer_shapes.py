@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from tlc.diagnostics import Note
-from tlc.frontend.ast import Expr
+from tlc.expr import Expr
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, ReshapeOp,
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from tlc.frontend.ast import BinOp, Call, Expr, Name, Num
+from tlc.expr import BinOp, Call, Const, Expr, Var
 from tlc.ir.graph import Graph
 from tlc.ir.ops import CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
@@ -41,12 +41,12 @@ class MaskPass(Pass):
 
 
 def _add(a: Expr, b: Expr) -> Expr:
-    return a if b == Num(0) else BinOp("+", a, b)
+    return a if b == Const(0) else BinOp("+", a, b)
 
 
 def _shift(alignment: str) -> Expr:
     """Columns a query row sees beyond its own index (LANGUAGE.md, Compute Mask)."""
-    return BinOp("-", Name("seqlen_k"), Name("seqlen_q")) if alignment == "bottom_right" else Num(0)
+    return BinOp("-", Var("seqlen_k"), Var("seqlen_q")) if alignment == "bottom_right" else Const(0)
 
 
 def _cdiv(a: Expr, b: Expr) -> Expr:
@@ -71,7 +71,7 @@ class _LoopMasks:
         self.ctx, self.root, self.region, self.loop = ctx, root, region, loop
         assert loop.body is not None
         self.body = loop.body
-        self.var = Name(loop.var)
+        self.var = Var(loop.var)
 
     def run(self) -> None:
         for x in scores_of(self.body):
@@ -139,13 +139,13 @@ class _LoopMasks:
             return
         shift = _shift(mask.alignment)
         row_start = BinOp("*", rows.coord, rows.tile)
-        first = BinOp("/", _add(_add(row_start, shift), Num(1)), cols.tile)
+        first = BinOp("/", _add(_add(row_start, shift), Const(1)), cols.tile)
         self.body.replace(mask, replace(mask, from_iteration=((self.loop.var, first),)))
         msg = f"causal ({mask.alignment}): masked only from trip {self.loop.var} = {first}"
         if any(isinstance(o, SoftmaxOp) for o in self.body.ops()):
             self.ctx.remark(msg + "; loop bound kept (run online-softmax first to cut it)", mask.loc)
             return
-        row_end: Expr = BinOp("*", _add(rows.coord, Num(1)), rows.tile)
+        row_end: Expr = BinOp("*", _add(rows.coord, Const(1)), rows.tile)
         if rows.extent is not None:
             row_end = Call("min", (row_end, rows.extent))
         cut = _cdiv(_add(row_end, shift), cols.tile)

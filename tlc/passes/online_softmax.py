@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from tlc.frontend.ast import BinOp, Name, Num
+from tlc.expr import BinOp, Const, Var
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
                         ScalarOp, ScaledExpOp, SoftmaxOp)
@@ -108,7 +108,7 @@ class _Rewrite:
             self.region.replace_all_uses(v, tile)
             self.region.erase(op)
             folded = ScalarOp((self.value(f"{scalar.result.base}_log2e", SCALAR),), (),
-                              expr=BinOp("*", scalar.expr, Num(LOG2E)), loc=scalar.loc)
+                              expr=BinOp("*", scalar.expr, Const(LOG2E)), loc=scalar.loc)
             home = next(r for r, o in self.root.walk() if o is scalar)
             if all_users(self.root, scalar.result):
                 home.insert_after(scalar, folded)
@@ -117,7 +117,7 @@ class _Rewrite:
             self.ctx.remark(f"folded the multiply by '{scalar.expr}' into the softmax's exp2 as "
                             f"{scalar.expr} · log2(e)", op.loc)
             return folded.result
-        return self.add(ScalarOp((self.value("log2e", SCALAR),), (), expr=Num(LOG2E), loc=self.sm.loc))
+        return self.add(ScalarOp((self.value("log2e", SCALAR),), (), expr=Const(LOG2E), loc=self.sm.loc))
 
     def positive_scalar(self, op: Op) -> tuple[ScalarOp | None, Value | None]:
         """(the scalar, the tile) of `mul(tile, s)` when s is known positive: a positive
@@ -128,9 +128,9 @@ class _Rewrite:
             prod, e = self.region.producer(s), None
             if isinstance(prod, ScalarOp):
                 e = prod.expr
-            value = self.root.params.get(e.id) if isinstance(e, Name) else e.value if isinstance(e, Num) else None
+            value = self.root.params.get(e.name) if isinstance(e, Var) else e.value if isinstance(e, Const) else None
             positive = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-            if positive or isinstance(e, Name) and self.root.inputs.get(e.id) == "float":
+            if positive or isinstance(e, Var) and self.root.inputs.get(e.name) == "float":
                 return prod, op.operands[1 - i]
         return None, None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlc.frontend.ast import Expr, Num
+from tlc.expr import Const, Expr
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
                         ScaledExpOp, SoftmaxOp)
@@ -86,7 +86,7 @@ def origin(region: Graph, v: Value, axis: int) -> Origin | None:
         if isinstance(op, CopyOp) and op.src_space == "global":
             if op.tile is None:
                 return None
-            coord = dict(op.coord).get("L" if axis == 0 else "C", Num(0))
+            coord = dict(op.coord).get("L" if axis == 0 else "C", Const(0))
             alloc = region.producer(op.operands[0])
             ext = alloc.shape[axis] if isinstance(alloc, AllocateOp) and len(alloc.shape) > axis else None
             return Origin(op, axis, coord, op.tile[axis], ext)

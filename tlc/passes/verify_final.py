@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tlc.frontend.ast import Expr, expr_names
+from tlc.expr import Expr, free_names
 from tlc.frontend.names import BUILTINS
 from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, SoftmaxOp
@@ -124,7 +124,7 @@ class VerifyFinalPass(Pass):
         known = params | set(graph.inputs) | set(BUILTINS) | loop_vars
         for op in region.ops():
             for what, e in _exprs(op):
-                for n in sorted(expr_names(e) - known):
+                for n in sorted(free_names(e) - known):
                     why = "has no value (bind it with -D or 'Param … = …')" if n in graph.params else "is not defined"
                     ctx.error(f"'{n}' in {what} {why}; use parameters, inputs, "
                               f"{', '.join(sorted(BUILTINS))} or an enclosing loop variable", op.loc)

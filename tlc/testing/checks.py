@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import torch
 
 from tlc.diagnostics import TlcError
-from tlc.frontend.ast import ExprError, Expr, eval_expr, expr_names
+from tlc.expr import Expr, ExprError, eval_expr, free_names
 from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.graph import Graph
@@ -112,7 +112,7 @@ def program_info(graph: Graph) -> ProgramInfo:
 
 
 def _names(e: Expr | None) -> set[str]:
-    return set() if e is None else expr_names(e)
+    return set() if e is None else free_names(e)
 
 
 def _param_env(graph: Graph) -> dict[str, Any]:

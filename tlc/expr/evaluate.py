@@ -1,0 +1,121 @@
+"""Evaluate an expression on the host under the rules of one level of the pipeline.
+
+The levels differ only in what `/` and `%` do to two integers: the TL interpreter floors (and
+rounds a loop bound's trip count up), the kernel's C++ truncates. Everything else is shared.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from tlc.expr.nodes import BinOp, Call, Const, Expr, Index, Neg, Var, call_problem
+
+Number = int | float | bool
+
+
+class ExprError(Exception):
+    """An expression could not be evaluated (unbound name, division by zero, a slice)."""
+
+
+def _floor_div(a: int, b: int) -> int:
+    return a // b
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _trunc_mod(a: int, b: int) -> int:
+    return a - b * _trunc_div(a, b)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What `/` and `%` do when both operands are integers (floats always divide exactly)."""
+
+    name: str
+    int_div: Callable[[int, int], int]
+    int_mod: Callable[[int, int], int]
+
+
+TL = Rules("tl", _floor_div, lambda a, b: a % b)            # the TL interpreter
+TL_BOUND = Rules("tl-bound", _ceil_div, lambda a, b: a % b)  # a TL loop bound: a partial trip counts
+C = Rules("c", _trunc_div, _trunc_mod)                       # the kernel's C++
+
+
+def _both_int(a: Number, b: Number) -> bool:
+    return isinstance(a, int) and isinstance(b, int)
+
+
+def _divide(a: Number, b: Number, rules: Rules) -> Number:
+    return rules.int_div(a, b) if _both_int(a, b) else a / b
+
+
+def _modulo(a: Number, b: Number, rules: Rules) -> Number:
+    return rules.int_mod(a, b) if _both_int(a, b) else math.fmod(a, b) if rules is C else a % b
+
+
+_ARITH: dict[str, Callable[[Number, Number], Number]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b, "&&": lambda a, b: bool(a and b),
+    "||": lambda a, b: bool(a or b)}
+
+
+def _ceil_div_checked(a: Number, b: Number) -> Number:
+    if b == 0:
+        raise ExprError("cdiv by zero")
+    return -(-a // b)
+
+
+def _floor_div_checked(a: Number, b: Number) -> Number:
+    if b == 0:
+        raise ExprError("division by zero")
+    return a // b
+
+
+_FUNCS: dict[str, Callable[..., Number]] = {
+    "cdiv": _ceil_div_checked, "ceil_div": _ceil_div_checked, "floor_div": _floor_div_checked,
+    "min": lambda *a: min(a), "max": lambda *a: max(a), "select": lambda c, a, b: a if c else b,
+    "exp2": lambda x: 2.0 ** x, "exp": math.exp, "sqrt": math.sqrt, "log": math.log, "tanh": math.tanh,
+    "abs": abs, "isnan": math.isnan}
+
+
+def evaluate(e: Expr, env: Mapping[str, Number], rules: Rules = C) -> Number:
+    """The value of `e` with the names of `env`; raises `ExprError` for what has no value."""
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        if e.name not in env:
+            raise ExprError(f"'{e.name}' has no value here")
+        return env[e.name]
+    if isinstance(e, Neg):
+        return -evaluate(e.arg, env, rules)
+    if isinstance(e, BinOp):
+        a, b = evaluate(e.lhs, env, rules), evaluate(e.rhs, env, rules)
+        if e.op in ("/", "%") and b == 0:
+            raise ExprError(f"division by zero in '{e}'")
+        if e.op == "/":
+            return _divide(a, b, rules)
+        if e.op == "%":
+            return _modulo(a, b, rules)
+        return _ARITH[e.op](a, b)
+    if isinstance(e, Call):
+        problem = call_problem(e.fn, len(e.args))
+        if problem:
+            raise ExprError(problem)
+        return _FUNCS[e.fn](*(evaluate(a, env, rules) for a in e.args))
+    if isinstance(e, Index):
+        raise ExprError(f"the slice '{e}' has no scalar value")
+    raise ExprError(f"not an expression: {e!r}")
+
+
+def eval_expr(e: Expr, env: Mapping[str, Number], *, ceil_div: bool = False) -> Number:
+    """TL semantics: `/` on integers rounds down, or up when `ceil_div` (loop bounds)."""
+    return evaluate(e, env, TL_BOUND if ceil_div else TL)
