@@ -38,6 +38,7 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     # 16 rows on 4 warps: scores replicated per warp, O split by columns (tlc/lowering/warps.py)
     "mla_decode": ("mla_decode_fwd", {}),
     "mla_decode_causal": ("mla_decode_fwd", {"Causal": "true"}),
+    "mla_decode_32x8": ("mla_decode_fwd", {"BM": "32", "Warps": "8"}),   # 2 warps of rows, O split 4 ways
 }
 
 
@@ -128,7 +129,7 @@ def test_grouped_heads(case):
 
 
 @pytest.mark.parametrize("sq,sk", [(1, 1000), (2, 4097), (16, 300), (5, 1)])
-@pytest.mark.parametrize("case", ["mla_decode", "mla_decode_causal"])
+@pytest.mark.parametrize("case", ["mla_decode", "mla_decode_causal", "mla_decode_32x8"])
 def test_decode_lengths(case, sq, sk):
     """A few new tokens against a long latent cache, every query head reading KV head 0."""
     run_case(case, sq, sk, B=2, H=4, Hkv=1)

@@ -46,6 +46,8 @@ CASES: dict[str, tuple[str, dict[str, str], tuple[int, int]]] = {
                           (2, 1)),
     # 16 rows on 4 warps: scores replicated per warp, O split by columns (tlc/lowering/warps.py)
     "mla_decode_16rows": ("mla_decode_fwd", {"DQK": "64", "DV": "128", "BM": "16", "BN": "32"}, (2, 1)),
+    "mla_decode_32rows_8warps": ("mla_decode_fwd", {"DQK": "64", "DV": "128", "BM": "32", "BN": "32", "Warps": "8"},
+                                 (2, 1)),
     "mla_decode_16rows_causal": ("mla_decode_fwd", {"DQK": "64", "DV": "64", "BM": "16", "BN": "32",
                                                     "Causal": "true"}, (2, 1)),
     **{f"variant_{k}": (f"variant:{k}", SMALL, (2, 2)) for k in BUILDS},
