@@ -115,31 +115,53 @@ def test_the_tl_subset_refuses_the_rest_of_the_language_at_its_column(text: str,
 # ------------------------------------------------------------------ evaluation
 
 
-def _tl_env() -> dict[str, int]:
-    return {"n": 3, "BM": 64, "seqlen_k": 1000, "head_idx": 5}
+def _lowering() -> ExprLowering:
+    lowering = ExprLowering({"BM": 64}, {"seqlen_k": "int"}, {"seqlen_k": "seqlen_k"})
+    lowering.bind("n", "n")
+    return lowering
+
+
+def _float_modulo(e: Expr) -> bool:
+    is_int = _lowering()._is_int
+    return any(isinstance(x, BinOp) and x.op == "%" and not (is_int(x.lhs) and is_int(x.rhs)) for x in X.subexprs(e))
+
+
+def _agree(e: Expr, bound: bool, n: int, seqlen_k: int) -> None:
+    """TL rules on the TL expression == C rules on its lowering (`/` → floor_div or ceil_div,
+    `%` → floor_mod unless both operands are provably non-negative)."""
+    try:
+        want = eval_expr(e, {"n": n, "BM": 64, "seqlen_k": seqlen_k, "head_idx": 5}, ceil_div=bound)
+    except (ExprError, OverflowError, ZeroDivisionError):
+        return
+    if _float_modulo(e):  # refused by the lowering: C++'s `%` takes integers only
+        with pytest.raises(TlcError, match="integer operands"):
+            _lowering().lower(e, None, ceil=bound)
+        return
+    kernel = _lowering().lower(e, None, ceil=bound)
+    got = kir_evaluate.evaluate(kernel, {"n": n, "head_idx": 5, "p.seqlen_k": seqlen_k})
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (str(e), str(kernel))
 
 
 @_SETTINGS
-@given(TL_EXPRS.filter(lambda e: all(not (isinstance(x, BinOp) and x.op == "%") for x in X.subexprs(e))),
-       st.booleans())
-def test_the_kernel_computes_what_the_interpreter_computes(e: Expr, bound: bool) -> None:
-    """TL rules on the TL expression == C rules on its lowering (`/` → floor_div or ceil_div).
-    `%` is left out: TL's `%` floors like Python's, the kernel's truncates like C's."""
-    env = _tl_env()
-    lowering = ExprLowering({"BM": 64}, {"seqlen_k": "int"}, {"seqlen_k": "seqlen_k"})
-    lowering.bind("n", "n")
-    try:
-        want = eval_expr(e, env, ceil_div=bound)
-    except (ExprError, OverflowError):
-        return
-    kernel = lowering.lower(e, None, ceil=bound)
-    kenv = {"n": 3, "head_idx": 5, "p.seqlen_k": 1000}
-    got = kir_evaluate.evaluate(kernel, kenv)
-    assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (str(e), str(kernel))
+@given(TL_EXPRS, st.booleans(), st.integers(-100, 100), st.integers(-2000, 2000))
+def test_the_kernel_computes_what_the_interpreter_computes(e: Expr, bound: bool, n: int, seqlen_k: int) -> None:
+    """`%` included: negative operands come from negations and from negative runtime values."""
+    _agree(e, bound, n, seqlen_k)
+
+
+@pytest.mark.parametrize("text", [
+    "-n % BM", "n % BM", "(n - BM) % 7", "n % -3", "seqlen_k % (0 - BM)", "(seqlen_k - 1000) % BM + 1",
+    "-7 % 2", "7 % -2", "head_idx % 3", "(head_idx - 6) % 4", "cdiv(seqlen_k, BM) % n", "seqlen_k / BM % 3",
+])
+@pytest.mark.parametrize("n, seqlen_k", [(3, 1000), (-3, -1000), (-65, 7)])
+def test_the_kernel_s_modulo_floors_like_the_interpreter_s(text: str, n: int, seqlen_k: int) -> None:
+    for bound in (False, True):
+        _agree(parse_expr(text), bound, n, seqlen_k)
 
 
 @pytest.mark.parametrize("text, tl, tl_bound, c", [
     ("-7 / 2", -4, -3, -3), ("7 / 2", 3, 4, 3), ("-7 % 2", 1, 1, -1), ("7.0 / 2", 3.5, 3.5, 3.5),
+    ("7 % -2", -1, -1, 1), ("floor_mod(-7, 2)", 1, 1, 1), ("floor_mod(7, -2)", -1, -1, -1),
     ("cdiv(7, 2)", 4, 4, 4), ("min(3, 1, 2)", 1, 1, 1), ("max(1, 2) * 2 - 1", 3, 3, 3),
 ])
 def test_one_evaluator_under_each_level_s_rules(text: str, tl, tl_bound, c) -> None:
@@ -149,7 +171,7 @@ def test_one_evaluator_under_each_level_s_rules(text: str, tl, tl_bound, c) -> N
 
 
 def test_evaluation_errors_are_expr_errors() -> None:
-    for text in ("a + 1", "1 / 0", "cdiv(1, 0)", "sK[1]"):
+    for text in ("a + 1", "1 / 0", "cdiv(1, 0)", "floor_mod(1, 0)", "sK[1]"):
         with pytest.raises(ExprError):
             evaluate(parse_expr(text), {})
     with pytest.raises(TlcError, match="has no value"):
@@ -163,6 +185,8 @@ def test_free_names_substitute_and_fold() -> None:
     assert str(fold(substitute(e, "BM", Const(64)))) == "sK[_, k] + min(n, 128) - p.sk"
     assert fold(parse_expr("ceil_div(100, 64) + floor_div(7, 2) * 2")) == Const(8)
     assert fold(parse_expr("7 / 2")) == parse_expr("7 / 2")  # `/` depends on the level: never folded
+    assert fold(parse_expr("floor_mod(-7, 2) + 7 % 2")) == Const(2)
+    assert fold(parse_expr("-7 % 2")) == parse_expr("-7 % 2")  # C's `%` of a negative: left to the level
 
 
 # ------------------------------------------------------------------ one set of classes
@@ -219,3 +243,35 @@ def test_lowering_rewrites_names_and_division_but_keeps_nodes() -> None:
     assert str(lowering.lower(parse_expr("cdiv(seqlen_k, BM) + head_idx / 2"), None)) == \
         "ceil_div(p.seqlen_k, 64) + floor_div(head_idx, 2)"
     assert str(lowering.lower(parse_expr("min(seqlen_k, BM, 3 * BM)"), None)) == "min(min(p.seqlen_k, 64), 192)"
+
+
+def test_lowering_keeps_tl_s_floored_modulo() -> None:
+    """TL's `%` floors; the kernel's C++ `%` truncates. The lowering writes `floor_mod` unless
+    both operands are provably non-negative, where the two agree and the C++ stays as it was."""
+    lowering = _lowering()
+
+    def lower(text: str) -> str:
+        return str(lowering.lower(parse_expr(text), None))
+
+    assert lower("n % 2") == "floor_mod(n, 2)"                    # a loop variable may be negative
+    assert lower("(n - 1) % BM") == "floor_mod(n - 1, 64)"
+    assert lower("seqlen_k % BM") == "floor_mod(p.seqlen_k, 64)"  # a runtime Input is not proven >= 0
+    assert lower("head_idx % -3") == "floor_mod(head_idx, -3)"    # a negative divisor
+    assert lower("(n - 1) % 2") == "floor_mod(n - 1, 2)"
+    assert lower("n / 2 % 2") == "floor_mod(floor_div(n, 2), 2)"
+    assert lower("head_idx % group") == "head_idx % group"        # built-in indices are >= 0
+    assert lower("(head_idx + 3) % cdiv(BM, 2)") == "(head_idx + 3) % 32"
+    assert lower("-7 % 2") == "1" and lower("7 % 2") == "1"       # constants fold, floored
+    assert str(lowering.lower(parse_expr("(n - 1) % 2"), None, ceil=True)) == "floor_mod(n - 1, 2)"
+    lowering.bind("head_idx", "n")  # a rebound built-in name proves nothing
+    assert lower("head_idx % 2") == "floor_mod(n, 2)"
+
+
+def test_lowering_refuses_a_float_modulo_with_its_location() -> None:
+    from tlc.diagnostics import Loc
+
+    lowering = ExprLowering({"BM": 64}, {"scale": "float"}, {"scale": "scale"})
+    with pytest.raises(TlcError) as info:
+        lowering.lower(parse_expr("scale % 2"), Loc("t.tl", 7, 3, 12))
+    (d,) = info.value.diagnostics
+    assert d.loc.line == 7 and "p.scale % 2" in d.message and "integer operands" in d.message

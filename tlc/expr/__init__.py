@@ -7,7 +7,8 @@ attributes and the kernel IR's index math are all trees of these nodes.
     rewrite   free names, substitution, bottom-up rewriting, constant folding
 
 The TL frontend accepts a subset (`+ - * / %`, `cdiv`, `min`, `max`, plain names); the lowering
-to the kernel IR maps names and division, it does not translate node classes.
+to the kernel IR maps names, division and modulo (`floor_div`, `floor_mod`), it does not
+translate node classes.
 """
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """Evaluate an expression on the host under the rules of one level of the pipeline.
 
 The levels differ only in what `/` and `%` do to two integers: the TL interpreter floors (and
-rounds a loop bound's trip count up), the kernel's C++ truncates. Everything else is shared.
+rounds a loop bound's trip count up), the kernel's C++ truncates. Everything else is shared,
+including the functions `floor_div` and `floor_mod`, which floor at every level: they are how the
+kernel IR spells TL's `/` and `%`.
 """
 from __future__ import annotations
 
@@ -80,9 +82,16 @@ def _floor_div_checked(a: Number, b: Number) -> Number:
     return a // b
 
 
+def _floor_mod_checked(a: Number, b: Number) -> Number:
+    if b == 0:
+        raise ExprError("floor_mod by zero")
+    return a % b  # Python's `%` floors: the result has the divisor's sign
+
+
 _FUNCS: dict[str, Callable[..., Number]] = {
     "cdiv": _ceil_div_checked, "ceil_div": _ceil_div_checked, "floor_div": _floor_div_checked,
-    "min": lambda *a: min(a), "max": lambda *a: max(a), "select": lambda c, a, b: a if c else b,
+    "floor_mod": _floor_mod_checked, "min": lambda *a: min(a), "max": lambda *a: max(a),
+    "select": lambda c, a, b: a if c else b,
     "exp2": lambda x: 2.0 ** x, "exp": math.exp, "sqrt": math.sqrt, "log": math.log, "tanh": math.tanh,
     "abs": abs, "isnan": math.isnan}
 

@@ -28,9 +28,10 @@ BINOPS = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
           "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
 ARITHMETIC = ("+", "-", "*", "/", "%")
 _NEG_PREC = 7
-# name → (fewest, most) arguments; None: no upper bound. `cdiv` is TL's spelling of `ceil_div`.
+# name → (fewest, most) arguments; None: no upper bound. `cdiv` is TL's spelling of `ceil_div`;
+# `floor_div` and `floor_mod` are TL's integer `/` and `%` in the kernel (C++'s truncate).
 FUNCTIONS: dict[str, tuple[int, int | None]] = {
-    "cdiv": (2, 2), "ceil_div": (2, 2), "floor_div": (2, 2), "min": (2, None), "max": (2, None),
+    "cdiv": (2, 2), "ceil_div": (2, 2), "floor_div": (2, 2), "floor_mod": (2, 2), "min": (2, None), "max": (2, None),
     "select": (3, 3), "exp2": (1, 1), "exp": (1, 1), "log": (1, 1), "tanh": (1, 1), "abs": (1, 1),
     "sqrt": (1, 1), "isnan": (1, 1)}
 # The words `parse_expr` reads as constants, never as names.

@@ -59,7 +59,7 @@ def substitute(e: Expr, name: str, value: Expr) -> Expr:
 # Folding must not change a value that C++ computes differently: `/` and `%` fold only through
 # the division functions, whose meaning does not depend on the target.
 _FOLDABLE_OPS = ("+", "-", "*", "%")
-_FOLDABLE_CALLS = ("ceil_div", "cdiv", "floor_div", "min", "max")
+_FOLDABLE_CALLS = ("ceil_div", "cdiv", "floor_div", "floor_mod", "min", "max")
 
 
 def fold_node(e: Expr) -> Expr:

@@ -69,6 +69,8 @@ def _call(fn: str, args: list[torch.Tensor]) -> torch.Tensor:
     a, b = (_float(x) for x in args)
     if fn == "floor_div":
         return torch.div(a, b, rounding_mode="floor")
+    if fn == "floor_mod":  # torch.remainder, like Python's `%`, takes the divisor's sign
+        return torch.remainder(a, b)
     if fn in ("ceil_div", "cdiv"):
         return -torch.div(-a, b, rounding_mode="floor")
     raise TileFault(f"function {fn} has no elementwise meaning")

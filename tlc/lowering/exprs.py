@@ -5,7 +5,9 @@ translated node by node; one rewrite applies the lowering's decisions. Params be
 runtime Inputs read the launch struct (`p.seqlen_k`), the built-in indices (`block_idx`,
 `head_idx`, `batch_idx`, `group`) and loop variables become the kernel's scalars, TL's `cdiv` is
 the kernel's `ceil_div`. Division follows the language: an integer `/` rounds up in a loop bound
-and down elsewhere (C++ would truncate), so the kernel's loop runs exactly the interpreter's trips.
+and down elsewhere (C++ would truncate), so the kernel's loop runs exactly the interpreter's trips;
+an integer `%` floors (`floor_mod`) unless both operands are provably non-negative, where C++'s
+`%` agrees: `head_idx % group` stays, `(n - 1) % 2` becomes `floor_mod(n - 1, 2)`.
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from typing import Mapping
 from tlc.diagnostics import Loc, fail
 from tlc.expr import BinOp, Call, Const, Expr, Var, fold_node, rewrite, subexprs
 
-BUILTINS = ("block_idx", "head_idx", "batch_idx", "group")
+BUILTINS = ("block_idx", "head_idx", "batch_idx", "group")  # all >= 0 (group >= 1) in the kernel
 _KERNEL_CALLS = {"cdiv": "ceil_div"}  # TL spelling → the kernel's
+_NON_NEGATIVE_CALLS = ("floor_div", "ceil_div", "floor_mod", "min", "max")  # of non-negative arguments
 
 
 class ExprLowering:
@@ -45,9 +48,20 @@ class ExprLowering:
                 x = self._call(x, loc)
             elif isinstance(x, BinOp) and x.op == "/" and self._is_int(x.lhs) and self._is_int(x.rhs):
                 x = Call("ceil_div" if ceil else "floor_div", (x.lhs, x.rhs))
+            elif isinstance(x, BinOp) and x.op == "%":
+                x = self._modulo(x, loc)
             return fold_node(x)
 
         return rewrite(e, rule)
+
+    def _modulo(self, e: BinOp, loc: Loc | None) -> Expr:
+        """TL's `%` floors like Python's; C++'s truncates, which differs only for a negative operand."""
+        if not (self._is_int(e.lhs) and self._is_int(e.rhs)):
+            raise fail(f"tlc build: cannot lower '{e}': `%` in the kernel takes integer operands, and this one "
+                       "has a float operand", loc)
+        if self._non_negative(e.lhs) and self._non_negative(e.rhs):
+            return e
+        return Call("floor_mod", (e.lhs, e.rhs))
 
     def _call(self, e: Call, loc: Loc | None) -> Expr:
         fn = _KERNEL_CALLS.get(e.fn, e.fn)
@@ -80,6 +94,20 @@ class ExprLowering:
             if isinstance(x, Var) and x.name in self.float_names:
                 return False
         return True
+
+    def _non_negative(self, e: Expr) -> bool:
+        """A cheap proof that the lowered integer `e` is >= 0: constants, the built-in indices (when
+        no TL name was bound to theirs), and `+ * %`, divisions, min and max of such. False means
+        "not proven", not "negative"."""
+        if isinstance(e, Const):
+            return not isinstance(e.value, bool) and e.value >= 0
+        if isinstance(e, Var):
+            return e.name in BUILTINS and [k for k, v in self.scalars.items() if v == e.name] == [e.name]
+        if isinstance(e, BinOp):
+            return e.op in ("+", "*", "%") and self._non_negative(e.lhs) and self._non_negative(e.rhs)
+        if isinstance(e, Call):
+            return e.fn in _NON_NEGATIVE_CALLS and all(self._non_negative(a) for a in e.args)
+        return False
 
     def int_value(self, e: Expr, loc: Loc | None, what: str) -> int:
         """A compile-time integer (tile extents, head dims)."""
