@@ -36,8 +36,7 @@ def test_rows_per_warp_keep_one_layout():
 
 @pytest.mark.parametrize("bm, warps, replicas", [(16, 4, 4), (32, 4, 2), (32, 8, 4), (64, 8, 2)])
 def test_fewer_rows_replicate_scores_and_split_the_output(bm, warps, replicas):
-    text = DECODE.replace("Param BN = 32", f"Param BN = 32\nParam Warps = {warps}")
-    kir = _kernel(text, {"BM": str(bm), "DQK": "64", "DV": str(16 * replicas * 2)})
+    kir = _kernel(DECODE, {"BM": str(bm), "Warps": str(warps), "DQK": "64", "DV": str(16 * replicas * 2)})
     mmas = _mmas(kir)
     rows = bm // 16
     assert mmas["tiled_mma"].warps == (rows, 1, 1) and mmas["tiled_mma"].replicas == replicas
@@ -87,7 +86,6 @@ def test_storing_a_replicated_tile_is_refused():
 
 
 def test_rows_that_do_not_divide_the_warps_are_refused():
-    text = DECODE.replace("Param BN = 32", "Param BN = 32\nParam Warps = 4")
     with pytest.raises(TlcError) as exc:
-        _kernel(text, {"BM": "48", "DQK": "64", "DV": "64"})
+        _kernel(DECODE, {"BM": "48", "Warps": "4", "DQK": "64", "DV": "64"})
     assert "48 rows on 4 warps" in exc.value.diagnostics[0].message

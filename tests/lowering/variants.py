@@ -27,6 +27,8 @@ BUILDS = {
     "scale_twice": _sub("  Compute Multiply S, scale and get new S\n",
                         "  Compute Multiply S, scale and get new S\n  Compute Multiply S, scale and get new S\n"),
     "o_plus_one": _sub("Compute Divide O, l and get new O\n", "Compute Divide O, l and get new O\nCompute Add O, 1.0 and get new O\n"),
+    # reads the row max it named: m must stay the max of the scaled scores (no scale folding)
+    "o_plus_max": _sub("Compute Divide O, l and get new O\n", "Compute Divide O, l and get new O\nCompute Add O, m and get new O\n"),
 }
 # name → (program text, the line the refusal must point at: a substring of that line)
 REFUSED = {

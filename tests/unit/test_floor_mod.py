@@ -60,9 +60,25 @@ def test_the_evaluators_floor() -> None:
         [a + 2.0 for a in GRID]
 
 
-def _helper_line() -> str:
-    (line,) = [ln for ln in PREAMBLE.read_text().splitlines() if re.search(r"\bint floor_mod\(", ln)]
+def _helper_line(name: str = "floor_mod") -> str:
+    (line,) = [ln for ln in PREAMBLE.read_text().splitlines() if re.search(rf"\bint {name}\(", ln)]
     return line
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+def test_the_cpp_division_helpers_floor_and_ceil_like_python(tmp_path: Path) -> None:
+    """tlc::floor_div / ceil_div for every sign of both operands (a negative divisor included)."""
+    pairs = [(a, b) for a in GRID for b in (-4, -3, -1, 1, 3, 4)]
+    program = "\n".join([
+        "#include <cstdio>", "#define CUTE_HOST_DEVICE", "namespace tlc {", _helper_line("floor_div"),
+        _helper_line("ceil_div"), "}", "int main() {",
+        *(f'  std::printf("%d %d\\n", tlc::floor_div({a}, {b}), tlc::ceil_div({a}, {b}));' for a, b in pairs),
+        "}", ""])
+    (tmp_path / "d.cpp").write_text(program)
+    subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-o", str(tmp_path / "d"), str(tmp_path / "d.cpp")],
+                   check=True, capture_output=True, text=True)
+    out = subprocess.run([str(tmp_path / "d")], check=True, capture_output=True, text=True).stdout.split()
+    assert [int(v) for v in out] == [x for a, b in pairs for x in (a // b, -(-a // b))]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")

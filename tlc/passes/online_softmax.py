@@ -10,8 +10,9 @@ explicit in the IR (runs after insert-reshape, before mask).
     ]                                          %P = scaled_exp2(%S, %m, %c); %l = add(mul(%l.2, %alpha), row_sum(%P))
     %O.5 = div(%O.4, %l.1)                     %O.3 = gemm(%P.1, %V, mul(%O.2, %alpha))  ...
 
-The scale is folded into exp2 only through masks and only when positive (a softmax scale:
-a runtime float input or a positive constant), since max(s·S) = s·max(S) needs s > 0.
+The scale is folded into exp2 only through masks, only when positive (a softmax scale: a
+runtime float input or a positive constant), since max(s·S) = s·max(S) needs s > 0, and only
+when the program never reads the row max it named (folded, m would be the unscaled max).
 Outside a loop the softmax becomes the plain per-tile form.
 """
 from __future__ import annotations
@@ -91,8 +92,21 @@ class _Rewrite:
         return None
 
     # ------------------------------------------------------------ scale folding
+    def max_is_read(self) -> bool:
+        """Whether the program reads the softmax's row max (`with max m`) anywhere, in the loop or
+        after it: folding the scale would make that m the unscaled max."""
+        m = self.sm.results[1]
+        for u in all_users(self.root, m):
+            if not isinstance(u, LoopOp):
+                return True
+            if any(all_users(self.root, r) for y, r in zip(u.yields, u.results) if y is m):
+                return True
+        return False
+
     def fold_scale(self) -> Value:
         """`mul(S, s)` → masks → softmax becomes masks(S) → softmax with exp2 scale s·log2 e."""
+        if self.max_is_read():  # m must stay the max of the scaled scores the program names
+            return self.add(ScalarOp((self.value("log2e", SCALAR),), (), expr=Const(LOG2E), loc=self.sm.loc))
         consumer: Op = self.sm
         v = self.sm.operands[0]
         while True:

@@ -9,7 +9,7 @@
 
 namespace tlc {
 
-CUTE_HOST_DEVICE constexpr int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+CUTE_HOST_DEVICE constexpr int floor_div(int a, int b) { return a / b - (a % b != 0 && (a % b < 0) != (b < 0)); }
 CUTE_HOST_DEVICE constexpr int ceil_div(int a, int b) { return -floor_div(-a, b); }
 // TL's `%`: the remainder takes the divisor's sign, as Python's (C++'s `%` takes the dividend's).
 CUTE_HOST_DEVICE constexpr int floor_mod(int a, int b) { return (a % b != 0 && (a % b < 0) != (b < 0)) ? a % b + b : a % b; }
