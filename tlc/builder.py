@@ -126,28 +126,3 @@ def build_files(files: list[str], *, arch: str, out_dir: str, defines: Mapping[s
         print("\n".join(f"tlc build: {p}" for p in problems), file=sys.stderr)
         return 1
     return _run_reporting(_build_reporting, [(f, arch, out_dir, dict(defines)) for f in files], jobs)
-
-
-def _precompile_reporting(args: tuple[str, str, dict[str, str]]) -> tuple[str, str, int]:
-    """Compile one (file, arch) into the kernel cache only; no artifacts are written."""
-    from tlc.backend_cute.compile import compile_kir
-
-    path, arch, defines = args
-    try:
-        stem = Path(path).stem
-        state, _ = lower_to_kernel_ir(Path(path).read_bytes(), path, arch, defines, name=kernel_name(path))
-        compiled = compile_kir(state.kir, arch, source_name=Path(path).name, cu_name=f"{stem}.cu")
-    except TlcError as exc:
-        return path, _located(path, exc), 1
-    except OSError as exc:
-        return path, f"{path}: error: {exc.strerror or exc}", 1
-    how = "already cached" if compiled.cached else f"compiled in {compiled.compile_seconds:.1f} s"
-    return path, f"{path}: {arch}: {how}", 0
-
-
-def precompile_files(files: list[str], *, archs: list[str], defines: Mapping[str, str], jobs: int = 0) -> int:
-    """`tlc precompile`: fill the disk cache for every file × arch, in parallel processes."""
-    tasks = [(f, a, dict(defines)) for f in files for a in archs]
-    print(f"tlc: precompiling {len(tasks)} kernel(s) into the cache (NVRTC runs only for those not cached yet)…",
-          file=sys.stderr)
-    return _run_reporting(_precompile_reporting, tasks, jobs)

@@ -194,9 +194,18 @@ def cmd_build(args) -> int:
 
 
 def cmd_precompile(args) -> int:
-    from tlc.builder import precompile_files
+    archs = args.arch or ["sm_90"]
+    if not args.files and not args.shapes:
+        raise TlcError(_err("tlc precompile: give TL files, --shapes LIST, or both"))
+    if args.define and not args.files:
+        raise TlcError(_err("tlc precompile: -D applies to TL files; a shape list picks tlc.attention's own bindings"))
+    from tlc.precompile import Job, precompile, read_shape_file
 
-    return precompile_files(args.files, archs=args.arch or ["sm_90"], defines=_defines(args.define), jobs=args.jobs)
+    defines = _defines(args.define)
+    jobs = [Job.make(Path(f), defines, arch, label=f) for f in args.files for arch in archs]
+    for shapes in args.shapes or []:
+        jobs += read_shape_file(shapes, archs)
+    return precompile(jobs, args.jobs)
 
 
 def _plugin(name: str) -> Callable[[list[str]], int] | None:
@@ -275,7 +284,10 @@ def make_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_build)
 
     sp = common(sub.add_parser("precompile", help="fill the kernel cache ahead of time (no artifacts)"))
-    sp.add_argument("files", nargs="+", metavar="FILE")
+    sp.add_argument("files", nargs="*", metavar="FILE")
+    sp.add_argument("--shapes", action="append", metavar="LIST",
+                    help="a file of tlc.attention call shapes, one per line, e.g. "
+                    "'b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16' (repeatable; see tlc/precompile.py)")
     sp.add_argument("--arch", action="append", help="repeatable; default sm_90")
     sp.add_argument("-j", "--jobs", type=int, default=0, help="parallel compiles (default: CPU count)")
     sp.set_defaults(fn=cmd_precompile)

@@ -59,23 +59,76 @@ def device_arch(device=None) -> str:
     raise fail(f"this GPU is {arch}; tlc's kernels target sm_80, sm_86, sm_89 and sm_90")
 
 
+def normal_defines(defines: Mapping[str, Any] | None) -> dict[str, str]:
+    """-D bindings as the lowering reads them (bools as true/false): one spelling, one cache entry."""
+    return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
+
+
+def _build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str, lse: bool) -> str:
+    """Key of the build index: everything that decides the emitted source and how NVRTC compiles it."""
+    from tlc.backend_cute import cache
+    from tlc.backend_cute.headers import include_dirs, versions
+
+    found = versions()
+    nvrtc = found["nvidia-cuda-nvrtc"]
+    if nvrtc == "absent":  # NVRTC from a toolkit: ask the library itself
+        from tlc.backend_cute.nvrtc import nvrtc_version
+
+        nvrtc = nvrtc_version()
+    defines = "\0".join(f"{k}={v}" for k, v in sorted(defs.items()))
+    return cache.build_key(data, name, defines, arch, str(lse), nvrtc, repr(sorted(found.items())),
+                           repr(include_dirs()))
+
+
+def compile_spec(path_or_text: str | Path, *, arch: str, defines: Mapping[str, Any] | None = None,
+                 lse: bool = False):
+    """TL program → (CompiledKernel, LaunchABI), through the caches: the build index first (a warm
+    start skips parsing and lowering), else the TL and lowering passes and `compile_kir` (NVRTC only
+    on a miss of the cubin cache). `build` and `tlc precompile` both come through here."""
+    import time
+
+    from tlc.backend_cute import cache
+    from tlc.backend_cute.compile import CompiledKernel, compile_kir, progress_label
+    from tlc.builder import lower_to_kernel_ir
+
+    start = time.perf_counter()
+    data, name = _read(path_or_text)
+    defs = normal_defines(defines)
+    index_key = _build_inputs_key(data, name, defs, arch, lse)
+    record = cache.lookup_build(index_key)
+    hit = cache.lookup(record["cubin_key"]) if record is not None else None
+    if record is not None and hit is not None:
+        cubin, meta = hit
+        program = record["program"]
+        return CompiledKernel(program, arch, record["source"], cubin, meta, meta.get("compile_seconds", 0.0), True,
+                              [k.name for k in program.kernels()], {"index": time.perf_counter() - start}), record["abi"]
+    stem = Path(name).stem if name != "<text>" else "tl_kernel"
+    lowered = time.perf_counter()
+    state, _ = lower_to_kernel_ir(data, name, arch, defs, name=kernel_name(name), lse=lse)
+    lowered = time.perf_counter() - lowered
+    label = " ".join([Path(name).stem, *(f"{k}={v}" for k, v in sorted(defs.items()))])
+    with progress_label(label):
+        compiled = compile_kir(state.kir, arch, source_name=Path(name).name, cu_name=f"{stem}.cu")
+    compiled.timings["lower"] = lowered
+    if "cache_key" in compiled.metadata:
+        cache.store_build(index_key, {"cubin_key": compiled.metadata["cache_key"], "program": state.kir,
+                                      "abi": state.abi, "source": compiled.source})
+    return compiled, state.abi
+
+
 def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping[str, Any] | None = None,
           lse: bool = False):
     """Compile a TL program and return its kernel, callable as `kernel(q, k, v, scale=None)`."""
-    from tlc.backend_cute.compile import compile_kir
     from tlc.backend_cute.launch import Kernel
-    from tlc.builder import lower_to_kernel_ir
 
     data, name = _read(path_or_text)
-    defs = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
+    defs = normal_defines(defines)
     arch = arch or device_arch()
     key = (data, name, tuple(sorted(defs.items())), arch, lse)
     if key in _DISPATCH:
         return _DISPATCH[key]
-    stem = Path(name).stem if name != "<text>" else "tl_kernel"
-    state, _ = lower_to_kernel_ir(data, name, arch, defs, name=kernel_name(name), lse=lse)
-    compiled = compile_kir(state.kir, arch, source_name=Path(name).name, cu_name=f"{stem}.cu")
-    kernel = Kernel(compiled, state.abi)
+    compiled, abi = compile_spec(path_or_text, arch=arch, defines=defs, lse=lse)
+    kernel = Kernel(compiled, abi)
     _DISPATCH[key] = kernel
     return kernel
 

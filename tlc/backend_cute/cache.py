@@ -1,8 +1,10 @@
 """Compiled-kernel cache: an in-process dispatch dict in front of an on-disk cubin cache.
 
 Key = sha256(tlc source hash, emitted source, NVRTC version, arch, options). Writes are atomic
-(temp file + os.replace); an entry that fails to read back is rebuilt. `TLC_CACHE_DIR` (default
-~/.cache/tlc), `TLC_ALWAYS_COMPILE=1` bypasses both levels, `TLC_DUMP_DIR` receives .cu/.cubin/.log.
+(temp file + os.replace); an entry that fails to read back is rebuilt; `entry_lock` keeps two
+processes from compiling one key. A build index maps a build's inputs (TL text, defines, arch) to
+its cubin key and kernel IR, so a warm start skips lowering. `TLC_CACHE_DIR` (default ~/.cache/tlc),
+`TLC_ALWAYS_COMPILE=1` bypasses both levels, `TLC_DUMP_DIR` receives .cu/.cubin/.log.
 """
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ import functools
 import hashlib
 import json
 import os
+import pickle
 import tempfile
 from pathlib import Path
 
 import tlc
+from tlc.backend_cute.lock import file_lock
 
 _MAGIC = b"TLCCUBIN1\n"
 _MEMORY: dict[str, tuple[bytes, dict]] = {}
@@ -68,7 +72,7 @@ def _entry_path(key: str) -> Path:
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "cache_key": str, "cubin_bytes": int, "cubin_sha256": str, "program": str, "arch": str, "schema": str,
     "schema_version": int, "compile_seconds": (int, float), "ptxas": dict, "nvrtc_options": list,
-    "kernels": list, "abi": dict, "versions": dict,
+    "kernels": list, "abi": dict, "versions": dict, "nvrtc_phases_ms": dict, "ptx_bytes": int,
 }
 _REQUIRED = ("cache_key", "cubin_bytes", "cubin_sha256")
 
@@ -127,6 +131,57 @@ def dump(name: str, files: dict[str, bytes | str]) -> None:
         return
     for suffix, data in files.items():
         atomic_write(Path(where) / f"{name}{suffix}", data.encode() if isinstance(data, str) else data)
+
+
+def entry_lock(key: str, on_wait=None):
+    """Context manager: the cross-process lock beside `key`'s entry (tlc.backend_cute.lock)."""
+    return file_lock(_entry_path(key).with_suffix(".lock"), on_wait=on_wait)
+
+
+# ---------------------------------------------------------------------- build index
+_INDEX_MAGIC = b"TLCBUILD1\n"
+
+
+def build_key(*parts: str | bytes) -> str:
+    """Key of a build's inputs; the caller passes everything that decides the emitted source."""
+    h = hashlib.sha256(tlc_source_hash().encode())
+    for part in parts:
+        h.update(b"\0")
+        h.update(part.encode() if isinstance(part, str) else part)
+    return h.hexdigest()
+
+
+def _index_path(key: str) -> Path:
+    return cache_dir() / key[:2] / f"{key}.build"
+
+
+def lookup_build(key: str) -> dict | None:
+    """The record `store_build` wrote for `key`, or None. The record is a pickle of tlc's own
+    kernel-IR objects, read only from the user's cache folder (as the cubins it points at are)."""
+    if always_compile():
+        return None
+    try:
+        blob = _index_path(key).read_bytes()
+    except OSError:
+        return None
+    if not blob.startswith(_INDEX_MAGIC):
+        return None
+    try:
+        record = pickle.loads(blob[len(_INDEX_MAGIC):])
+    except Exception:  # a torn or foreign file, or classes renamed since: rebuild
+        return None
+    return record if isinstance(record, dict) and record.get("build_key") == key else None
+
+
+def store_build(key: str, record: dict) -> None:
+    try:
+        blob = _INDEX_MAGIC + pickle.dumps(dict(record, build_key=key), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return  # an unpicklable program just misses the index: the cubin cache still works
+    try:
+        atomic_write(_index_path(key), blob)
+    except OSError:
+        pass
 
 
 def clear_memory() -> None:

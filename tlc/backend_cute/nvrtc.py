@@ -1,11 +1,15 @@
 """NVRTC wrapper: CuTe C++ source → cubin through `cuda.bindings.nvrtc`.
 
 Always fetches the log; on failure maps `#line N "x.tl"` locations in it back to `.tl`
-diagnostics; destroys the program in `finally`; measures compile time.
+diagnostics; destroys the program in `finally`; measures compile time, and asks NVRTC (`--time`)
+how it split between its phases (front end, NVVM optimizer, PTX translation; the rest is ptxas).
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -31,6 +35,8 @@ class NvrtcResult:
     seconds: float
     options: list[str]
     ptxas: dict[str, int] = field(default_factory=dict)
+    phases_ms: dict[str, float] = field(default_factory=dict)  # NVRTC's --time table, plus "ptxas and rest"
+    ptx_bytes: int = 0
 
 
 def _nvrtc():
@@ -74,6 +80,45 @@ def parse_ptxas_info(log: str) -> dict[str, int]:
     return info
 
 
+def parse_time_table(text: str, total_seconds: float) -> dict[str, float]:
+    """NVRTC's `--time` CSV (`file, phase, value, ms` rows) as {phase: ms}; what the table does not
+    cover (ptxas, which NVRTC runs in process without a row of its own) is `ptxas and rest`."""
+    phases: dict[str, float] = {}
+    for row in text.splitlines()[1:]:
+        cells = [c.strip() for c in row.split(",")]
+        if len(cells) == 4 and cells[3] == "ms":
+            try:
+                phases[cells[1]] = phases.get(cells[1], 0.0) + float(cells[2])
+            except ValueError:
+                continue
+    if phases:
+        phases["ptxas and rest"] = max(0.0, round(total_seconds * 1000 - sum(phases.values()), 1))
+    return phases
+
+
+def _timed(options: list[str]) -> tuple[list[str], str | None]:
+    """`options` plus `--time=<fresh temp file>` (it changes nothing in the output), or unchanged
+    when the temp folder is not writable."""
+    try:
+        folder = tempfile.mkdtemp(prefix="tlc-nvrtc-time-")
+    except OSError:
+        return options, None
+    path = os.path.join(folder, "time.csv")
+    return options + [f"--time={path}"], path
+
+
+def _read_time_table(path: str | None, seconds: float) -> dict[str, float]:
+    if path is None:
+        return {}
+    try:
+        with open(path) as f:
+            return parse_time_table(f.read(), seconds)
+    except OSError:
+        return {}
+    finally:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
 def log_to_diagnostics(log: str, tl_suffix: str = ".tl") -> list[Diagnostic]:
     """Turn an NVRTC log into diagnostics; lines inside `.tl` files keep their `.tl` location."""
     diags: list[Diagnostic] = []
@@ -94,12 +139,14 @@ def compile_cubin(source: str, arch: str, name: str = "kernel.cu",
                   extra_options: tuple[str, ...] = ()) -> NvrtcResult:
     nvrtc = _nvrtc()
     options = compile_options(arch) + list(extra_options)
+    passed, time_file = _timed(options)
     result, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _check(nvrtc, result, "program creation")
     start = time.perf_counter()
     try:
-        (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(passed), [o.encode() for o in passed])
         seconds = time.perf_counter() - start
+        phases = _read_time_table(time_file, seconds)
         result, size = nvrtc.nvrtcGetProgramLogSize(prog)
         _check(nvrtc, result, "log size query")
         buf = b" " * size
@@ -116,6 +163,8 @@ def compile_cubin(source: str, arch: str, name: str = "kernel.cu",
         cubin = b" " * size
         (result,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
         _check(nvrtc, result, "cubin fetch")
-        return NvrtcResult(cubin, log, seconds, options, parse_ptxas_info(log))
+        result, ptx_bytes = nvrtc.nvrtcGetPTXSize(prog)
+        return NvrtcResult(cubin, log, seconds, options, parse_ptxas_info(log), phases,
+                           ptx_bytes if result == nvrtc.nvrtcResult.NVRTC_SUCCESS else 0)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

@@ -1,0 +1,111 @@
+"""`tlc precompile`: the shape-list format, its mapping to the specializations `tlc.attention`
+builds, and the parallel driver (no NVRTC here; tests/build/test_compile_parallel.py runs it)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tlc.runtime
+from tlc.cli import main
+from tlc.diagnostics import TlcError
+from tlc.precompile import Job, attention_jobs, compile_jobs, parse_shapes, read_shape_file
+from tlc.runtime import attention_spec
+
+SHAPES = """\
+# a model's attention calls
+b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16
+b=1 hq=32 hkv=8 sq=1 sk=4096 d=128 causal     # decode: the same kernel
+b=2 hq=16 sq=512 d=64 causal=false dtype=fp16
+hq=16 d=192 dv=128 causal                     # MLA prefill
+"""
+
+
+def test_shape_lines_parse() -> None:
+    shapes = parse_shapes(SHAPES, "s.txt")
+    assert [line for line, _ in shapes] == [2, 3, 4, 5]
+    assert shapes[0][1] == {"b": 4, "hq": 32, "hkv": 8, "sq": 4096, "sk": 4096, "d": 128, "causal": True,
+                            "dtype": "bf16"}
+    assert shapes[2][1]["causal"] is False and shapes[3][1]["dv"] == 128
+
+
+def test_shapes_map_to_attention_specializations() -> None:
+    jobs = attention_jobs(parse_shapes(SHAPES, "s.txt"), ["sm_90"], "s.txt")
+    want = [attention_spec("bf16", 128, 128, True), attention_spec("bf16", 128, 128, True),
+            attention_spec("fp16", 64, 64, False), attention_spec("bf16", 192, 128, True)]
+    assert jobs == [Job.make(spec, defines, "sm_90") for spec, defines in want]
+    assert len(set(jobs)) == 3  # batch, heads and lengths do not choose the kernel
+    two = attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_80", "sm_90"], "s.txt")
+    assert [j.arch for j in two] == ["sm_80", "sm_90"]
+
+
+def test_json_shape_list() -> None:
+    shapes = parse_shapes('[{"b": 4, "hq": 32, "hkv": 8, "d": 128, "causal": true}, {"d": 64}]', "s.json")
+    assert [s for _, s in shapes] == [{"b": 4, "hq": 32, "hkv": 8, "d": 128, "causal": True}, {"d": 64}]
+    with pytest.raises(TlcError, match="item 2: unknown key 'heads'"):
+        parse_shapes('[{"d": 64}, {"heads": 2}]', "s.json")
+
+
+@pytest.mark.parametrize("text,where,message", [
+    ("d=128 causal\nd=64 heads=2\n", "s.txt:2:6", "unknown key 'heads'"),
+    ("d=12x\n", "s.txt:1:1", "d must be a non-negative integer, got '12x'"),
+    ("d=64 causal=maybe\n", "s.txt:1:6", "causal must be true or false"),
+    ("d=64 d=64\n", "s.txt:1:6", "'d' given twice"),
+    ("d=64 bf16\n", "s.txt:1:6", "'bf16' is not key=value"),
+    ("b=2 hq=4\n", "s.txt:1:1", "the head dim d=… is required"),
+    ("d=100\n", "s.txt:1:1", "head dim 100 is not supported"),
+    ("d=64 hq=6 hkv=4\n", "s.txt:1:1", "6 query heads are not a multiple of 4 KV heads"),
+    ("d=64 dtype=fp32\n", "s.txt:1:1", "dtype must be bf16 or fp16"),
+])
+def test_bad_shape_lines_point_at_the_line(text, where, message) -> None:
+    with pytest.raises(TlcError) as info:
+        attention_jobs(parse_shapes(text, "s.txt"), ["sm_90"], "s.txt")
+    rendered = info.value.render()
+    assert rendered.startswith(f"{where}: error: ") and message in rendered
+
+
+def test_cli_precompile_from_shapes(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_compile_spec(spec, *, arch, defines=None, lse=False):
+        from tlc.backend_cute.compile import CompiledKernel
+        calls.append((Path(spec).name, arch, tuple(sorted(defines.items()))))
+        return CompiledKernel(None, arch, "", b"", {"ptxas": {"registers": 200}}, 0.0, False), None
+    monkeypatch.setattr(tlc.runtime, "compile_spec", fake_compile_spec)
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text(SHAPES)
+    assert main(["precompile", "--shapes", str(shapes), "-j", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert len(calls) == 3 and {c[0] for c in calls} == {"gqa_fwd.tl", "mla_prefill_fwd.tl"}
+    assert out.count("compiled in") == 3 and "(200 registers)" in out
+    assert "3 compiled, 0 already cached, 0 failed" in err
+
+
+def test_cli_precompile_errors(tmp_path, capsys) -> None:
+    assert main(["precompile"]) == 1
+    assert "give TL files, --shapes LIST, or both" in capsys.readouterr().err
+    bad = tmp_path / "bad.txt"
+    bad.write_text("d=64\nd=64 nope=1\n")
+    assert main(["precompile", "--shapes", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:2:6: error: unknown key 'nope'" in err and "Traceback" not in err
+    assert main(["precompile", "--shapes", str(tmp_path / "missing.txt")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["precompile", "--shapes", str(bad), "-D", "BM=64"]) == 1
+
+
+def test_parallel_driver_reports_every_job(tmp_path, monkeypatch) -> None:
+    """Two spawned workers, each job failing fast (no such file): every result comes back, named."""
+    monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path / "cache"))
+    jobs = [Job.make(tmp_path / f"missing{i}.tl", {"HeadDim": 64}, "sm_90") for i in range(2)]
+    seen = []
+    results = compile_jobs(jobs + jobs[:1], workers=2, on_result=seen.append)
+    assert len(results) == 2 and seen == results  # the duplicate was compiled once
+    assert all(not r.ok and "cannot read" in r.message and str(r.job.spec) in r.message for r in results)
+
+
+def test_read_shape_file(tmp_path) -> None:
+    path = tmp_path / "s.txt"
+    path.write_text("d=128\n")
+    assert read_shape_file(str(path), ["sm_90"]) == [Job.make(*attention_spec("bf16", 128, 128, False), "sm_90")]

@@ -1,0 +1,273 @@
+"""`tlc precompile`: fill the kernel cache ahead of time, compiling the missing specializations in
+parallel processes (processes, not threads: NVRTC runs long C++ work that gains nothing from sharing one).
+
+Jobs come from TL files (`tlc precompile FILE…`) or from a shape list (`--shapes FILE`) mapped to
+the specializations `tlc.attention` builds (tlc.runtime.attention_spec). A shape list has one call
+per line: `key=value` words and the bare word `causal`; `#` starts a comment:
+
+    b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16
+    hq=16 d=192 dv=128 causal            # MLA prefill
+
+`d` is required; `dv` defaults to `d`, `dtype` to bf16 (or fp16), `causal` to false (`causal=true`
+works too), `hkv` to `hq`. `b`, `hq`, `hkv`, `sq`, `sk` are checked as tlc.attention checks them but
+do not choose the kernel (dtype, d, dv and causal do). A file whose first character is `[` is JSON: a
+list of objects with the same keys (`"causal": true`).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from tlc.diagnostics import GLOBAL_SOURCES, Loc, TlcError, fail
+
+
+@dataclass(frozen=True)
+class Job:
+    """One specialization: a `.tl` path (or TL text), its -D bindings and the target."""
+
+    spec: str
+    defines: tuple[tuple[str, str], ...]
+    arch: str
+    label: str = ""
+
+    @staticmethod
+    def make(spec: str | Path, defines: Mapping[str, Any], arch: str, label: str = "") -> "Job":
+        from tlc.runtime import normal_defines
+
+        return Job(str(spec), tuple(sorted(normal_defines(defines).items())), arch, label or Path(str(spec)).name)
+
+    def describe(self) -> str:
+        return " ".join([self.label, *(f"{k}={v}" for k, v in self.defines)]) + f" [{self.arch}]"
+
+
+@dataclass
+class JobResult:
+    job: Job
+    ok: bool
+    cached: bool = False
+    seconds: float = 0.0
+    message: str = ""
+    ptxas: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- shape lists
+_INT_KEYS = ("b", "hq", "hkv", "sq", "sk", "d", "dv")
+_KEYS = (*_INT_KEYS, "dtype", "causal")
+
+
+def _shape_error(path: str, line: int, col: int, message: str) -> TlcError:
+    return fail(f"{message}; a line reads like `b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16`",
+                Loc(path, line, col))
+
+
+def _parse_word(word: str, path: str, line: int, col: int, shape: dict[str, Any]) -> None:
+    key, eq, value = word.partition("=")
+    if not eq:
+        value = "true" if key == "causal" else ""
+        if key != "causal":
+            raise _shape_error(path, line, col, f"'{word}' is not key=value")
+    if key not in _KEYS:
+        raise _shape_error(path, line, col, f"unknown key '{key}' (keys: {', '.join(_KEYS)})")
+    if key in shape:
+        raise _shape_error(path, line, col, f"'{key}' given twice")
+    if key in _INT_KEYS:
+        if not value.isdigit():
+            raise _shape_error(path, line, col, f"{key} must be a non-negative integer, got '{value}'")
+        shape[key] = int(value)
+    elif key == "causal":
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise _shape_error(path, line, col, f"causal must be true or false, got '{value}'")
+        shape[key] = value.lower() in ("true", "1")
+    else:
+        shape[key] = value
+
+
+def parse_shapes(text: str, path: str = "<shapes>") -> list[tuple[int, dict[str, Any]]]:
+    """(line number, shape) for each call in a shape list (text or JSON); TlcError with the line."""
+    GLOBAL_SOURCES.add(path, text)
+    if text.lstrip().startswith("["):
+        return _parse_json_shapes(text, path)
+    shapes = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        body = raw.split("#", 1)[0]
+        shape: dict[str, Any] = {}
+        col = 1
+        for word in body.split():
+            col = body.index(word, col - 1) + 1
+            _parse_word(word, path, number, col, shape)
+            col += len(word)
+        if shape:
+            shapes.append((number, shape))
+    return shapes
+
+
+def _parse_json_shapes(text: str, path: str) -> list[tuple[int, dict[str, Any]]]:
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise fail(f"not valid JSON: {exc.msg}", Loc(path, exc.lineno, exc.colno)) from None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise fail("a JSON shape list is a list of objects such as {\"d\": 128, \"causal\": true}", Loc(path, 1, 1))
+    shapes = []
+    for n, item in enumerate(items, 1):
+        shape: dict[str, Any] = {}
+        for key, value in item.items():
+            value = str(value).lower() if isinstance(value, bool) else value
+            try:
+                _parse_word(f"{key}={value}", path, 0, 0, shape)
+            except TlcError as exc:
+                raise fail(f"item {n}: {exc.diagnostics[0].message}", Loc(path, 0, 0)) from None
+        shapes.append((0, shape))  # no line to point at: errors name the file only
+    return shapes
+
+
+def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str], path: str = "<shapes>") -> list[Job]:
+    """The specializations `tlc.attention` builds for these calls, checked as it checks them."""
+    from tlc.runtime import _check_heads, attention_spec, head_dim_problem
+
+    jobs = []
+    for line, shape in shapes:
+        where = Loc(path, line, 1)
+        if "d" not in shape:
+            raise fail("the head dim d=… is required", where)
+        d, dv, dtype = shape["d"], shape.get("dv", shape["d"]), shape.get("dtype", "bf16")
+        if dtype not in ("bf16", "fp16"):
+            raise fail(f"dtype must be bf16 or fp16, got '{dtype}'", where)
+        problem = head_dim_problem(d, dv)
+        hq = shape.get("hq", 1)
+        try:
+            _check_heads(hq, shape.get("hkv", hq), shape.get("hkv", hq), enable_gqa=True)
+        except TlcError as exc:
+            problem = problem or exc.diagnostics[0].message
+        if problem:
+            raise fail(problem, where)
+        spec, defines = attention_spec(dtype, d, dv, bool(shape.get("causal", False)))
+        jobs += [Job.make(spec, defines, arch) for arch in archs]
+    return jobs
+
+
+def read_shape_file(path: str, archs: list[str]) -> list[Job]:
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read '{path}': {getattr(exc, 'strerror', None) or exc}") from None
+    return attention_jobs(parse_shapes(text, path), archs, path)
+
+
+# ---------------------------------------------------------------------- compiling
+def _compile(job: Job) -> JobResult:
+    """In a worker: build through tlc.runtime.compile_spec, the path `tlc.build` takes."""
+    from tlc.runtime import compile_spec
+
+    start = time.perf_counter()
+    try:
+        compiled, _ = compile_spec(job.spec if "\n" in job.spec else Path(job.spec), arch=job.arch,
+                                   defines=dict(job.defines))
+    except TlcError as exc:
+        return JobResult(job, False, seconds=time.perf_counter() - start, message=_located(job, exc))
+    except OSError as exc:
+        return JobResult(job, False, seconds=time.perf_counter() - start,
+                         message=f"{_where(job)}: error: {exc.strerror or exc}")
+    return JobResult(job, True, compiled.cached, time.perf_counter() - start,
+                     ptxas=dict(compiled.metadata.get("ptxas", {})))
+
+
+def _where(job: Job) -> str:
+    return job.label if "\n" in job.spec else job.spec
+
+
+def _located(job: Job, exc: TlcError) -> str:
+    """Rendered diagnostics; one without a location of its own names the job's file."""
+    lines = []
+    for d in exc.diagnostics:
+        text = d.render(GLOBAL_SOURCES)
+        lines.append(text if d.loc is not None and d.loc.line > 0 else f"{_where(job)}: {text}")
+    return "\n".join(lines)
+
+
+def _quiet_worker() -> None:
+    os.environ["TLC_QUIET"] = "1"  # the parent prints one line per job
+
+
+def is_cached(job: Job) -> bool:
+    """Whether a warm start would find this job's kernel (the build index and its cubin)."""
+    from tlc.backend_cute import cache
+    from tlc.runtime import _build_inputs_key, _read
+
+    data, name = _read(job.spec if "\n" in job.spec else Path(job.spec))
+    record = cache.lookup_build(_build_inputs_key(data, name, dict(job.defines), job.arch, False))
+    return record is not None and cache.lookup(record["cubin_key"]) is not None
+
+
+def compile_jobs(jobs: Iterable[Job], workers: int = 0, on_result=None) -> list[JobResult]:
+    """Compile every job not cached yet, `workers` at a time (default: CPU count) in spawned processes;
+    `on_result(result)` runs in the caller as each finishes. Duplicates are compiled once."""
+    unique = list(dict.fromkeys(jobs))
+    results: list[JobResult] = []
+
+    def done(result: JobResult) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    missing = []
+    for job in unique:
+        try:
+            cached = is_cached(job)
+        except TlcError:
+            cached = False  # the worker reports why
+        if cached:
+            done(JobResult(job, True, cached=True))
+        else:
+            missing.append(job)
+    workers = max(1, min(workers or os.cpu_count() or 1, len(missing)))
+    if workers == 1:
+        for job in missing:
+            done(_compile(job))
+        return results
+    context = multiprocessing.get_context("spawn")  # the caller may have CUDA or threads: never fork them
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_quiet_worker) as pool:
+        for future in as_completed([pool.submit(_compile, job) for job in missing]):
+            done(future.result())
+    return results
+
+
+def report_line(result: JobResult) -> str:
+    what = result.job.describe()
+    if not result.ok:
+        return f"{what}: failed\n{result.message}"
+    if result.cached:
+        return f"{what}: already cached"
+    regs = result.ptxas.get("registers")
+    return f"{what}: compiled in {result.seconds:.1f} s" + (f" ({regs} registers)" if regs is not None else "")
+
+
+def precompile(jobs: list[Job], workers: int = 0) -> int:
+    """`tlc precompile`'s body: one line per job on stdout (failures on stderr); exit status."""
+    unique = list(dict.fromkeys(jobs))
+    print(f"tlc: precompiling {len(unique)} kernel(s); NVRTC runs only for those not cached "
+          f"(cache: {_cache_dir()})", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    results = compile_jobs(unique, workers, on_result=lambda r: print(
+        report_line(r), file=sys.stdout if r.ok else sys.stderr, flush=True))
+    built = sum(r.ok and not r.cached for r in results)
+    failed = sum(not r.ok for r in results)
+    print(f"tlc: {built} compiled, {len(results) - built - failed} already cached, {failed} failed "
+          f"in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
+def _cache_dir() -> Path:
+    from tlc.backend_cute.cache import cache_dir
+
+    return cache_dir()
+
+
+__all__ = ["Job", "JobResult", "attention_jobs", "compile_jobs", "parse_shapes", "precompile", "read_shape_file"]
