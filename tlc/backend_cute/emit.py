@@ -16,6 +16,7 @@ from tlc.backend_cute.writer import Writer
 from tlc.diagnostics import fail
 from tlc.kir.expr import Expr, Var
 from tlc.kir.ops_exec import kblock_slice
+from tlc.kir.ops_sm90 import WgmmaTiledMmaOp
 from tlc.kir.scopes import check_scopes
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp, Exp2ScaleOp,
                          ForOp, FragmentOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, IfOp, KernelOp,
@@ -76,13 +77,15 @@ class CuteEmitter(Sm90Emitter):
             self._in_tl_line = False
 
     @staticmethod
-    def _thread_index(mma: TiledMmaOp) -> str:
+    def _thread_index(mma: TiledMmaOp | WgmmaTiledMmaOp) -> str:
         """A replicated MMA's threads: each group of its size acts as threads 0 … size-1."""
+        if isinstance(mma, WgmmaTiledMmaOp):  # an epilogue copy matched to a wgmma accumulator
+            return cpp_expr(mma.thread_index)
         return f"threadIdx.x % {mma.threads}" if mma.replicas > 1 else "threadIdx.x"
 
     def _mma(self, name: str) -> TiledMmaOp:
         op = self.symbols.get(name)
-        if not isinstance(op, TiledMmaOp):
+        if not isinstance(op, (TiledMmaOp, WgmmaTiledMmaOp)):
             raise fail(f"emitter: {name!r} is not a TiledMmaOp")
         return op
 
