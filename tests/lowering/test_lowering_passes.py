@@ -84,9 +84,14 @@ def test_stage_choice(defines: dict[str, str], arch: str, stages: int) -> None:
     assert state.stages == stages and state.resources.smem_bytes <= state.arch.smem_per_block
 
 
-def test_hopper_path_is_refused_clearly() -> None:
-    with pytest.raises(TlcError, match="sm_90a: the Hopper path .* not built yet"):
-        lower(arch="sm_90a")
+def test_hopper_path_lowers_gemms_to_wgmma() -> None:
+    """--arch sm_90a: wgmma SS then RS (tests/lowering/test_sm90a_lowering.py has the rest)."""
+    from tlc.kir.ops import walk
+    from tlc.kir.ops_sm90 import WgmmaOp, WgmmaTiledMmaOp
+
+    state, _ = lower(arch="sm_90a")
+    kinds = [op.kind for op in walk(state.kir) if isinstance(op, WgmmaTiledMmaOp)]
+    assert kinds == ["SS", "RS"] and sum(isinstance(op, WgmmaOp) for op in walk(state.kir)) == 2
 
 
 def test_over_limit_shared_memory_is_one_error_at_the_biggest_allocation() -> None:

@@ -14,7 +14,7 @@ from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, cpp_expr, static_shape
 from tlc.diagnostics import fail
 from tlc.kir.base import Op
 from tlc.kir.ops_decl import SharedBufferOp
-from tlc.kir.ops_sm90 import (GmmaSmemLayoutOp, MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierInitOp,
+from tlc.kir.ops_sm90 import (FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierInitOp,
                               MbarrierOp, MbarrierWaitOp, NamedBarrierOp, Sm90KernelOp, TmaDescriptorOp, TmaLoadOp,
                               TmaParamsOp, WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp,
                               WgmmaFragmentOp, WgmmaOp, WgmmaTiledMmaOp, WgmmaWaitOp, WARP_GROUP)
@@ -58,6 +58,7 @@ class Sm90Emitter:
         """The Hopper includes, once, at file scope before the first sm_90a struct or kernel."""
         if not getattr(self, "_sm90_included", False):
             self.w.raw(_template("sm90_headers.cuh").substitute())
+            self.w.raw(_template("preamble_sm90.cuh").substitute())
             self._sm90_included = True
 
     def _sym(self, name: str, kind: type[Op] | tuple[type[Op], ...], op: Op) -> Op:
@@ -199,6 +200,11 @@ class Sm90Emitter:
                 self.w.line(f"cute::gemm({op.mma}, a_(_, _, kb), b_(_, _, kb), {op.acc});")
                 if op.zero_init:
                     self.w.line(f"{op.mma}.accumulate_ = GMMA::ScaleOut::One;")
+
+    @_handles(FenceProxyAsyncOp)
+    def _fence_proxy_async(self, op: FenceProxyAsyncOp) -> None:
+        self._at(op)
+        self.w.line("cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma's async proxy")
 
     @_handles(WgmmaCommitOp)
     def _wgmma_commit(self, op: WgmmaCommitOp) -> None:

@@ -2,7 +2,8 @@
 wgmma (SS and RS) with its fences and commit groups, warp-group roles with setmaxnreg, named barriers.
 
 Emitted by `tlc.backend_cute.emit_sm90`; descriptors are encoded at launch by `tlc.backend_cute.launch`.
-docs/hopper.md says how the lowering will use them. `lower-tile-ops` does not produce them yet.
+`lower-tile-ops{arch=sm_90a}` produces the wgmma ops (with cp.async copies); docs/hopper.md says how
+the TMA, mbarrier and warp-role ops will be used.
 """
 from __future__ import annotations
 
@@ -298,10 +299,21 @@ class WgmmaOp(Op):
     a: Expr
     b: Expr
     zero_init: bool = False
+    # Shared buffers its descriptors read (insert-sync and pipeline read them; the emitter does not).
+    reads: tuple[str, ...] = ()
 
     def check(self) -> None:
         check_ident(self.mma, "wgmma tiled mma")
         check_ident(self.acc, "fragment")
+        for b in self.reads:
+            check_ident(b, "shared buffer")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FenceProxyAsyncOp(Op):
+    """`fence.proxy.async.shared::cta`: this thread's shared-memory writes through the generic proxy
+    (cp.async results, after their wait) become visible to the async proxy that wgmma and TMA read
+    through. `insert-sync` puts it between a cp.async wait and the barrier before a wgmma reads."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -364,7 +376,8 @@ class NamedBarrierOp(Op):
 SM90_OP_CLASSES: tuple[type[Op], ...] = (
     TmaParamsOp, Sm90KernelOp, TmaDescriptorOp, GmmaSmemLayoutOp, MbarrierOp, MbarrierInitOp,
     MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaLoadOp, WgmmaTiledMmaOp, WgmmaFragmentOp,
-    WgmmaFenceOperandOp, WgmmaArriveOp, WgmmaOp, WgmmaCommitOp, WgmmaWaitOp, WarpSpecializeOp, NamedBarrierOp)
+    WgmmaFenceOperandOp, WgmmaArriveOp, WgmmaOp, FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp, WarpSpecializeOp,
+    NamedBarrierOp)
 
 
 def tma_descriptors(program: ProgramOp) -> dict[str, dict[str, TmaDescriptorOp]]:

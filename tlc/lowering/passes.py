@@ -19,6 +19,7 @@ from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
 from tlc.kir.ops import ForOp, KernelOp, MmaOp, walk
+from tlc.kir.ops_sm90 import WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
 from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
@@ -65,10 +66,6 @@ class LowerTileOpsPass(Pass):
             state = start_state(ctx, arch, name=kernel_name(graph.file))
         if state.lse:
             raise fail("tlc build: the log-sum-exp output is not lowered from TL programs yet; build without lse")
-        if state.arch.mma_path != "mma.sync":
-            gemm = next((op for _, op in graph.walk() if isinstance(op, GemmOp)), None)
-            raise fail(f"--arch {arch}: the Hopper path ({state.arch.mma_path}, TMA) is not built yet; "
-                       "--arch sm_90 runs the sm_80-family kernels on Hopper", gemm.loc if gemm else None)
         lowering = TileOpLowering(graph, state.arch, state.name)
         state.kir, state.abi = lowering.run(), lowering.abi
         state.tl_allocs = {b.name: (f"Allocate {b.tl_name} in shared", b.loc) for b in lowering.buffers.values()
@@ -203,7 +200,7 @@ class CheckResourcesPass(Pass):
                 smem.append(Allocation(b.name, tl, b.bytes, loc, f"reuses {b.reuses}" if b.reuses else ""))
             extent = shared_extent(shared_buffers(kernel))
             frags, resident, peak = register_fragments(kernel)
-            kir_gemms = [op for op in walk(kernel) if isinstance(op, MmaOp)]
+            kir_gemms = [op for op in walk(kernel) if isinstance(op, (MmaOp, WgmmaOp))]
             regs = []
             for f in (f for f in frags if f.what == "accumulator"):
                 tl, loc = self._tl_of_fragment(state, f.name, kir_gemms, tl_gemms)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from tlc.kir.expr import print_expr
 from tlc.kir.ops import (ConvertOp, CopyOp, ForOp, FragmentOp, KernelOp, MmaOp, Op, RetileAccToAOp, RowVectorOp,
-                         SharedBufferOp, SharedViewOp, SmemLayoutOp, TiledMmaOp, walk)
+                         SharedBufferOp, SharedViewOp, SmemLayoutOp, SmemTransposeLayoutOp, TiledMmaOp, walk)
+from tlc.kir.ops_sm90 import GmmaSmemLayoutOp, WgmmaFragmentOp, WgmmaOp, WgmmaTiledMmaOp
 
 BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _ROOT = re.compile(r"^[A-Za-z_]\w*")
@@ -51,7 +52,7 @@ def shared_buffers(kernel: KernelOp) -> list[Buffer]:
         if not isinstance(op, SharedBufferOp):
             continue
         layout = table.get(op.layout)
-        shape = layout.shape if isinstance(layout, SmemLayoutOp) else ()
+        shape = layout.shape if isinstance(layout, (SmemLayoutOp, SmemTransposeLayoutOp, GmmaSmemLayoutOp)) else ()
         size = math.prod(shape) * BYTES[op.dtype]
         reuses = next((b.name for b in out if b.offset <= op.offset_bytes < b.offset + b.bytes), "")
         out.append(Buffer(op.name, op.offset_bytes, size, shape, op.dtype, reuses))
@@ -82,28 +83,34 @@ def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
     def mma_of(name: str) -> TiledMmaOp:
         return table[name]  # type: ignore[return-value]
 
-    def acc_regs(frag: FragmentOp) -> int:
+    def acc_regs(frag: FragmentOp | WgmmaFragmentOp) -> int:
         # a replicated TiledMMA spans fewer threads than the block: each thread holds its share of one copy
-        return math.prod(frag.shape) * BYTES[frag.dtype] // 4 // min(threads, mma_of(frag.mma).threads)
+        dtype = getattr(frag, "dtype", "fp32")   # wgmma accumulators are fp32
+        return math.prod(frag.shape) * BYTES[dtype] // 4 // min(threads, mma_of(frag.mma).threads)
 
-    def rows_per_thread(frag: FragmentOp) -> int:
+    def rows_per_thread(frag: FragmentOp | WgmmaFragmentOp) -> int:
         mma = mma_of(frag.mma)
+        if isinstance(mma, WgmmaTiledMmaOp):  # each warp group's 64 rows: 2 per thread, per 64-row atom
+            return max(frag.shape[0] // (64 * mma.warp_groups[0]), 1) * 2
         # an m16 atom gives each thread 2 rows (groupID, groupID + 8)
         return max(frag.shape[0] // (16 * mma.warps[0]), 1) * 2
 
+    def is_acc(op: Op) -> bool:
+        return isinstance(op, (FragmentOp, WgmmaFragmentOp)) and op.role == "C"
+
     # A fragment only named as a row vector's layout holds no data (nvcc drops it).
-    used = {n for op in walk(kernel) if not isinstance(op, (FragmentOp, RowVectorOp)) and not op.regions
-            for n in re.findall(r"[A-Za-z_]\w*", repr(op))}
+    used = {n for op in walk(kernel) if not isinstance(op, (FragmentOp, WgmmaFragmentOp, RowVectorOp))
+            and not op.regions for n in re.findall(r"[A-Za-z_]\w*", repr(op))}
     frags: list[Fragment] = []
     resident = 0
     for op in walk(kernel):
-        if isinstance(op, FragmentOp) and op.role == "C" and op.name not in used:
+        if is_acc(op) and op.name not in used:
             continue
-        if isinstance(op, FragmentOp) and op.role == "C":
+        if is_acc(op):
             top = op.name not in in_loop
             frags.append(Fragment(op.name, acc_regs(op), "accumulator", top))
             resident += acc_regs(op) if top else 0
-        elif isinstance(op, RowVectorOp) and isinstance(table.get(op.like), FragmentOp):
+        elif isinstance(op, RowVectorOp) and is_acc(table.get(op.like)):
             regs = rows_per_thread(table[op.like])  # type: ignore[arg-type]
             frags.append(Fragment(op.name, regs, "row vector", True))
             resident += regs
@@ -126,6 +133,12 @@ def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
         if "B" in loaded:
             live += kblocks * max(n // (8 * mma.warps[1]), 1) * 2    # 4 half-words per n8k16 atom
         peak = max(peak, resident + live)
+    for g in (op for op in walk(kernel) if isinstance(op, WgmmaOp)):   # sm_90a: operands stay in shared memory
+        acc = table.get(g.acc)
+        if not isinstance(acc, WgmmaFragmentOp):
+            continue
+        live = (acc_regs(acc) if g.acc in in_loop else 0) + _register_a(table, print_expr(g.a), acc_regs)
+        peak = max(peak, resident + live)
     return frags, resident, peak
 
 
@@ -136,6 +149,6 @@ def _register_a(table: dict[str, Op], name: str, acc_regs) -> int:
         op = table.get(op.src)
     if isinstance(op, ConvertOp):
         src = table.get(op.src)
-        if isinstance(src, FragmentOp):
+        if isinstance(src, (FragmentOp, WgmmaFragmentOp)):
             return acc_regs(src) * BYTES[op.dtype] // 4
     return 0

@@ -18,9 +18,11 @@ from __future__ import annotations
 import dataclasses
 
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Const, Expr, Index, Var, substitute
 
 ALL = Var("_")
+_LAYOUTS = (K.SmemLayoutOp, K.SmemTransposeLayoutOp, H.GmmaSmemLayoutOp)
 
 
 def _staged(e: Expr, rank: dict[str, int], stage: Expr) -> Expr:
@@ -80,7 +82,7 @@ class Pipeliner:
             return body
         grown = self._grow(bufs)
         from tlc.lowering.tile_ops import smem_extent
-        need = smem_extent([op for op in grown if isinstance(op, (K.SmemLayoutOp, K.SharedBufferOp))])
+        need = smem_extent([op for op in grown if isinstance(op, (*_LAYOUTS, K.SharedBufferOp))])
         if need > self.limit:
             self.reports.append(f"loop {loop.var}: one stage; {self.stages} stages of {', '.join(bufs)} would need "
                                 f"{need} > {self.limit} bytes of shared memory")
@@ -132,14 +134,18 @@ class Pipeliner:
     def _grow(self, bufs: list[str]) -> list[K.Op]:
         """The kernel's layout and buffer ops with a stage mode on `bufs`, offsets reassigned."""
         layouts = {op.layout for op in self.kernel.body if isinstance(op, K.SharedBufferOp) and op.name in bufs}
+        # A buffer seen through a transposed view of a GMMA layout (sm_90a's V) grows its base too.
+        layouts |= {op.of for op in self.kernel.body if isinstance(op, K.SmemTransposeLayoutOp) and op.name in layouts}
+        gmma = any(isinstance(op, H.GmmaSmemLayoutOp) for op in self.kernel.body)
+        align = 1024 if gmma else 128   # GMMA's swizzle is by address: its tiles start 1024-byte aligned
         out, offset = [], 0
         sizes = {}
         for op in self.kernel.body:
-            if isinstance(op, K.SmemLayoutOp) and op.name in layouts:
+            if isinstance(op, (K.SmemLayoutOp, H.GmmaSmemLayoutOp)) and op.name in layouts:
                 op = dataclasses.replace(op, shape=op.shape + (self.stages,))
             if isinstance(op, K.SmemTransposeLayoutOp) and op.of in layouts:
                 op = dataclasses.replace(op, shape=op.shape + (self.stages,))
-            if isinstance(op, K.SmemLayoutOp):
+            if isinstance(op, _LAYOUTS):
                 n = 1
                 for d in op.shape:
                     n *= d
@@ -148,8 +154,8 @@ class Pipeliner:
                 nbytes = sizes[op.layout] * (4 if op.dtype == "fp32" else 2)
                 op = dataclasses.replace(op, offset_bytes=0 if op.reuse else offset)
                 if not op.reuse:
-                    offset += -(-nbytes // 128) * 128
-            if isinstance(op, (K.SmemLayoutOp, K.SmemTransposeLayoutOp, K.SharedBufferOp)):
+                    offset += -(-nbytes // align) * align
+            if isinstance(op, (*_LAYOUTS, K.SharedBufferOp)):
                 out.append(op)
         return out
 
@@ -157,7 +163,7 @@ class Pipeliner:
         by_name = {op.name: op for op in grown}
         from tlc.lowering.tile_ops import smem_extent
         body = tuple(by_name.get(getattr(op, "name", None), op)
-                     if isinstance(op, (K.SmemLayoutOp, K.SmemTransposeLayoutOp, K.SharedBufferOp)) else op
+                     if isinstance(op, (*_LAYOUTS, K.SharedBufferOp)) else op
                      for op in self.kernel.body)
         self.kernel = dataclasses.replace(self.kernel, body=body, smem_bytes=smem_extent(list(grown)))
 
@@ -168,13 +174,18 @@ class Pipeliner:
                 rank[op.name] = 2
         for op in self.kernel.body:
             if isinstance(op, K.PartitionOp) and isinstance(op.src, Var) and op.src.name in rank \
-                    and op.method in ("partition_S", "partition_D"):
+                    and op.method in ("partition_S", "partition_D", "partition_A", "partition_B"):
+                rank[op.name] = 3
+        for op in self.kernel.body:   # sm_90a: GMMA descriptors over every stage of a partition
+            if isinstance(op, H.WgmmaFragmentOp) and isinstance(op.src, Var) and rank.get(op.src.name) == 3:
                 rank[op.name] = 3
         return rank
 
     def _restage(self, op: K.Op, rank: dict[str, int], stage: Expr) -> K.Op:
         if isinstance(op, K.CopyOp):
             return dataclasses.replace(op, src=_staged(op.src, rank, stage), dst=_staged(op.dst, rank, stage))
+        if isinstance(op, H.WgmmaOp):
+            return dataclasses.replace(op, a=_staged(op.a, rank, stage), b=_staged(op.b, rank, stage))
         if isinstance(op, (K.IfOp, K.ForOp)):
             return dataclasses.replace(op, body=tuple(self._restage(c, rank, stage) for c in op.body))
         return op
@@ -194,6 +205,8 @@ class Pipeliner:
         waited_prev = False
         skip_barrier = False
         for op in body:
+            if skip_barrier and isinstance(op, H.FenceProxyAsyncOp):
+                continue   # the dropped wait's fence goes with it
             if skip_barrier and isinstance(op, K.BarrierOp):
                 skip_barrier = False
                 continue

@@ -4,6 +4,7 @@ The lowering emits copies and compute with no synchronization; this pass adds ex
 effects require, walking each region in order with the async groups still in flight:
 
     read of a buffer an in-flight group writes → cp.async.wait_group N (N = newer groups) + barrier
+        (sm_90a: + fence.proxy.async between them when a wgmma reads what the retired groups wrote)
     read of a buffer written by registers       → barrier (other threads wrote it)
     write to a buffer read since the last barrier (write-after-read, also across loop trips) → barrier
 
@@ -15,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 
 
 @dataclass
@@ -44,6 +46,8 @@ class _Sync:
     def __init__(self, kernel: K.KernelOp) -> None:
         self.span = _extent(kernel)
         self.views = {op.name: op.of for op in K.walk(kernel) if isinstance(op, K.SharedViewOp)}
+        # Buffers wgmma reads through the async proxy: cp.async writes to them need a proxy fence.
+        self.async_reads = {b for op in K.walk(kernel) if isinstance(op, H.WgmmaOp) for b in op.reads}
 
     def _hits(self, a: str, names: set[str] | frozenset[str]) -> bool:
         """Whether buffer `a` shares bytes with any of `names`."""
@@ -63,6 +67,8 @@ class _Sync:
             return {op.buffer} if op.buffer else set(), set(), set()
         if isinstance(op, K.CopyOp):
             return set(), set(op.reads), set(op.writes)
+        if isinstance(op, H.WgmmaOp):
+            return set(), set(op.reads), set()
         if isinstance(op, K.IfOp) or (isinstance(op, K.ForOp) and op.unroll):  # a k-block loop syncs as one op
             acc: tuple[set[str], set[str], set[str]] = (set(), set(), set())
             for child in op.body:
@@ -81,6 +87,8 @@ class _Sync:
                      default=None)
         if newest is not None:
             out.append(K.WaitOp(pending=len(st.groups) - 1 - newest, groups=(st.groups[newest][0],), loc=loc))
+            if any(self._hits(b, written) for _, written in st.groups[:newest + 1] for b in self.async_reads):
+                out.append(H.FenceProxyAsyncOp(loc=loc))
             st.groups = st.groups[newest + 1:]
             self._barrier(st, out, loc)
 
@@ -103,12 +111,18 @@ class _Sync:
                 continue
             writes, reads, reg_writes = self.effects(op)
             touched = reads | reg_writes
+            # A wgmma's waits and barriers go before its operand fences and wgmma.fence.
+            at = len(out)
+            while isinstance(op, H.WgmmaOp) and at and isinstance(out[at - 1], (H.WgmmaFenceOperandOp, H.WgmmaArriveOp)):
+                at -= 1
+            out, issued = out[:at], out[at:]
             if touched:
                 self._wait_for(touched, st, out, op.loc)
             if any(self._hits(r, st.dirty) for r in reads):
                 self._barrier(st, out, op.loc)
             if any(self._hits(w, st.read) for w in writes | reg_writes):
                 self._barrier(st, out, op.loc)
+            out += issued
             out.append(op)
             st.uncommitted |= writes
             st.read |= reads

@@ -24,24 +24,7 @@ class GemmRules:
         s = self.slot(v, op)
         if s.kind == "afrag" and role == "A":
             return s.name, s.rows, s.cols, {}
-        if s.kind != "smem":
-            where = {"frag": "an accumulator (Reshape it to MMA_A first)", "afrag": "an A-operand fragment",
-                     "row": "a row vector", "scalar": "a scalar", "global": "a global tensor (copy it to shared)"}
-            raise fail(f"tlc build: GEMM operand {role} '{v.base}' is {where.get(s.kind, s.kind)}; the sm_80 lowering "
-                       f"reads operand {role} from a shared tile" + (" or a reshaped accumulator" if role == "A" else ""),
-                       op.loc)
-        buf = s.buffer
-        assert buf is not None
-        if s.uid == -1:
-            raise fail(f"tlc build: GEMM operand '{v.base}' reads shared '{buf.tl_name}' before any copy writes it",
-                       op.loc)
-        if s.uid != buf.last_write:
-            raise fail(f"tlc build: GEMM operand '{v.base}' reads shared '{buf.tl_name}' after a later copy "
-                       "overwrote it; copy the tile again or reorder the copies", op.loc)
-        for _, written in self.loops:
-            if buf.name in written and s.region != self.region:
-                raise fail(f"tlc build: GEMM operand '{v.base}' was loaded before this loop, but the loop overwrites "
-                           f"shared '{buf.tl_name}'", op.loc)
+        buf = self._shared_operand(v, s, role, op)
         if role == "A" and major != "k":
             raise fail(f"tlc build: operand A '{v.base}' is read transposed (stored M-contiguous); the sm_80 "
                        "lowering reads A as stored, rows × K", op.loc)
@@ -60,6 +43,29 @@ class GemmRules:
         # A: (M, K) as stored. B: (K, N) — a k-major tile is stored (N, K), an mn-major one (K, N).
         rows, cols = (buf.rows, buf.cols) if role == "A" or trans else (buf.cols, buf.rows)
         return frag, rows, cols, {"smem": Var(smem), "copy": copy, "view": view, "buf": buf.name}
+
+    def _shared_operand(self, v: Value, s: Slot, role: str, op: GemmOp) -> Buffer:
+        """The shared buffer GEMM operand `v` reads, checked: written before, not since overwritten."""
+        if s.kind != "smem":
+            where = {"frag": "an accumulator (Reshape it to MMA_A first)", "afrag": "an A-operand fragment",
+                     "row": "a row vector", "scalar": "a scalar", "global": "a global tensor (copy it to shared)"}
+            path = "sm_90a" if self.arch.mma_path == "wgmma" else "sm_80"
+            raise fail(f"tlc build: GEMM operand {role} '{v.base}' is {where.get(s.kind, s.kind)}; the {path} lowering "
+                       f"reads operand {role} from a shared tile" + (" or a reshaped accumulator" if role == "A" else ""),
+                       op.loc)
+        buf = s.buffer
+        assert buf is not None
+        if s.uid == -1:
+            raise fail(f"tlc build: GEMM operand '{v.base}' reads shared '{buf.tl_name}' before any copy writes it",
+                       op.loc)
+        if s.uid != buf.last_write:
+            raise fail(f"tlc build: GEMM operand '{v.base}' reads shared '{buf.tl_name}' after a later copy "
+                       "overwrote it; copy the tile again or reorder the copies", op.loc)
+        for _, written in self.loops:
+            if buf.name in written and s.region != self.region:
+                raise fail(f"tlc build: GEMM operand '{v.base}' was loaded before this loop, but the loop overwrites "
+                           f"shared '{buf.tl_name}'", op.loc)
+        return buf
 
     def _memo_decl(self, key: tuple, base: str, make) -> str:
         if key not in self.memo:

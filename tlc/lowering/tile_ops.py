@@ -1,4 +1,5 @@
-"""`lower-tile-ops`: the TL graph → kernel IR, one rule per TL op (sm_80 family: mma.sync).
+"""`lower-tile-ops`: the TL graph → kernel IR, one rule per TL op (sm_80 family: mma.sync; sm_90a:
+wgmma fed by the same cp.async copies, tile_wgmma.py).
 
 Each statement lowers by its own rule, in program order, into the region it sits in:
 
@@ -25,16 +26,20 @@ from tlc.ir.ops import (AllocateOp, ElementwiseOp, FullOp, LoopOp, MaskOp, Op, R
                         ScaledExpOp, SoftmaxOp)
 from tlc.ir.types import Value
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Const, E, Expr, Var, substitute
 from tlc.lowering.abi import LaunchABI, derive_abi
 from tlc.lowering.exprs import BUILTINS, ExprLowering
 from tlc.lowering.storage import Buffer, Namer, Slot, last_uses
 from tlc.lowering.tile_copies import CopyRules, kblock, padded
 from tlc.lowering.tile_gemm import GemmRules
-from tlc.lowering.warps import plan_warps
+from tlc.lowering.tile_wgmma import WgmmaRules
+from tlc.lowering.warps import plan_warps, plan_wgmma
 from tlc.passes.tile_origin import origin
 
 LOG2E = 1.4426950408889634
+# Ops that give a shared buffer its layout (shape = rows, cols[, stages]).
+SHARED_LAYOUTS = (K.SmemLayoutOp, K.SmemTransposeLayoutOp, H.GmmaSmemLayoutOp)
 
 # TL elementwise function → kernel-IR expression in x0, x1 (LANGUAGE.md §5: division by zero is 0).
 FN = {"add": "x0 + x1", "sub": "x0 - x1", "mul": "x0 * x1", "div": "select(x1 == 0.0, 0.0, x0 / x1)",
@@ -43,7 +48,7 @@ FN = {"add": "x0 + x1", "sub": "x0 - x1", "mul": "x0 * x1", "div": "select(x1 ==
       "sqrt": "sqrt(x0)", "square": "x0 * x0"}
 
 
-class TileOpLowering(CopyRules, GemmRules):
+class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
     """Lower one TL program (after the TL passes) to a `ProgramOp` for `arch`."""
 
     def __init__(self, graph: Graph, arch: ArchInfo, name: str) -> None:
@@ -66,13 +71,21 @@ class TileOpLowering(CopyRules, GemmRules):
         self.global_rows: dict[str, Expr] = {}
         self.register_allocs: dict[str, tuple[str, Loc | None]] = {}
         self._regions = 0
+        self.hopper = arch.mma_path == "wgmma"
+        self.mma_decls: list[K.Op] = []            # sm_90a: the wgmma TiledMMAs, declared by the GEMM rule
+        self.gmma_major: dict[str, str] = {}       # sm_90a: operand buffer → "k" | "mn" (its GMMA layout)
 
     # ------------------------------------------------------------------ driver
     def run(self) -> K.ProgramOp:
         if self.dtype not in ("bf16", "fp16"):
-            raise fail(f"tlc build: dtype {self.dtype} has no mma.sync path (bf16 or fp16)")
+            raise fail(f"tlc build: dtype {self.dtype} has no {self.arch.mma_path} path (bf16 or fp16)")
         body: list[K.Op] = []
-        self.warp_plan = plan_warps(self.g, self.warps, self.x)
+        if self.hopper:
+            declared = self._int_param("Warps", 4) if "Warps" in self.g.params else None
+            self.warp_plan = plan_wgmma(self.g, declared, self.x, self.names)
+            self.warps = self.warp_plan.warps
+        else:
+            self.warp_plan = plan_warps(self.g, self.warps, self.x)
         self._lower_region(self.g, body)
         if self.m_rows is None:
             raise fail("tlc build: the program has no GEMM; the sm_80 lowering needs one to fix the thread layout")
@@ -82,11 +95,12 @@ class TileOpLowering(CopyRules, GemmRules):
                 K.LetOp(name="head_idx", type="i32", value=E("blockIdx.y")),
                 K.LetOp(name="batch_idx", type="i32", value=E("blockIdx.z")),
                 K.LetOp(name="group", type="i32", value=Var("p.group"))]
-        mmas = self.warp_plan.decls(self.arch.mma_atoms[self.dtype])
+        mmas = self.mma_decls if self.hopper else self.warp_plan.decls(self.arch.mma_atoms[self.dtype])
         smem = self._smem_decls()
         rows = Var(f"p.{self.abi.grid_rows}") if not self.abi.grid_rows.isdigit() else Const(int(self.abi.grid_rows))
         grid = (E(f"ceil_div({rows}, {self.abi.grid_tile})"), Var("p.heads"), Var("p.batch"))
-        kernel = K.KernelOp(name=self.name, params=self.abi.params_op().name, threads=32 * self.warps, min_blocks=1,
+        kernel_op = H.Sm90KernelOp if self.hopper else K.KernelOp
+        kernel = kernel_op(name=self.name, params=self.abi.params_op().name, threads=32 * self.warps, min_blocks=1,
                             grid=grid, smem_bytes=smem_extent(smem),
                             body=tuple(lets + mmas + smem + self.layouts + self.decls + body))
         program = K.ProgramOp(name=self.name, body=(self.abi.params_op(), kernel))
@@ -130,9 +144,18 @@ class TileOpLowering(CopyRules, GemmRules):
     def _row_ref(self, rows: int) -> str:
         if rows not in self.row_ref:
             name = self.names.fresh(f"row_layout_{rows}")
-            self.decls.append(K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(rows, 16)))
+            if self.hopper:  # any wgmma accumulator of the block's rows: the first GEMM's
+                self.decls.append(self._c_fragment(name, self.warp_plan.row_mma, (rows, self.warp_plan.row_n)))
+            else:
+                self.decls.append(K.FragmentOp(name=name, mma="tiled_mma", role="C", dtype="fp32", shape=(rows, 16)))
             self.row_ref[rows] = name
         return self.row_ref[rows]
+
+    def _c_fragment(self, name: str, mma: str, shape: tuple[int, int], loc: Loc | None = None) -> K.Op:
+        """fp32 accumulator registers of TiledMMA `mma` (a wgmma one on sm_90a)."""
+        if self.hopper:
+            return H.WgmmaFragmentOp(name=name, mma=mma, role="C", shape=shape, loc=loc)
+        return K.FragmentOp(name=name, mma=mma, role="C", dtype="fp32", shape=shape, loc=loc)
 
     def _fresh_like(self, s: Slot, base: str, out: list[K.Op], loc: Loc | None, init: float | None = None) -> Slot:
         name = self.names.fresh(base)
@@ -140,7 +163,7 @@ class TileOpLowering(CopyRules, GemmRules):
             out.append(K.RowVectorOp(name=name, like=self._row_ref(s.rows), init=Const(0.0 if init is None else init),
                                      loc=loc))
         else:
-            out.append(K.FragmentOp(name=name, mma=s.mma, role="C", dtype="fp32", shape=(s.rows, s.cols), loc=loc))
+            out.append(self._c_fragment(name, s.mma, (s.rows, s.cols), loc))
         return Slot(s.kind, name, s.rows, s.cols, region=self.region, logical_cols=s.logical_cols, mma=s.mma)
 
     def _target(self, v: Value, result: Value, out: list[K.Op], loc: Loc | None) -> Slot:
@@ -195,8 +218,7 @@ class TileOpLowering(CopyRules, GemmRules):
         name = self.names.fresh(f"r{op.name}")
         self.register_allocs[name] = (f"Allocate {op.name} in register", op.loc)
         mma = self.warp_plan.mma_of_register(op.name)
-        out += [K.FragmentOp(name=name, mma=mma, role="C", dtype="fp32", shape=(rows, cols), loc=op.loc),
-                K.ClearOp(target=name, loc=op.loc)]
+        out += [self._c_fragment(name, mma, (rows, cols), op.loc), K.ClearOp(target=name, loc=op.loc)]
         self._bind(op.result, Slot("frag", name, rows, cols, region=self.region, logical_cols=logical, mma=mma))
 
     def _shape2(self, shape, loc: Loc, what: str) -> tuple[int, int]:
@@ -382,21 +404,36 @@ class TileOpLowering(CopyRules, GemmRules):
         out: list[K.Op] = []
         offset = 0
         for buf in self.buffers.values():
-            kb = kblock(buf.cols)
-            out.append(K.SmemLayoutOp(name=f"{buf.name}_layout", swizzle=(0, 0, 0), atom=(8, kb),
-                                      shape=(buf.rows, buf.cols), loc=buf.loc))
+            out += self._buffer_layout(buf)
+        # GMMA's swizzle is by address: its tiles start 1024-byte aligned (sm_90a only).
+        align = 1024 if self.gmma_major else 128
         for buf in self.buffers.values():
             at = 0 if buf.reuse else offset
             out.append(K.SharedBufferOp(name=buf.name, dtype=buf.dtype, layout=f"{buf.name}_layout", offset_bytes=at,
                                         reuse=buf.reuse, loc=buf.loc))
             if not buf.reuse:
-                offset += -(-buf.bytes // 128) * 128
+                offset += -(-buf.bytes // align) * align
         return out
+
+    def _buffer_layout(self, buf: Buffer) -> list[K.Op]:
+        """`<buf>_layout`, (rows, cols) as copies write it: swizzled atoms (infer-layouts picks the swizzle), or
+        on sm_90a for a wgmma operand GMMA's 128-byte atoms, K-major as stored or MN-major seen transposed."""
+        major = self.gmma_major.get(buf.name)
+        if major == "k":
+            return [H.GmmaSmemLayoutOp(name=f"{buf.name}_layout", dtype=buf.dtype, swizzle=128,
+                                       shape=(buf.rows, buf.cols), k_major=True, loc=buf.loc)]
+        if major == "mn":
+            return [H.GmmaSmemLayoutOp(name=f"{buf.name}_layout_mn", dtype=buf.dtype, swizzle=128,
+                                       shape=(buf.cols, buf.rows), k_major=False, loc=buf.loc),
+                    K.SmemTransposeLayoutOp(name=f"{buf.name}_layout", of=f"{buf.name}_layout_mn",
+                                            shape=(buf.rows, buf.cols), loc=buf.loc)]
+        return [K.SmemLayoutOp(name=f"{buf.name}_layout", swizzle=(0, 0, 0), atom=(8, kblock(buf.cols)),
+                               shape=(buf.rows, buf.cols), loc=buf.loc)]
 
 
 def smem_extent(ops: list[K.Op]) -> int:
     """Bytes of dynamic shared memory the buffers among `ops` span (layout shapes × element size)."""
-    layouts = {op.name: op for op in ops if isinstance(op, K.SmemLayoutOp)}
+    layouts = {op.name: op for op in ops if isinstance(op, SHARED_LAYOUTS)}
     end = 0
     for op in ops:
         if isinstance(op, K.SharedBufferOp):

@@ -84,3 +84,83 @@ def plan_warps(graph: Graph, warps: int, exprs) -> WarpPlan:
                    f"divides into the warps (16, 32, 64, … rows), or at least {16 * warps}", first.loc)
     targets = frozenset(op.operands[2].base for op in gemms if op.accumulate)
     return WarpPlan(warps, rows // 16, targets)
+
+
+# ----------------------------------------------------------------------------- sm_90a (wgmma)
+WARP_GROUP_ROWS = 64   # a wgmma atom is 64 rows: one warp group (4 warps) per 64 rows of the block
+
+
+@dataclass
+class WgmmaPlan:
+    """sm_90a: one warp group per 64 rows (Warps = 4 · BM / 64) and one wgmma TiledMMA per GEMM,
+    all with the same rows per thread (rows r and r + 8 of its warp's 16), so row vectors, masks
+    and row reductions are shared by every GEMM's accumulator. The GEMM rule declares the MMAs."""
+
+    warps: int
+    gemm_mma: dict[int, str]        # a GEMM's result uid → its wgmma TiledMMA
+    register_mma: dict[str, str]    # `Allocate X in register` accumulated by a GEMM → that GEMM's MMA
+    row_mma: str                    # the first GEMM's: row vectors are laid out like its accumulator
+    row_n: int                      # its N (the row reference fragment's columns)
+    replicas: int = 1
+    split_targets: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def warp_groups(self) -> int:
+        return self.warps // 4
+
+    def mma_of_register(self, tl_name: str) -> str:
+        return self.register_mma.get(tl_name, self.row_mma)
+
+    def mma_of_gemm(self, op: GemmOp) -> str:
+        return self.gemm_mma[op.result.uid]
+
+    @staticmethod
+    def slice_of(mma: str) -> str:
+        return f"thr_{mma}"
+
+    def need_whole_rows(self, mma: str, what: str, loc: Loc | None) -> None:
+        """Every wgmma accumulator holds whole rows within a warp (nothing is split by columns)."""
+
+    def decls(self, atom: str) -> list[K.Op]:
+        return []
+
+
+def plan_wgmma(graph: Graph, warps: int | None, exprs, names) -> WgmmaPlan:
+    """The sm_90a warp plan from the block's rows (the first GEMM's M); `warps`: Param Warps if set."""
+    gemms = [op for _, op in graph.walk() if isinstance(op, GemmOp)]
+    if not gemms:
+        raise fail("tlc build: the program has no GEMM; the sm_90a lowering needs one to fix the thread layout")
+    first = gemms[0]
+    shape = first.operands[0].type.shape
+    if not shape or len(shape) != 2:
+        raise fail("tlc build: --arch sm_90a needs the GEMM's operand shapes (rows, cols)", first.loc)
+    rows = exprs.int_value(shape[0], first.loc, "a tile extent")
+    if rows % WARP_GROUP_ROWS or not 64 <= rows <= 256:
+        raise fail(f"tlc build: --arch sm_90a runs one warp group (4 warps) per 64 rows of the block; this GEMM has "
+                   f"M = {rows} (supported: BM = 64, 128, 192 or 256; --arch sm_90 takes other tiles)", first.loc)
+    need = 4 * rows // WARP_GROUP_ROWS
+    if warps is not None and warps != need:
+        raise fail(f"tlc build: Param Warps = {warps}, but --arch sm_90a runs one warp group per 64 rows: BM = {rows} "
+                   f"needs Warps = {need} (set -D Warps={need}, or leave Warps unset)", first.loc)
+    gemm_mma: dict[int, str] = {}
+    register_mma: dict[str, str] = {}
+    for op in gemms:
+        name = names.fresh(f"wgmma_{op.result.base}")
+        names.taken.add(f"thr_{name}")
+        gemm_mma[op.result.uid] = name
+        if op.accumulate:
+            target = op.operands[2].base
+            if target in register_mma:
+                raise fail(f"tlc build: a second GEMM accumulates into '{target}'; the sm_90a lowering gives each "
+                           "register accumulator one GEMM", op.loc)
+            register_mma[target] = name
+    # The first GEMM's N as its rule will see it: B is stored (N, K) when k-major, (K, N) with the
+    # columns padded to a multiple of 32 when mn-major.
+    b = first.operands[1].type.shape
+    if not b or len(b) != 2:
+        raise fail("tlc build: --arch sm_90a needs the GEMM's operand shapes (rows, cols)", first.loc)
+    if first.b_major == "mn":
+        row_n = -(-exprs.int_value(b[1], first.loc, "a tile extent") // 32) * 32
+    else:
+        row_n = exprs.int_value(b[0], first.loc, "a tile extent")
+    return WgmmaPlan(need, gemm_mma, register_mma, gemm_mma[first.result.uid], row_n)
