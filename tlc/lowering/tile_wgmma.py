@@ -12,7 +12,7 @@ ops after it. Anything else is refused at its line. A mixin of `TileOpLowering`.
 """
 from __future__ import annotations
 
-from tlc.diagnostics import fail
+from tlc.diagnostics import Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
 from tlc.kir import ops as K
@@ -56,9 +56,8 @@ class WgmmaRules:
                                  a_k_major=True, b_k_major=b_major == "k", loc=op.loc)
         if not any(getattr(d, "name", None) == mma for d in self.mma_decls):
             self.mma_decls.append(decl)
-        tag = op.result.base
-        a = a_slot.name if a_buf is None else self._descriptors(a_buf, "A", "k", mma, tag)
-        b = self._descriptors(b_buf, "B", b_major, mma, tag)
+        a = a_slot.name if a_buf is None else self._descriptors(a_buf, "A", "k", mma, op)
+        b = self._descriptors(b_buf, "B", b_major, mma, op)
         fenced = (acc,) if a_buf is not None else (acc, a)
         reads = tuple(buf.name for buf in (a_buf, b_buf) if buf is not None)
         out += [H.WgmmaFenceOperandOp(targets=fenced, loc=op.loc), H.WgmmaArriveOp(loc=op.loc),
@@ -106,12 +105,15 @@ class WgmmaRules:
         out.append(H.WgmmaFragmentOp(name=acc.name, mma=mma, role="C", shape=(am, bn), loc=op.loc))
         return acc.name, True
 
-    def _descriptors(self, buf: Buffer, role: str, major: str, mma: str, tag: str) -> str:
+    def _descriptors(self, buf: Buffer, role: str, major: str, mma: str, op: GemmOp) -> str:
         """GMMA descriptors of `buf` as operand `role` of `mma` (an MN-major B through its (N, K) view)."""
         seen = self.gmma_major.setdefault(buf.name, major)
         if seen != major:
-            raise fail(f"tlc build: shared tile '{buf.tl_name}' is read both K-major and MN-major by GEMMs; "
-                       "--arch sm_90a gives each operand tile one GMMA layout", buf.loc)
+            raise fail(f"tlc build: this GEMM reads shared tile '{buf.tl_name}' {major.upper()}-major, an earlier one "
+                       f"{seen.upper()}-major; --arch sm_90a gives each operand tile one GMMA layout (copy the tile "
+                       "to a second shared buffer, or use --arch sm_90)", op.loc, Note(f"'{buf.tl_name}' is allocated "
+                                                                                  "here", buf.loc))
+        tag = op.result.base
         src = buf.name if major == "k" else self._gmma_view(buf)
         part = self._partition(("wgmma", role, src, mma), f"t{tag}s{buf.tl_name}", self.warp_plan.slice_of(mma),
                                f"partition_{role}", Var(src))

@@ -1,0 +1,110 @@
+"""The sm_90a lowering's first step (docs/hopper.md): wgmma with the sm_80-family cp.async copies.
+
+Goldens (tests/lowering/sm90a.kirtest, FileCheck in process) of the kernel IR and the CuTe for the
+shipped specs, refusals at the TL statement's file:line:col, and that the other targets never see a
+Hopper op. No NVRTC here (tests/build/test_sm90a_nvrtc.py compiles; tests/gpu/test_sm90a_specs_gpu.py runs).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.lowering.variants import PV, _sub
+from tests.unit.test_backend_emit import filecheck
+from tlc.diagnostics import TlcError
+from tlc.kir.ops import walk
+from tlc.kir.ops_sm90 import SM90_OP_CLASSES, WgmmaOp
+from tlc.lowering.emit_text import emit_text, kernel_ir
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = ROOT / "specs"
+GOLDEN = Path(__file__).with_name("sm90a.kirtest")
+SEPARATOR = re.compile(r"^// -----\s*$", re.M)
+
+
+def _emit(case: str) -> str:
+    spec = re.search(r"^// TL: (\S+)(.*)$", case, re.M)
+    what = re.search(r"^// EMIT: (kir|cute)$", case, re.M)
+    assert spec and what, case
+    path = SPECS / spec.group(1)
+    defines = dict(kv.split("=", 1) for kv in spec.group(2).split())
+    out = emit_text(path.read_bytes(), str(path.relative_to(ROOT)), "sm_90a", defines, what.group(1),
+                    line_directives=False)
+    return out
+
+
+CASES = [c for c in SEPARATOR.split(GOLDEN.read_text()) if "CHECK" in c]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: re.search(r"^// TL: (.*)$", c, re.M).group(1))
+def test_sm90a_goldens(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = _emit(case)
+    rc = filecheck(case, output, tmp_path)
+    report = capsys.readouterr()
+    assert rc == 0, f"{report.out}{report.err}"
+
+
+def test_no_shared_to_register_loads_and_one_wgmma_per_gemm() -> None:
+    """prefetch-operands has nothing to do: wgmma reads its shared operands through descriptors."""
+    program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", {"Causal": True})
+    text = emit_text((SPECS / "mha_fwd.tl").read_bytes(), "mha_fwd.tl", "sm_90a", {}, "kir")
+    assert "s2r_" not in text and not re.search(r"\bMmaOp\(", text) and "LDSM" not in text
+    assert [op.kind for op in walk(program) if type(op).__name__ == "WgmmaTiledMmaOp"] == ["SS", "RS"]
+    assert sum(isinstance(op, WgmmaOp) for op in walk(program)) == 2
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90"])
+@pytest.mark.parametrize("spec", ["mha_fwd", "gqa_fwd", "b2b_gemm_relu"])
+def test_other_targets_see_no_hopper_op(arch: str, spec: str) -> None:
+    program = kernel_ir(SPECS / f"{spec}.tl", arch, {"HeadDim": 64} if spec != "b2b_gemm_relu" else {})
+    assert not [op for op in walk(program) if isinstance(op, SM90_OP_CLASSES)]
+
+
+@pytest.mark.parametrize("spec", ["b2b_gemm_relu", "chain3_fwd", "softcap_fwd", "mqa_fwd"])
+def test_other_specs_of_the_two_forms_lower(spec: str) -> None:
+    """Programs whose GEMMs are Q·Kᵀ-like (SS) or P·V-like (RS) lower op by op, whatever else they compute."""
+    program = kernel_ir(SPECS / f"{spec}.tl", "sm_90a", {"Causal": True} if spec == "mqa_fwd" else {})
+    gemms = [op for op in walk(program) if isinstance(op, WgmmaOp)]
+    assert len(gemms) == (3 if spec == "chain3_fwd" else 2)
+
+
+MHA = (SPECS / "mha_fwd.tl").read_text()
+# (program text or spec, -D, file:line:col of the refusal, words of the message)
+REFUSALS = {
+    "bm32": ("mha_fwd", {"BM": "32"}, "mha_fwd.tl:39:3", "one warp group (4 warps) per 64 rows"),
+    "bm320": ("mha_fwd", {"BM": "320", "HeadDim": "64"}, "mha_fwd.tl:39:3", "BM = 64, 128, 192 or 256"),
+    "head_dim_96": ("mha_fwd", {"HeadDim": "96"}, "mha_fwd.tl:39:3", "width must be a multiple of 64"),
+    "head_dim_320": ("mha_fwd", {"HeadDim": "320", "BM": "64"}, "mha_fwd.tl:45:3",
+                     "N must be a multiple of 8 up to 256"),
+    "warps_disagree": ("gqa_fwd", {}, "gqa_fwd.tl:43:3", "Param Warps = 4, but --arch sm_90a"),
+    "mla_prefill_warps": ("mla_prefill_fwd", {}, "mla_prefill_fwd.tl:46:3", "needs Warps = 8"),
+    "mla_decode": ("mla_decode_fwd", {}, "mla_decode_fwd.tl:50:3", "this GEMM has M = 16"),
+    "k_both_majors": (_sub(PV, "  Compute GEMM P, K and accumulate O"), {}, "gemm_pk.tl:45:3",
+                      "reads shared tile 'K' MN-major, an earlier one K-major"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_refusals_point_at_the_tl_statement(name: str) -> None:
+    source, defines, where, words = REFUSALS[name]
+    if "\n" in source:
+        data, path = source.encode(), "gemm_pk.tl"
+    else:
+        data, path = (SPECS / f"{source}.tl").read_bytes(), f"specs/{source}.tl"
+    with pytest.raises(TlcError) as info:
+        emit_text(data, path, "sm_90a", defines, "kir")
+    (d,) = [d for d in info.value.diagnostics if d.severity == "error"]
+    assert f"{Path(d.loc.file).name}:{d.loc.line}:{d.loc.col}" == where and words in d.message, d.message
+
+
+def test_cli_show_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+    from tlc.cli import main
+
+    assert main(["show", str(SPECS / "mha_fwd.tl"), "--arch", "sm_90a", "--emit", "cute"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("warpgroup_arrive();") == 2 and '#line 39 "mha_fwd.tl"' in out
+    assert main(["show", str(SPECS / "mla_decode_fwd.tl"), "--arch", "sm_90a", "--emit", "kir"]) == 1
+    err = capsys.readouterr().err
+    assert "mla_decode_fwd.tl:50:3: error:" in err and "Traceback" not in err
