@@ -1,0 +1,64 @@
+"""NVRTC compiles of TL specs lowered for sm_90a (wgmma with cp.async copies), no GPU: the PTX holds
+wgmma.mma_async (SS for Q·Kᵀ, RS for P·V) and fence.proxy.async, and ptxas reports no spills, no stack
+and no local memory. ~35-60 s per kernel on a 2-core CPU machine; registers and seconds are printed
+(`pytest -m slow -s tests/build/test_sm90a_nvrtc.py`)."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tlc.backend_cute.nvrtc import compile_options, parse_ptxas_info
+from tlc.lowering.emit_text import emit_text
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+BUILDS = {  # name → (spec, -D bindings, (SS wgmma shape, RS wgmma shape) as PTX spells them)
+    "mha_d128": ("mha_fwd", {}, ("m64n64k16", "m64n128k16")),
+    "mha_d128_causal": ("mha_fwd", {"Causal": "true"}, ("m64n64k16", "m64n128k16")),
+    "gqa_d64": ("gqa_fwd", {"HeadDim": "64", "Warps": "8"}, ("m64n64k16", "m64n64k16")),
+}
+
+
+def compile_with_ptx(source: str, name: str) -> tuple[str, str, float]:
+    """(PTX, program log, seconds) of one NVRTC compile for sm_90a (ptxas runs too: -v info in the log)."""
+    from cuda.bindings import nvrtc
+
+    options = [o.encode() for o in compile_options("sm_90a")]
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    try:
+        start = time.perf_counter()
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
+        seconds = time.perf_counter() - start
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        log_text = log.rstrip(b"\x00 ").decode(errors="replace")
+        assert status == nvrtc.nvrtcResult.NVRTC_SUCCESS, log_text[:4000]
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        ptx = b" " * size
+        nvrtc.nvrtcGetPTX(prog, ptx)
+        return ptx.rstrip(b"\x00 ").decode(), log_text, seconds
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(BUILDS))
+def test_spec_compiles_to_wgmma_for_sm90a(case: str) -> None:
+    spec, defines, (ss, rs) = BUILDS[case]
+    path = SPECS / f"{spec}.tl"
+    source = emit_text(path.read_bytes(), str(path), "sm_90a", defines, "cute")
+    ptx, log, seconds = compile_with_ptx(source, f"{spec}.cu")
+    info = parse_ptxas_info(log)
+    print(f"\nNVRTC sm_90a {case}: {seconds:.1f} s, {info}")
+    assert info["registers"] > 0 and info.get("spill_store_bytes", 0) == 0 and info.get("spill_load_bytes", 0) == 0
+    assert info.get("stack_frame_bytes", 0) == 0
+    assert not re.search(r"\b(ld|st)\.local\b", ptx) and ".local" not in ptx   # no local memory at all
+    wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)\.f32\.bf16\.bf16", ptx)
+    assert wgmma and set(wgmma) == {ss, rs}, sorted(set(wgmma))
+    assert "wgmma.fence.sync.aligned" in ptx and "wgmma.commit_group.sync.aligned" in ptx
+    assert "wgmma.wait_group.sync.aligned 0" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx and "cp.async.cg.shared.global" in ptx
+    assert "ldmatrix" not in ptx and "mma.sync" not in ptx
