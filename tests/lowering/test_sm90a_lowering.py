@@ -108,3 +108,42 @@ def test_cli_show_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", str(SPECS / "mla_decode_fwd.tl"), "--arch", "sm_90a", "--emit", "kir"]) == 1
     err = capsys.readouterr().err
     assert "mla_decode_fwd.tl:50:3: error:" in err and "Traceback" not in err
+
+
+# CuTe's wgmma thread-value layouts (cute/atom/mma_traits_sm90_gmma.hpp): (thread, value) → m + 64·col.
+def _c_tv(n: int):
+    from pycute import Layout
+    return Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512)))
+
+
+def _a_tv():
+    from pycute import Layout
+    return Layout(((4, 8, 4), (2, 2, 2)), ((128, 1, 16), (64, 8, 512)))   # RS A, 64×16: m + 64·k
+
+
+@pytest.mark.parametrize("n", [16, 64, 128, 256])
+def test_acc_to_a_regroup_gives_the_rs_operand_layout(n: int) -> None:
+    """preamble_sm90.cuh's acc_to_a: A value (c, r, j) of k16 slice s is C value (c, r, 2s + j), i.e.
+    C's (2, 2, N/8) mode split as (2, 2, (2, N/16)); every register then holds the element of P the
+    RS wgmma expects (row m, column 16·s + k), for every thread of the warp group."""
+    c, a = _c_tv(n), _a_tv()
+    for t in range(128):
+        for s in range(n // 16):
+            for v in range(8):
+                cc, r, j = v % 2, v // 2 % 2, v // 4
+                have = c((t, cc + 2 * r + 4 * (2 * s + j)))
+                want = a((t, v))
+                assert (have % 64, have // 64) == (want % 64, 16 * s + want // 64), (t, s, v)
+
+
+def test_rowcol_rows_are_the_thread_rows() -> None:
+    """preamble_sm90.cuh's rowcol: a thread's rows are mode (0, 1) of the C layout (r, r + 8) and its
+    columns modes (0, 0) and (0, 2): every value in row mi of the view sits in one matrix row, and
+    the 4 lanes of a quad (the AllReduceOp's shuffles) hold the same two rows."""
+    c = _c_tv(64)
+    for t in range(128):
+        for mi in range(2):
+            rows = {c((t, cc + 2 * mi + 4 * j)) % 64 for cc in range(2) for j in range(8)}
+            assert len(rows) == 1
+            quad = {c((t ^ x, 2 * mi)) % 64 for x in range(4)}
+            assert quad == rows
