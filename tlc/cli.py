@@ -199,7 +199,7 @@ def cmd_precompile(args) -> int:
         raise TlcError(_err("tlc precompile: give TL files, --shapes LIST, or both"))
     if args.define and not args.files:
         raise TlcError(_err("tlc precompile: -D applies to TL files; a shape list picks tlc.attention's own bindings"))
-    from tlc.precompile import Job, precompile, read_shape_file
+    from tlc.precompile_jobs import Job, precompile, read_shape_file
 
     defines = _defines(args.define)
     jobs = [Job.make(Path(f), defines, arch, label=f) for f in args.files for arch in archs]
@@ -287,7 +287,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("files", nargs="*", metavar="FILE")
     sp.add_argument("--shapes", action="append", metavar="LIST",
                     help="a file of tlc.attention call shapes, one per line, e.g. "
-                    "'b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16' (repeatable; see tlc/precompile.py)")
+                    "'b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16' (repeatable; see tlc/precompile_jobs.py)")
     sp.add_argument("--arch", action="append", help="repeatable; default sm_90")
     sp.add_argument("-j", "--jobs", type=int, default=0, help="parallel compiles (default: CPU count)")
     sp.set_defaults(fn=cmd_precompile)

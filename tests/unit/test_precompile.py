@@ -9,7 +9,7 @@ import pytest
 import tlc.runtime
 from tlc.cli import main
 from tlc.diagnostics import TlcError
-from tlc.precompile import Job, attention_jobs, compile_jobs, parse_shapes, read_shape_file
+from tlc.precompile_jobs import Job, attention_jobs, compile_jobs, parse_shapes, read_shape_file
 from tlc.runtime import attention_spec
 
 SHAPES = """\
@@ -109,3 +109,36 @@ def test_read_shape_file(tmp_path) -> None:
     path = tmp_path / "s.txt"
     path.write_text("d=128\n")
     assert read_shape_file(str(path), ["sm_90"]) == [Job.make(*attention_spec("bf16", 128, 128, False), "sm_90")]
+
+
+def test_python_api_maps_calls_to_kernels(monkeypatch) -> None:
+    import tlc
+    import tlc.precompile_jobs
+
+    monkeypatch.setattr(tlc.precompile_jobs, "is_cached", lambda job: True)  # never NVRTC here
+    results = tlc.precompile([{"b": 4, "hq": 32, "hkv": 8, "d": 128, "causal": True},
+                              {"d": 128, "causal": True, "sq": 1}, {"d": 64, "dtype": "fp16"}], arch="sm_80")
+    assert len(results) == 2 and all(r.ok and r.cached for r in results)
+    assert {r.job.arch for r in results} == {"sm_80"}
+
+
+@pytest.mark.parametrize("calls,message", [
+    ({"d": 128}, "a list of calls"),
+    ([{"d": 128}, 7], "call 2 is a int"),
+    ([{"d": 128, "heads": 2}], "call 1: unknown key 'heads'"),
+    ([{"d": 100}], "head dim 100 is not supported"),
+])
+def test_python_api_refuses_bad_calls(calls, message) -> None:
+    import tlc
+
+    with pytest.raises(TlcError, match=message):
+        tlc.precompile(calls, arch="sm_90")
+
+
+def test_python_dash_m_tlc_runs_the_cli(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "tlc", "check", str(Path(__file__).parents[2] / "specs" / "mha_fwd.tl")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr

@@ -239,6 +239,39 @@ def compile_jobs(jobs: Iterable[Job], workers: int = 0, on_result=None) -> list[
     return results
 
 
+def precompile_calls(calls: Iterable[Mapping[str, Any]], *, arch: str | list[str] | None = None,
+                     jobs: int = 0) -> list[JobResult]:
+    """`tlc.precompile`: shape dicts → the jobs `tlc.attention` needs → compiled where missing."""
+    if isinstance(calls, Mapping):
+        raise fail("tlc.precompile takes a list of calls, e.g. [{'d': 128, 'causal': True}], not one dict")
+    shapes = []
+    for n, call in enumerate(calls, 1):
+        if not isinstance(call, Mapping):
+            raise fail(f"tlc.precompile: call {n} is a {type(call).__name__}; each call is a dict such as "
+                       "{'d': 128, 'causal': True}")
+        shape: dict[str, Any] = {}
+        for key, value in call.items():
+            value = str(value).lower() if isinstance(value, bool) else value
+            try:
+                _parse_word(f"{key}={value}", "<tlc.precompile>", 0, 0, shape)
+            except TlcError as exc:
+                raise fail(f"tlc.precompile: call {n}: {exc.diagnostics[0].message}") from None
+        shapes.append((0, shape))
+    archs = [arch] if isinstance(arch, str) else list(arch or [])
+    if not archs:
+        from tlc.runtime import device_arch
+
+        try:
+            archs = [device_arch()]
+        except TlcError:
+            archs = ["sm_90"]
+    results = compile_jobs(attention_jobs(shapes, archs, "<tlc.precompile>"), jobs)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise fail(f"tlc.precompile: {len(failed)} kernel(s) failed to compile; first: {failed[0].message}")
+    return results
+
+
 def report_line(result: JobResult) -> str:
     what = result.job.describe()
     if not result.ok:
@@ -270,4 +303,5 @@ def _cache_dir() -> Path:
     return cache_dir()
 
 
-__all__ = ["Job", "JobResult", "attention_jobs", "compile_jobs", "parse_shapes", "precompile", "read_shape_file"]
+__all__ = ["Job", "JobResult", "attention_jobs", "compile_jobs", "parse_shapes", "precompile", "precompile_calls",
+           "read_shape_file"]
