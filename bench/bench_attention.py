@@ -53,6 +53,23 @@ if os.environ.get("TLC_BENCH_SWEEP"):  # e.g. "128x48x4x2;128x64x4x1": BMxBNxWAR
              for v in os.environ["TLC_BENCH_SWEEP"].split(";") if v]
 
 
+ARCH = "sm_90"  # --arch: sm_90 (the sm_80-family kernels an H100/H200 runs) or sm_90a (wgmma)
+
+
+# sm_90a (wgmma, one warp group per 64 rows, cp.async copies of whole 32-row passes): tiles per
+# padded head dim, until tlc.attention has a Hopper table (FA3's tile_size.h reads 128x176 / 128x128 at d=128)
+SM90A_TILES = {64: dict(bm=128, bn=128, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
+               192: dict(bm=128, bn=64, warps=8, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
+
+
+def row_tiles(row) -> dict:
+    """The tiles a row runs with: tlc.attention's table, or SM90A_TILES for --arch sm_90a."""
+    if ARCH == "sm_90a":
+        width = -(-max(row["d"], row.get("d_v", row["d"])) // 64) * 64
+        return dict(SM90A_TILES[min((k for k in SM90A_TILES if k >= width), default=256)])
+    return default_tiles(row["d"], row.get("d_v", row["d"]))
+
+
 def flops(B, H, S, d, causal, d_v=None):
     f = 2.0 * B * H * S * S * (d + (d_v or d))
     return f / 2 if causal else f
@@ -77,7 +94,7 @@ def run_row(row, tiles, dtype=torch.bfloat16, check=True):
     dv = row.get("d_v", d)
     spec, defines = attention_spec("bf16", d, dv, causal)  # the shipped .tl tlc.attention builds
     defines.update(_tile_defines(spec, tiles))  # the swept tiles replace attention_spec's defaults
-    kern = tlc.build(spec, arch="sm_90", defines=defines)
+    kern = tlc.build(spec, arch=ARCH, defines=defines)
     key = f"{spec.stem} " + " ".join(f"{k}={v}" for k, v in defines.items() if k not in ("dtype",))
     q, k = (torch.randn(B, H, S, d, device="cuda", dtype=dtype) for _ in range(2))
     v = torch.randn(B, H, S, dv, device="cuda", dtype=dtype)
@@ -126,12 +143,12 @@ def _tile_defines(spec, tiles) -> dict:
 
 def _warm(args) -> str:
     """Build one row's kernel into the disk cache (a child process: NVRTC runs in parallel)."""
-    row, tiles = args
+    row, tiles, arch = args
     d, dv = row["d"], row.get("d_v", row["d"])
     spec, defines = attention_spec("bf16", d, dv, row["causal"])
     defines.update(_tile_defines(spec, tiles))  # the swept tiles replace attention_spec's defaults
     try:
-        tlc.build(spec, arch="sm_90", defines=defines)
+        tlc.build(spec, arch=arch, defines=defines)
         return f"built {row['name']} {tiles}"
     except Exception as exc:  # noqa: BLE001 - the timed run reports it again
         return f"build failed {row['name']} {tiles}: {exc}"
@@ -142,19 +159,23 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--extra", action="store_true", help="also the MLA-prefill and d=256 rows")
+    ap.add_argument("--arch", default="sm_90", choices=("sm_90", "sm_90a"),
+                    help="tlc's target: sm_90 (mma.sync, the default) or sm_90a (wgmma; tiles get 4 warps per 64 rows)")
     a = ap.parse_args()
+    global ARCH
+    ARCH = a.arch
     torch.manual_seed(0)
     from concurrent.futures import ProcessPoolExecutor
     rows = ROWS + (EXTRA_ROWS if a.extra else [])
-    todo = [(r, default_tiles(r["d"], r.get("d_v", r["d"]))) for r in rows]
+    todo = [(r, row_tiles(r)) for r in rows]
     sweeps = [(r, t) for r in ROWS for t in SWEEP] if a.sweep else []
     sweeps += [(r, t) for r in EXTRA_ROWS for t in WIDE_SWEEP] if a.sweep and a.extra else []
     todo += sweeps
     with ProcessPoolExecutor(max_workers=min(16, len(todo))) as pool:
-        for line in pool.map(_warm, todo):
+        for line in pool.map(_warm, [(r, t, ARCH) for r, t in todo]):
             print(line, flush=True)
     dev = torch.cuda.get_device_name()
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": dev,
+    report = {"arch": ARCH, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": dev,
               "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "rows": [], "sweep": []}
     if a.sweep:
         for row, tiles in sweeps:
@@ -167,7 +188,7 @@ def main() -> int:
             except Exception as exc:  # one failing variant must not hide the others
                 print(f"sweep {row['name']} {tiles}: ERROR {str(exc)[:300]}", flush=True)
     for row in ROWS + (EXTRA_ROWS if a.extra else []):
-        res, qkv = run_row(row, default_tiles(row["d"], row.get("d_v", row["d"])))
+        res, qkv = run_row(row, row_tiles(row))
         if not a.no_baselines:
             run_baselines(row, qkv, res)
         report["rows"].append(res)
@@ -176,7 +197,8 @@ def main() -> int:
     out_dir = os.environ.get("OUT") or "."
     with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
-    print(f"\n{dev}, torch {torch.__version__}, cuDNN {report['cudnn']}, bf16 forward, TFLOP/s (median of do_bench)")
+    print(f"\n{dev}, torch {torch.__version__}, cuDNN {report['cudnn']}, tlc for {ARCH}, bf16 forward, "
+          "TFLOP/s (median of do_bench)")
     print(f"{'config':20s} {'tlc':>7s} {'SDPA-FA2':>9s} {'cuDNN':>7s} {'tlc/FA2':>8s} {'tlc/cuDNN':>9s}  check")
     for r in report["rows"]:
         fa, cu = r.get("flash_tflops"), r.get("cudnn_tflops")
@@ -187,11 +209,11 @@ def main() -> int:
         fa2 = "" if r.get("flash_is_fa2", True) else " (SDPA flash kernel not FA2!)"
         print(f"{r['name']:20s} {r['tlc_tflops']:7.1f} {fa_s} {cu_s} {ra} {rc}  "
               f"{'PASS' if r.get('check_passed') else 'FAIL'}{fa2}")
-    print("\nkernel                                          regs local  SASS: HMMA LDGSTS LDSM LDSM.T LDL STL")
+    print("\nkernel                                          regs local  SASS: HMMA HGMMA LDGSTS LDSM LDSM.T LDL STL")
     for r in report["rows"]:
         s, at = r.get("sass", {}), r["attributes"]
         print(f"{r['config']:48s} {at.get('registers', '?'):>4} {at.get('local_bytes', '?'):>5}        "
-              f"{s.get('HMMA', 0):4d} {s.get('LDGSTS', 0):6d} {s.get('LDSM', 0):4d} {s.get('LDSM.T', 0):6d} "
+              f"{s.get('HMMA', 0):4d} {s.get('HGMMA', 0):5d} {s.get('LDGSTS', 0):6d} {s.get('LDSM', 0):4d} {s.get('LDSM.T', 0):6d} "
               f"{s.get('LDL', 0):3d} {s.get('STL', 0):3d}")
     return 0 if all(r.get("check_passed") for r in report["rows"]) else 1
 
