@@ -57,8 +57,11 @@ ARCH = "sm_90"  # --arch: sm_90 (the sm_80-family kernels an H100/H200 runs) or 
 
 
 # sm_90a (wgmma, one warp group per 64 rows, cp.async copies of whole 32-row passes): tiles per
-# padded head dim, until tlc.attention has a Hopper table (FA3's tile_size.h reads 128x176 / 128x128 at d=128)
-SM90A_TILES = {64: dict(bm=128, bn=128, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
+# padded head dim, until tlc.attention has a Hopper table. H200 sweep of 2026-11-23
+# (bench/results/2026-11-23-h200-s4-sweep-sm90a.txt), TFLOP/s non-causal: d=64 128x64 378 vs 128x128
+# 304; d=128 128x128 429 vs 128x192 425, 128x64 395; d=256 128x64 497 vs 128x96 479; MLA causal
+# 64x64 on 4 warps 407, 128x64 402, 128x96 401.
+SM90A_TILES = {64: dict(bm=128, bn=64, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
                192: dict(bm=128, bn=64, warps=8, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
 
 
