@@ -56,21 +56,9 @@ if os.environ.get("TLC_BENCH_SWEEP"):  # e.g. "128x48x4x2;128x64x4x1": BMxBNxWAR
 ARCH = "sm_90"  # --arch: sm_90 (the sm_80-family kernels an H100/H200 runs) or sm_90a (wgmma)
 
 
-# sm_90a (wgmma, one warp group per 64 rows, cp.async copies of whole 32-row passes): tiles per
-# padded head dim, until tlc.attention has a Hopper table. H200 sweep of 2026-11-23
-# (bench/results/2026-11-23-h200-s4-sweep-sm90a.txt), TFLOP/s non-causal: d=64 128x64 378 vs 128x128
-# 304; d=128 128x128 429 vs 128x192 425, 128x64 395; d=256 128x64 497 vs 128x96 479; MLA causal
-# 64x64 on 4 warps 407, 128x64 402, 128x96 401.
-SM90A_TILES = {64: dict(bm=128, bn=64, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
-               192: dict(bm=128, bn=64, warps=8, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
-
-
 def row_tiles(row) -> dict:
-    """The tiles a row runs with: tlc.attention's table, or SM90A_TILES for --arch sm_90a."""
-    if ARCH == "sm_90a":
-        width = -(-max(row["d"], row.get("d_v", row["d"])) // 64) * 64
-        return dict(SM90A_TILES[min((k for k in SM90A_TILES if k >= width), default=256)])
-    return default_tiles(row["d"], row.get("d_v", row["d"]))
+    """The tiles a row runs with: tlc.attention's table for the target (tlc/tuning.py)."""
+    return default_tiles(row["d"], row.get("d_v", row["d"]), ARCH)
 
 
 def flops(B, H, S, d, causal, d_v=None):

@@ -17,12 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-Job = tuple  # (spec path or TL text, -D bindings[, a label for TL text])
+Job = tuple  # (spec path or TL text, -D bindings[, a label for TL text[, a target that overrides --arch]])
 
 
 def gpu_test_builds() -> list[Job]:
     """(spec path or TL text, -D bindings) for everything under tests/gpu that builds a kernel."""
-    from tests.gpu import test_api_gpu, test_attention_gpu, test_tl_specs_gpu, test_tlc_test_gpu
+    from tests.gpu import test_api_gpu, test_attention_gpu, test_sm90a_specs_gpu, test_tl_specs_gpu, test_tlc_test_gpu
 
     out: list[Job] = []
     for module in (test_attention_gpu, test_api_gpu, test_tlc_test_gpu):
@@ -31,6 +31,23 @@ def gpu_test_builds() -> list[Job]:
         data, name, defines = test_tl_specs_gpu.source(case)
         # built as TL text there (the variants have no file): the same text here, the same cache entry
         out.append((data.decode(), dict(defines), f"{case} ({Path(name).name})"))
+    for case in test_sm90a_specs_gpu.CASES:  # built from TL text for sm_90a there
+        data, name, defines = test_sm90a_specs_gpu.source(case)
+        out.append((data.decode(), dict(defines), f"{case} ({Path(name).name})", test_sm90a_specs_gpu.ARCH))
+    return out
+
+
+def hopper_attention_builds() -> list[Job]:
+    """What `tlc.attention` builds on an H100/H200 (sm_90a, tlc.runtime.attention_target) for the head
+    dims the GPU API tests call; a refused head dim builds its sm_90 fallback, listed by gpu_test_builds."""
+    from tlc.runtime import attention_spec
+
+    out: list[Job] = []
+    for dtype in ("bf16", "fp16"):
+        for d, dv in ((40, 40), (64, 64), (112, 112), (128, 128), (192, 128), (256, 256)):
+            for causal in (False, True):
+                spec, defines = attention_spec(dtype, d, dv, causal, "sm_90a")
+                out.append((spec, defines, spec.name, "sm_90a"))
     return out
 
 
@@ -53,12 +70,13 @@ def bench_builds() -> list[Job]:
 def _key(job: Job) -> tuple:
     source, defines = job[:2]
     return (str(source), tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v))
-                                      for k, v in defines.items())))
+                                      for k, v in defines.items())), job[3] if len(job) > 3 else "")
 
 
 def _build(args: tuple[Job, str]) -> tuple[str, float, dict, bool, str | None]:
     job, arch = args
     source, defines = job[:2]
+    arch = job[3] if len(job) > 3 else arch  # a job that names its target (sm_90a) keeps it
     import tlc
 
     name = Path(source).name if isinstance(source, Path) else (job[2] if len(job) > 2 else "<TL text>")
@@ -77,7 +95,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--set", default="all", choices=["tests", "bench", "all"])
     a = ap.parse_args()
-    jobs = {"tests": gpu_test_builds, "bench": bench_builds, "all": lambda: gpu_test_builds() + bench_builds()}[a.set]()
+    tests = lambda: gpu_test_builds() + (hopper_attention_builds() if a.arch == "sm_90" else [])  # noqa: E731
+    jobs = {"tests": tests, "bench": bench_builds, "all": lambda: tests() + bench_builds()}[a.set]()
     jobs = list({_key(j): j for j in jobs}.values())
     print(f"precompiling {len(jobs)} kernel(s) for {a.arch} with {a.jobs} job(s)", flush=True)
     failed = 0

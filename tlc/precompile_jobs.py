@@ -36,12 +36,15 @@ class Job:
     defines: tuple[tuple[str, str], ...]
     arch: str
     label: str = ""
+    fallback: "Job | None" = None  # built instead when this target's lowering refuses (tlc.attention's rule)
 
     @staticmethod
-    def make(spec: str | Path, defines: Mapping[str, Any], arch: str, label: str = "") -> "Job":
+    def make(spec: str | Path, defines: Mapping[str, Any], arch: str, label: str = "",
+             fallback: "Job | None" = None) -> "Job":
         from tlc.runtime import normal_defines
 
-        return Job(str(spec), tuple(sorted(normal_defines(defines).items())), arch, label or Path(str(spec)).name)
+        return Job(str(spec), tuple(sorted(normal_defines(defines).items())), arch, label or Path(str(spec)).name,
+                   fallback)
 
     def describe(self) -> str:
         return " ".join([self.label, *(f"{k}={v}" for k, v in self.defines)]) + f" [{self.arch}]"
@@ -130,7 +133,7 @@ def _parse_json_shapes(text: str, path: str) -> list[tuple[int, dict[str, Any]]]
 
 def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str], path: str = "<shapes>") -> list[Job]:
     """The specializations `tlc.attention` builds for these calls, checked as it checks them."""
-    from tlc.runtime import _check_heads, attention_spec, head_dim_problem
+    from tlc.runtime import _check_heads, attention_fallback, attention_spec, head_dim_problem
 
     jobs = []
     for line, shape in shapes:
@@ -148,9 +151,23 @@ def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str
             problem = problem or exc.diagnostics[0].message
         if problem:
             raise fail(problem, where)
-        spec, defines = attention_spec(dtype, d, dv, bool(shape.get("causal", False)))
-        jobs += [Job.make(spec, defines, arch) for arch in archs]
+        causal = bool(shape.get("causal", False))
+        for arch in archs:
+            target = attention_target_for(arch)
+            fallback = attention_fallback(target)
+            backup = Job.make(*attention_spec(dtype, d, dv, causal, fallback), fallback) if fallback else None
+            jobs.append(Job.make(*attention_spec(dtype, d, dv, causal, target), target, fallback=backup))
     return jobs
+
+
+def attention_target_for(arch: str) -> str:
+    """The target `tlc.attention` compiles for on a GPU of `arch` (sm_90 → sm_90a: tlc.runtime.attention_target)."""
+    import os
+
+    if arch != "sm_90":
+        return arch
+    choice = os.environ.get("TLC_ATTENTION_ARCH", "sm_90a")
+    return choice if choice in ("sm_90", "sm_90a") else "sm_90a"
 
 
 def read_shape_file(path: str, archs: list[str]) -> list[Job]:
@@ -171,6 +188,10 @@ def _compile(job: Job) -> JobResult:
         compiled, _ = compile_spec(job.spec if "\n" in job.spec else Path(job.spec), arch=job.arch,
                                    defines=dict(job.defines))
     except TlcError as exc:
+        if job.fallback is not None:  # tlc.attention builds the fallback then: so does precompile
+            result = _compile(job.fallback)
+            result.message = result.message or f"{job.arch} refused ({exc.diagnostics[0].message}): built {job.fallback.arch}"
+            return result
         return JobResult(job, False, seconds=time.perf_counter() - start, message=_located(job, exc))
     except OSError as exc:
         return JobResult(job, False, seconds=time.perf_counter() - start,
@@ -277,9 +298,10 @@ def report_line(result: JobResult) -> str:
     if not result.ok:
         return f"{what}: failed\n{result.message}"
     if result.cached:
-        return f"{what}: already cached"
+        return f"{what}: already cached" + (f"; {result.message}" if result.message else "")
     regs = result.ptxas.get("registers")
-    return f"{what}: compiled in {result.seconds:.1f} s" + (f" ({regs} registers)" if regs is not None else "")
+    line = f"{what}: compiled in {result.seconds:.1f} s" + (f" ({regs} registers)" if regs is not None else "")
+    return line + (f"; {result.message}" if result.message else "")
 
 
 def precompile(jobs: list[Job], workers: int = 0) -> int:

@@ -3,12 +3,14 @@
 `build` takes a `.tl` path or TL text and returns a callable on torch tensors. `attention`
 mirrors `torch.nn.functional.scaled_dot_product_attention`: it checks the call in the caller's
 terms, then runs the `tlc::attention` custom op (tlc.torch_op), whose implementation picks the
-shipped spec for the call's shape, builds it on first use (NVRTC + the disk cache) and keeps it
+shipped spec for the call's shape and target (sm_90a with wgmma on Hopper, falling back to sm_90;
+the sm_80-family arch elsewhere), builds it on first use (NVRTC + the disk cache) and keeps it
 in an in-process dispatch table, so later calls cost a dict lookup.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -230,9 +232,43 @@ def attention_kernel(q, d_v: int, causal: bool):
     kernel = _ATTENTION.get(key)
     if kernel is None:
         dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-        spec, defines = attention_spec(dtype, q.shape[3], d_v, causal)
-        kernel = _ATTENTION[key] = build(spec, arch=device_arch(q.device), defines=defines)
+        kernel = _ATTENTION[key] = build_attention(dtype, q.shape[3], d_v, causal, attention_target(q.device))
     return kernel
+
+
+def attention_target(device=None) -> str:
+    """What `attention` compiles for: sm_90a (wgmma) on Hopper, the device's sm_80-family arch
+    elsewhere; TLC_ATTENTION_ARCH=sm_90 keeps a Hopper GPU on the mma.sync kernels."""
+    arch = device_arch(device)
+    if arch != "sm_90":
+        return arch
+    choice = os.environ.get("TLC_ATTENTION_ARCH", "sm_90a")
+    if choice not in ("sm_90", "sm_90a"):
+        raise fail(f"TLC_ATTENTION_ARCH={choice!r}: on this Hopper GPU use sm_90a (wgmma, the default) or sm_90")
+    return choice
+
+
+def attention_fallback(target: str) -> str | None:
+    """The target to build when `target`'s lowering refuses a shape: Hopper falls back to sm_90."""
+    return "sm_90" if target == "sm_90a" else None
+
+
+def build_attention(dtype: str, d_qk: int, d_v: int, causal: bool, target: str):
+    """The kernel for one specialization; if the sm_90a lowering refuses it, the sm_90 kernel of the
+    same spec, with a warning that names the reason (both compute the same program)."""
+    spec, defines = attention_spec(dtype, d_qk, d_v, causal, target)
+    try:
+        return build(spec, arch=target, defines=defines)
+    except TlcError as exc:
+        fallback = attention_fallback(target)
+        if fallback is None:
+            raise
+        import warnings
+
+        warnings.warn(f"tlc.attention: no {target} kernel for d={d_qk}/{d_v} causal={causal} "
+                      f"({exc.diagnostics[0].message}); using the {fallback} kernel", stacklevel=3)
+        spec, defines = attention_spec(dtype, d_qk, d_v, causal, fallback)
+        return build(spec, arch=fallback, defines=defines)
 
 
 def kernel_layout(t):
@@ -260,15 +296,15 @@ def _as_attention_error() -> Iterator[None]:
         raise fail(f"tlc.attention: {first}", None, *(Note(m) for m in lines[1:])) from exc
 
 
-def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool) -> tuple[Path, dict[str, Any]]:
-    """The shipped spec and its -D bindings that `attention` builds for a call's shape."""
+def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "sm_90") -> tuple[Path, dict[str, Any]]:
+    """The shipped spec and its -D bindings that `attention` builds for a call's shape on `arch`."""
     from tlc.tuning import default_tiles
 
     if d_qk == d_v:
         spec, defines = specs_dir() / "gqa_fwd.tl", {"HeadDim": d_qk}
     else:
         spec, defines = specs_dir() / "mla_prefill_fwd.tl", {"DQK": d_qk, "DV": d_v, "Align": "top_left"}
-    tiles = default_tiles(d_qk, d_v)  # the tuned tiles for this head dim (bench/README.md)
+    tiles = default_tiles(d_qk, d_v, arch)  # the tuned tiles for this head dim and target (tlc/tuning.py)
     defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"],
                    Stages=tiles["stages"])  # both specs declare Warps and Stages
     return spec, defines

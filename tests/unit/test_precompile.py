@@ -8,7 +8,7 @@ import pytest
 
 import tlc.runtime
 from tlc.cli import main
-from tlc.diagnostics import TlcError
+from tlc.diagnostics import TlcError, fail
 from tlc.precompile_jobs import Job, attention_jobs, compile_jobs, parse_shapes, read_shape_file
 from tlc.runtime import attention_spec
 
@@ -29,14 +29,44 @@ def test_shape_lines_parse() -> None:
     assert shapes[2][1]["causal"] is False and shapes[3][1]["dv"] == 128
 
 
-def test_shapes_map_to_attention_specializations() -> None:
+def hopper_job(dtype: str, d: int, dv: int, causal: bool) -> Job:
+    """What tlc.attention builds on an H100/H200: sm_90a with its tiles, falling back to sm_90's."""
+    fallback = Job.make(*attention_spec(dtype, d, dv, causal, "sm_90"), "sm_90")
+    return Job.make(*attention_spec(dtype, d, dv, causal, "sm_90a"), "sm_90a", fallback=fallback)
+
+
+def test_shapes_map_to_attention_specializations(monkeypatch) -> None:
+    monkeypatch.delenv("TLC_ATTENTION_ARCH", raising=False)
     jobs = attention_jobs(parse_shapes(SHAPES, "s.txt"), ["sm_90"], "s.txt")
-    want = [attention_spec("bf16", 128, 128, True), attention_spec("bf16", 128, 128, True),
-            attention_spec("fp16", 64, 64, False), attention_spec("bf16", 192, 128, True)]
-    assert jobs == [Job.make(spec, defines, "sm_90") for spec, defines in want]
+    want = [("bf16", 128, 128, True), ("bf16", 128, 128, True), ("fp16", 64, 64, False), ("bf16", 192, 128, True)]
+    assert jobs == [hopper_job(*w) for w in want]
     assert len(set(jobs)) == 3  # batch, heads and lengths do not choose the kernel
     two = attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_80", "sm_90"], "s.txt")
-    assert [j.arch for j in two] == ["sm_80", "sm_90"]
+    assert [j.arch for j in two] == ["sm_80", "sm_90a"] and two[0].fallback is None
+    assert dict(two[1].defines)["Warps"] == "8" and dict(two[1].fallback.defines)["Warps"] == "4"
+    monkeypatch.setenv("TLC_ATTENTION_ARCH", "sm_90")  # a Hopper GPU kept on the mma.sync kernels
+    assert attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_90"], "s.txt") == [
+        Job.make(*attention_spec("bf16", 64, 64, False), "sm_90")]
+
+
+def test_a_refused_target_builds_the_fallback(monkeypatch) -> None:
+    import tlc.precompile_jobs as pj
+    import tlc.runtime
+
+    built = []
+
+    def fake_compile_spec(spec, *, arch, defines):
+        if arch == "sm_90a":
+            raise fail("no wgmma here")
+        built.append(arch)
+
+        class Compiled:
+            cached, metadata = False, {"ptxas": {"registers": 99}}
+        return Compiled(), None
+    monkeypatch.setattr(tlc.runtime, "compile_spec", fake_compile_spec)
+    result = pj._compile(hopper_job("bf16", 128, 128, False))
+    assert result.ok and built == ["sm_90"] and result.job.arch == "sm_90"
+    assert "sm_90a refused (no wgmma here): built sm_90" in pj.report_line(result)
 
 
 def test_json_shape_list() -> None:
@@ -108,7 +138,7 @@ def test_parallel_driver_reports_every_job(tmp_path, monkeypatch) -> None:
 def test_read_shape_file(tmp_path) -> None:
     path = tmp_path / "s.txt"
     path.write_text("d=128\n")
-    assert read_shape_file(str(path), ["sm_90"]) == [Job.make(*attention_spec("bf16", 128, 128, False), "sm_90")]
+    assert read_shape_file(str(path), ["sm_80"]) == [Job.make(*attention_spec("bf16", 128, 128, False), "sm_80")]
 
 
 def test_python_api_maps_calls_to_kernels(monkeypatch) -> None:
