@@ -36,7 +36,7 @@ Fragment math
   ConvertOp(name, src, dtype)   RetileAccToAOp(name, src, mma)   RowStoreOp(dst, vec, coord, row_limit)
 Control flow and schedule
   ForOp(var, start, stop, step, body, stages, prefetch, unroll)   IfOp(cond, body)
-Hopper, sm_90a (tlc/kir/ops_sm90.py, docs/hopper.md; not produced by the lowering yet)
+Hopper, sm_90a (tlc/kir/ops_sm90.py, docs/hopper.md; the lowering produces the wgmma ops, not yet TMA or warp roles)
   TmaParamsOp Sm90KernelOp TmaDescriptorOp GmmaSmemLayoutOp MbarrierOp MbarrierInitOp
   MbarrierArriveExpectTxOp MbarrierArriveOp MbarrierWaitOp TmaLoadOp WgmmaTiledMmaOp WgmmaFragmentOp
   WgmmaFenceOperandOp WgmmaArriveOp WgmmaOp WgmmaCommitOp WgmmaWaitOp WarpSpecializeOp NamedBarrierOp
