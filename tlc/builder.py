@@ -65,21 +65,12 @@ def build_one(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) ->
     return meta
 
 
-def _located(path: str, exc: TlcError) -> str:
-    """Render, naming the file where a diagnostic has no location of its own."""
-    lines = []
-    for d in exc.diagnostics:
-        text = d.render(GLOBAL_SOURCES)
-        lines.append(text if d.loc is not None and d.loc.line > 0 else f"{path}: {text}")
-    return "\n".join(lines)
-
-
 def _build_reporting(args: tuple[str, str, str, dict[str, str]]) -> tuple[str, str, int]:
     path, arch, out_dir, defines = args
     try:
         meta = build_one(path, arch, out_dir, defines)
     except TlcError as exc:
-        return path, _located(path, exc), 1
+        return path, exc.render(GLOBAL_SOURCES, file=path), 1
     except OSError as exc:
         return path, f"{path}: error: {exc.strerror or exc}", 1
     res = meta.get("ptxas", {})

@@ -101,8 +101,10 @@ class TlcError(Exception):
         self.diagnostics: list[Diagnostic] = list(diagnostics)
         super().__init__("\n".join(d.render() for d in self.diagnostics))
 
-    def render(self, sources: SourceMap | None = None) -> str:
-        return "\n".join(d.render(sources) for d in self.diagnostics)
+    def render(self, sources: SourceMap | None = None, file: str | None = None) -> str:
+        """Every diagnostic; with `file`, one that has no location of its own is prefixed with it."""
+        return "\n".join(d.render(sources) if file is None or (d.loc is not None and d.loc.line > 0)
+                         else f"{file}: {d.render(sources)}" for d in self.diagnostics)
 
 
 def error(message: str, loc: Loc | None = None, *notes: Note) -> Diagnostic:

@@ -118,22 +118,24 @@ def _parse_json_shapes(text: str, path: str) -> list[tuple[int, dict[str, Any]]]
         raise fail(f"not valid JSON: {exc.msg}", Loc(path, exc.lineno, exc.colno)) from None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise fail("a JSON shape list is a list of objects such as {\"d\": 128, \"causal\": true}", Loc(path, 1, 1))
-    shapes = []
-    for n, item in enumerate(items, 1):
-        shape: dict[str, Any] = {}
-        for key, value in item.items():
-            value = str(value).lower() if isinstance(value, bool) else value
-            try:
-                _parse_word(f"{key}={value}", path, 0, 0, shape)
-            except TlcError as exc:
-                raise fail(f"item {n}: {exc.diagnostics[0].message}", Loc(path, 0, 0)) from None
-        shapes.append((0, shape))  # no line to point at: errors name the file only
-    return shapes
+    return [(0, _shape_of(item, f"item {n}", path)) for n, item in enumerate(items, 1)]  # errors name the file only
+
+
+def _shape_of(item: Mapping[str, Any], what: str, path: str) -> dict[str, Any]:
+    """One call given as a mapping (a JSON object, a tlc.precompile dict), checked as a shape line is."""
+    shape: dict[str, Any] = {}
+    for key, value in item.items():
+        value = str(value).lower() if isinstance(value, bool) else value
+        try:
+            _parse_word(f"{key}={value}", path, 0, 0, shape)
+        except TlcError as exc:
+            raise fail(f"{what}: {exc.diagnostics[0].message}", Loc(path, 0, 0)) from None
+    return shape
 
 
 def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str], path: str = "<shapes>") -> list[Job]:
     """The specializations `tlc.attention` builds for these calls, checked as it checks them."""
-    from tlc.runtime import _check_heads, attention_fallback, attention_spec, head_dim_problem
+    from tlc.runtime import _check_heads, attention_fallback, attention_spec, attention_target_for, head_dim_problem
 
     jobs = []
     for line, shape in shapes:
@@ -160,16 +162,6 @@ def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str
     return jobs
 
 
-def attention_target_for(arch: str) -> str:
-    """The target `tlc.attention` compiles for on a GPU of `arch` (sm_90 → sm_90a: tlc.runtime.attention_target)."""
-    import os
-
-    if arch != "sm_90":
-        return arch
-    choice = os.environ.get("TLC_ATTENTION_ARCH", "sm_90a")
-    return choice if choice in ("sm_90", "sm_90a") else "sm_90a"
-
-
 def read_shape_file(path: str, archs: list[str]) -> list[Job]:
     try:
         text = Path(path).read_text()
@@ -192,7 +184,7 @@ def _compile(job: Job) -> JobResult:
             result = _compile(job.fallback)
             result.message = result.message or f"{job.arch} refused ({exc.diagnostics[0].message}): built {job.fallback.arch}"
             return result
-        return JobResult(job, False, seconds=time.perf_counter() - start, message=_located(job, exc))
+        return JobResult(job, False, seconds=time.perf_counter() - start, message=exc.render(GLOBAL_SOURCES, file=_where(job)))
     except OSError as exc:
         return JobResult(job, False, seconds=time.perf_counter() - start,
                          message=f"{_where(job)}: error: {exc.strerror or exc}")
@@ -202,15 +194,6 @@ def _compile(job: Job) -> JobResult:
 
 def _where(job: Job) -> str:
     return job.label if "\n" in job.spec else job.spec
-
-
-def _located(job: Job, exc: TlcError) -> str:
-    """Rendered diagnostics; one without a location of its own names the job's file."""
-    lines = []
-    for d in exc.diagnostics:
-        text = d.render(GLOBAL_SOURCES)
-        lines.append(text if d.loc is not None and d.loc.line > 0 else f"{_where(job)}: {text}")
-    return "\n".join(lines)
 
 
 def _quiet_worker() -> None:
@@ -270,14 +253,7 @@ def precompile_calls(calls: Iterable[Mapping[str, Any]], *, arch: str | list[str
         if not isinstance(call, Mapping):
             raise fail(f"tlc.precompile: call {n} is a {type(call).__name__}; each call is a dict such as "
                        "{'d': 128, 'causal': True}")
-        shape: dict[str, Any] = {}
-        for key, value in call.items():
-            value = str(value).lower() if isinstance(value, bool) else value
-            try:
-                _parse_word(f"{key}={value}", "<tlc.precompile>", 0, 0, shape)
-            except TlcError as exc:
-                raise fail(f"tlc.precompile: call {n}: {exc.diagnostics[0].message}") from None
-        shapes.append((0, shape))
+        shapes.append((0, _shape_of(call, f"tlc.precompile: call {n}", "<tlc.precompile>")))
     archs = [arch] if isinstance(arch, str) else list(arch or [])
     if not archs:
         from tlc.runtime import device_arch

@@ -239,7 +239,11 @@ def attention_kernel(q, d_v: int, causal: bool):
 def attention_target(device=None) -> str:
     """What `attention` compiles for: sm_90a (wgmma) on Hopper, the device's sm_80-family arch
     elsewhere; TLC_ATTENTION_ARCH=sm_90 keeps a Hopper GPU on the mma.sync kernels."""
-    arch = device_arch(device)
+    return attention_target_for(device_arch(device))
+
+
+def attention_target_for(arch: str) -> str:
+    """`attention_target` for a GPU of `arch` (also what `tlc precompile --shapes` builds for it)."""
     if arch != "sm_90":
         return arch
     choice = os.environ.get("TLC_ATTENTION_ARCH", "sm_90a")

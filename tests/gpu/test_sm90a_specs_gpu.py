@@ -8,7 +8,6 @@ Fill the cache first on a CPU machine or the GPU host (no GPU needed):
 """
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from tests.gpu import differential  # noqa: E402
+from tests.gpu.differential import precompile_main  # noqa: E402
 
 SPECS = ROOT / "specs"
 ARCH = "sm_90a"
@@ -39,31 +40,14 @@ def source(case: str) -> tuple[bytes, str, dict[str, str]]:
     return path.read_bytes(), str(path), defines
 
 
-def _precompile(case: str) -> str:
-    import tlc
-    data, _, defines = source(case)
-    try:
-        tlc.build(data.decode(), arch=ARCH, defines=defines)
-    except Exception as exc:  # noqa: BLE001 - report and continue
-        return f"{case}: ERROR {exc}"
-    return f"{case}: ok"
-
-
 if __name__ == "__main__" and "--precompile" in sys.argv:
-    from concurrent.futures import ProcessPoolExecutor
-
-    jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 4
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for line in pool.map(_precompile, CASES):
-            print(line, flush=True)
-    raise SystemExit(0)
+    precompile_main(CASES, source, ARCH)
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 # (seqlen_q, seqlen_k): a single row and key, odd lengths inside one tile and across tiles, q ≠ k both ways
 SIZES = [(1, 1), (17, 17), (17, 33), (333, 77), (77, 333), (1000, 1000), (1, 1000)]
-_BUILT: dict = {}
 
 
 @pytest.fixture(autouse=True)
@@ -72,44 +56,8 @@ def _hopper() -> None:
         pytest.skip("sm_90a kernels need an sm_90 GPU (H100/H200)")
 
 
-def built(case: str):
-    import tlc
-    from tlc.api import compile_graph
-    if case not in _BUILT:
-        data, name, defines = source(case)
-        graph, _ = compile_graph(data, name, defines=defines)
-        _BUILT[case] = (graph, tlc.build(data.decode(), arch=ARCH, defines=defines))
-    return _BUILT[case]
-
-
 def run_case(case: str, sq: int, sk: int, B: int = 1, H: int = 2, Hkv: int | None = None) -> None:
-    from tlc.ir.interpreter import run_program
-    graph, kern = built(case)
-    gen = torch.Generator().manual_seed(sq * 1000 + sk)
-    rows = {"seqlen_q": sq, "seqlen_k": sk}
-    tensors = {}
-    for arg in kern.inputs:
-        heads = H if arg.head == "head_idx" else (Hkv or H)
-        n = rows.get(arg.rows, int(arg.rows) if arg.rows.isdigit() else 0)
-        tensors[arg.name] = torch.randn(B, heads, n, arg.cols, generator=gen).to(torch.bfloat16)
-    scalars = {k: v for k, v in rows.items() if k in graph.inputs}
-    if "scale" in graph.inputs:
-        scalars["scale"] = 1.0 / math.sqrt(kern.inputs[0].cols)
-    ref_in = {k: v.double() for k, v in tensors.items()}
-    for arg in kern.outputs:
-        ref_in[arg.name] = torch.full((B, H, rows.get(arg.rows, 0), arg.cols), float("nan"), dtype=torch.float64)
-    ref = run_program(graph, ref_in, scalars)
-    args = [tensors[a.name].cuda() for a in kern.inputs]
-    out_name = kern.outputs[0].name
-    poisoned = torch.full(ref[out_name].shape, float("nan"), device="cuda", dtype=torch.bfloat16)
-    extra = {k: v for k, v in scalars.items() if k not in rows and k != "group"}
-    o = kern(*args, out=poisoned, **extra)
-    torch.cuda.synchronize()
-    o, r = o.double().cpu(), ref[out_name]
-    assert torch.isfinite(o).all(), f"{case} {sq}x{sk}: non-finite output (unwritten rows?)"
-    err = (o - r).abs().max().item() if r.numel() else 0.0
-    bound = 2e-2 * max(1.0, r.abs().max().item() if r.numel() else 1.0)
-    assert err <= bound, f"{case} {sq}x{sk}: max|kernel - interpreter| = {err:.3e} > {bound:.3e}"
+    differential.run_case(case, source, ARCH, sq, sk, B, H, Hkv)
 
 
 @pytest.mark.parametrize("sq,sk", SIZES)

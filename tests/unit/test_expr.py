@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tlc.expr as X
+from tests.unit.expr_forms import parsed_form
 from tlc.diagnostics import TlcError
 from tlc.expr import (ARITHMETIC, BINOPS, FUNCTIONS, BinOp, Call, Const, Expr, ExprError, Index, Neg, Var, eval_expr,
                       evaluate, fold, free_names, parse_expr, print_expr, substitute)
@@ -24,20 +25,6 @@ from tlc.lowering.exprs import ExprLowering
 NODE_CLASSES = (Const, Var, BinOp, Neg, Call, Index)
 
 # ------------------------------------------------------------------ strategies
-
-
-def _normal(e: Expr) -> Expr:
-    """What the parser builds for `print_expr(e)`: a minus folds into a number constant."""
-    if isinstance(e, Neg):
-        arg = _normal(e.arg)
-        return Const(-arg.value) if isinstance(arg, Const) and not isinstance(arg.value, bool) else Neg(arg)
-    if isinstance(e, BinOp):
-        return BinOp(e.op, _normal(e.lhs), _normal(e.rhs))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(_normal(a) for a in e.args))
-    if isinstance(e, Index):
-        return Index(e.base, tuple(_normal(a) for a in e.indices))
-    return e
 
 
 def _calls(sub: st.SearchStrategy[Expr], names: list[str]) -> st.SearchStrategy[Expr]:
@@ -74,8 +61,8 @@ _SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Hea
 @given(ANY)
 def test_print_parse_round_trip_of_every_node_kind(e: Expr) -> None:
     text = print_expr(e)
-    assert parse_expr(text) == _normal(e)
-    assert print_expr(parse_expr(text)) == print_expr(_normal(e))
+    assert parse_expr(text) == parsed_form(e)
+    assert print_expr(parse_expr(text)) == print_expr(parsed_form(e))
 
 
 @_SETTINGS
@@ -85,7 +72,7 @@ def test_a_tl_expression_reads_the_same_in_a_program_in_the_tl_graph_text_and_al
     text = str(e)
     alone = parse_expr(text)
     (stmt,) = parse_text(f"Allocate S in register ({text}, 4)\n", "t.tl").body
-    assert stmt.shape[0] == alone == _normal(e)
+    assert stmt.shape[0] == alone == parsed_form(e)
     assert parse_attr(f"`{text}`") == alone
 
 
@@ -95,7 +82,7 @@ def test_negation_never_prints_a_decrement() -> None:
 
     for e in (Neg(Neg(Var("x"))), Neg(Const(-1)), Neg(Const(-math.inf))):
         assert "--" not in print_expr(e) and "--" not in cpp_expr(e)
-        assert parse_expr(print_expr(e)) == _normal(e)
+        assert parse_expr(print_expr(e)) == parsed_form(e)
 
 
 @pytest.mark.parametrize("text, col, words", [

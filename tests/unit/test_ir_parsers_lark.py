@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.expr_forms import parsed_form
 from tlc.api import compile_graph
 from tlc.diagnostics import TlcError
 from tlc.ir.irparser import parse_ir
@@ -63,20 +64,6 @@ def test_every_expression_in_the_kernel_ir_round_trips(kir_texts: dict[str, str]
 # ------------------------------------------------------------------ expressions
 
 
-def _normal(e: Expr) -> Expr:
-    """What the parser builds for `print_expr(e)`: a minus folds into a number constant."""
-    if isinstance(e, Neg):
-        arg = _normal(e.arg)
-        return Const(-arg.value) if isinstance(arg, Const) and not isinstance(arg.value, bool) else Neg(arg)
-    if isinstance(e, BinOp):
-        return BinOp(e.op, _normal(e.lhs), _normal(e.rhs))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(_normal(a) for a in e.args))
-    if isinstance(e, Index):
-        return Index(e.base, tuple(_normal(a) for a in e.indices))
-    return e
-
-
 _names = st.sampled_from(["n", "x0", "block_idx", "p.seqlen_k", "blockIdx.x", "sK", "_", "tSrS"])
 _consts = st.one_of(st.integers(-(10**6), 10**6), st.booleans(), st.just(math.inf), st.just(-math.inf),
                     st.floats(allow_nan=False, allow_infinity=False, min_value=-1e20, max_value=1e20))
@@ -99,7 +86,7 @@ EXPRS = st.recursive(_leaves, _extend, max_leaves=25)
 @given(EXPRS)
 def test_random_expressions_round_trip(e: Expr) -> None:
     parsed = parse_expr(print_expr(e))
-    assert parsed == _normal(e)
+    assert parsed == parsed_form(e)
     text = print_expr(parsed)  # what the project prints: minus signs already folded
     assert print_expr(parse_expr(text)) == text
 

@@ -104,8 +104,12 @@ class CuteEmitter(Sm90Emitter):
 
     @emit.register
     def _(self, op: KernelOp) -> None:
+        self._kernel_function(op, "kernel_open.cuh")
+
+    def _kernel_function(self, op: KernelOp, opening: str) -> None:
+        """The `__global__` function: `opening` (a template of the signature and prologue), the body, `}`."""
         self._at(op)
-        self.w.raw(_template("kernel_open.cuh").substitute(
+        self.w.raw(_template(opening).substitute(
             threads=op.threads, min_blocks=op.min_blocks, name=op.name, params=op.params).rstrip("\n"))
         with self.w.indented():
             for child in op.body:

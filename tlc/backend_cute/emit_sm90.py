@@ -82,13 +82,7 @@ class Sm90Emitter:
     @_handles(Sm90KernelOp)
     def _kernel(self, op: Sm90KernelOp) -> None:
         self._sm90_headers()
-        self._at(op)
-        self.w.raw(_template("kernel_open_sm90.cuh").substitute(
-            threads=op.threads, min_blocks=op.min_blocks, name=op.name, params=op.params).rstrip("\n"))
-        with self.w.indented():
-            for child in op.body:
-                self.emit(child)
-        self.w.line("}")
+        self._kernel_function(op, "kernel_open_sm90.cuh")
 
     # ------------------------------------------------------------------ TMA and shared layouts
     @_handles(TmaDescriptorOp)

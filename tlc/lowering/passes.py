@@ -99,7 +99,30 @@ class InferLayoutsPass(Pass):
 
 
 @dataclass(frozen=True)
-class InsertSyncPass(Pass):
+class _KernelPass(Pass):
+    """A kernel-IR pass whose printed state is the kernel IR it leaves."""
+
+    def print_state(self, ctx: PassContext) -> str:
+        state = get_state(ctx)
+        return print_kir(state.kir) if state and state.kir else ""
+
+
+@dataclass(frozen=True)
+class _ScheduleRewritePass(_KernelPass):
+    """A kernel-IR rewrite `kernel → (kernel, notes)` whose notes join the schedule listing."""
+
+    def rewrite(self, kernel):
+        raise NotImplementedError
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        state = _state(ctx, self.name)
+        kernel, notes = self.rewrite(_kernel(state))
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
+class InsertSyncPass(_KernelPass):
     """cp.async waits and barriers from the shared-memory effects (tlc.lowering.sync)."""
 
     name: ClassVar[str] = "insert-sync"
@@ -109,10 +132,6 @@ class InsertSyncPass(Pass):
 
         state = _state(ctx, self.name)
         _with_kernel(state, insert_sync(_kernel(state)))
-
-    def print_state(self, ctx: PassContext) -> str:
-        state = get_state(ctx)
-        return print_kir(state.kir) if state and state.kir else ""
 
 
 @dataclass(frozen=True)
@@ -142,41 +161,27 @@ class PipelinePass(Pass):
 
 
 @dataclass(frozen=True)
-class PrefetchOperandsPass(Pass):
+class PrefetchOperandsPass(_ScheduleRewritePass):
     """Shared→register operand loads one k-block ahead of the MMAs (tlc.lowering.prefetch)."""
 
     name: ClassVar[str] = "prefetch-operands"
 
-    def apply(self, ctx: PassContext, graph: Graph) -> None:
+    def rewrite(self, kernel):
         from tlc.lowering.prefetch import prefetch_operands
 
-        state = _state(ctx, self.name)
-        kernel, notes = prefetch_operands(_kernel(state))
-        state.schedule = list(state.schedule) + notes
-        _with_kernel(state, kernel)
-
-    def print_state(self, ctx: PassContext) -> str:
-        state = get_state(ctx)
-        return print_kir(state.kir) if state and state.kir else ""
+        return prefetch_operands(kernel)
 
 
 @dataclass(frozen=True)
-class DeferReductionsPass(Pass):
+class DeferReductionsPass(_ScheduleRewritePass):
     """Running row sums stay per lane in the loop; one cross-lane sum after (tlc.lowering.reductions)."""
 
     name: ClassVar[str] = "defer-reductions"
 
-    def apply(self, ctx: PassContext, graph: Graph) -> None:
+    def rewrite(self, kernel):
         from tlc.lowering.reductions import defer_reductions
 
-        state = _state(ctx, self.name)
-        kernel, notes = defer_reductions(_kernel(state))
-        state.schedule = list(state.schedule) + notes
-        _with_kernel(state, kernel)
-
-    def print_state(self, ctx: PassContext) -> str:
-        state = get_state(ctx)
-        return print_kir(state.kir) if state and state.kir else ""
+        return defer_reductions(kernel)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,31 @@ class GemmRules:
             self.memo[key] = f"{buf.name}t"
         return self.memo[key]
 
+    def _block_rows(self, am: int, op: GemmOp) -> None:
+        """Every GEMM of a kernel has the block's rows as its M (both targets' rule)."""
+        if self.m_rows is None:
+            self.m_rows = am
+        elif am != self.m_rows:
+            raise fail(f"tlc build: every GEMM of a kernel shares the block's rows; this one has M = {am}, an earlier "
+                       f"one {self.m_rows}", op.loc)
+
+    def _accumulator(self, op: GemmOp, mma: str, am: int, bn: int, out: list[K.Op]) -> tuple[Slot, bool]:
+        """The GEMM's accumulator and whether it is fresh (the caller declares and zeroes a fresh one):
+        the register tile an accumulating GEMM adds into, checked against `mma` and the product's shape."""
+        if op.accumulate:
+            acc = self._target(op.operands[2], op.result, out, op.loc)
+            if acc.mma != mma:
+                raise fail(f"tlc build: accumulator '{op.operands[2].base}' was laid out for another GEMM kind; "
+                           "accumulate into a register tile you allocated", op.loc)
+            if (acc.rows, acc.cols) != (am, bn):
+                raise fail(f"tlc build: accumulator '{op.operands[2].base}' is {acc.rows}×{acc.cols}, the product "
+                           f"{am}×{bn}", op.loc)
+            return acc, False
+        b_slot = self.slots[op.operands[1].uid]
+        logical = b_slot.logical_cols if (op.b_major == "mn" and b_slot.kind == "smem") else bn
+        return self._bind(op.result, Slot("frag", self.names.fresh(f"acc_{op.result.base}"), am, bn,
+                                          region=self.region, logical_cols=logical, mma=mma)), True
+
     def _GemmOp(self, op: GemmOp, region: Graph, out: list[K.Op]) -> None:
         mma = self.warp_plan.mma_of_gemm(op)
         a, am, ak, a_load = self._operand(op.operands[0], "A", op.a_major or "k", op, mma)
@@ -99,24 +124,9 @@ class GemmRules:
         if am % per_warp or bn % (16 * warps_n) or ak % 16:
             raise fail(f"tlc build: GEMM {am}×{bn}×{ak} does not fit mma.sync m16n8k16 on {warps_m}×{warps_n} warps: "
                        f"M must be a multiple of {per_warp}, N of {16 * warps_n} and K of 16", op.loc)
-        if self.m_rows is None:
-            self.m_rows = am
-        elif am != self.m_rows:
-            raise fail(f"tlc build: every GEMM of a kernel shares the block's rows; this one has M = {am}, an earlier "
-                       f"one {self.m_rows}", op.loc)
-        if op.accumulate:
-            acc = self._target(op.operands[2], op.result, out, op.loc)
-            if acc.mma != mma:
-                raise fail(f"tlc build: accumulator '{op.operands[2].base}' was laid out for another GEMM kind; "
-                           "accumulate into a register tile you allocated", op.loc)
-            if (acc.rows, acc.cols) != (am, bn):
-                raise fail(f"tlc build: accumulator '{op.operands[2].base}' is {acc.rows}×{acc.cols}, the product "
-                           f"{am}×{bn}", op.loc)
-        else:
-            b_slot = self.slots[op.operands[1].uid]
-            logical = b_slot.logical_cols if (op.b_major == "mn" and b_slot.kind == "smem") else bn
-            acc = self._bind(op.result, Slot("frag", self.names.fresh(f"acc_{op.result.base}"), am, bn,
-                                             region=self.region, logical_cols=logical, mma=mma))
+        self._block_rows(am, op)
+        acc, fresh = self._accumulator(op, mma, am, bn, out)
+        if fresh:
             out += [K.FragmentOp(name=acc.name, mma=mma, role="C", dtype="fp32", shape=(am, bn), loc=op.loc),
                     K.ClearOp(target=acc.name, loc=op.loc)]
         # One k-block per trip of an unrolled loop: load the shared operands' k-block, then its MMAs.

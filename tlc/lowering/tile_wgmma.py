@@ -18,7 +18,7 @@ from tlc.ir.ops import GemmOp
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Var
-from tlc.lowering.storage import Buffer, Slot
+from tlc.lowering.storage import Buffer
 
 GMMA_SPAN = 64   # elements along a 128-byte swizzled GMMA atom's contiguous mode (bf16/fp16)
 FORMS = ("--arch sm_90a lowers two GEMM forms: A and B from shared tiles, both K-major (Q·Kᵀ, wgmma SS), and A a "
@@ -81,29 +81,14 @@ class WgmmaRules:
                            f"operands out in 128-byte swizzled GMMA atoms, so the width must be a multiple of "
                            f"{GMMA_SPAN} elements (head dims 64, 128, 192, 256, or narrower ones padded up to them: "
                            f"40 → 64) and the rows a multiple of 8", op.loc)
-        if self.m_rows is None:
-            self.m_rows = am
-        elif am != self.m_rows:
-            raise fail(f"tlc build: every GEMM of a kernel shares the block's rows; this one has M = {am}, an earlier "
-                       f"one {self.m_rows}", op.loc)
+        self._block_rows(am, op)
 
     def _wgmma_acc(self, op: GemmOp, mma: str, am: int, bn: int, out: list[K.Op]) -> tuple[str, bool]:
         """The accumulator's name and whether the wgmma overwrites it (a fresh result: zero_init)."""
-        if op.accumulate:
-            acc = self._target(op.operands[2], op.result, out, op.loc)
-            if acc.mma != mma:
-                raise fail(f"tlc build: accumulator '{op.operands[2].base}' was laid out for another GEMM; accumulate "
-                           "into a register tile you allocated", op.loc)
-            if (acc.rows, acc.cols) != (am, bn):
-                raise fail(f"tlc build: accumulator '{op.operands[2].base}' is {acc.rows}×{acc.cols}, the product "
-                           f"{am}×{bn}", op.loc)
-            return acc.name, False
-        b_slot = self.slots[op.operands[1].uid]
-        logical = b_slot.logical_cols if (op.b_major == "mn" and b_slot.kind == "smem") else bn
-        acc = self._bind(op.result, Slot("frag", self.names.fresh(f"acc_{op.result.base}"), am, bn,
-                                         region=self.region, logical_cols=logical, mma=mma))
-        out.append(H.WgmmaFragmentOp(name=acc.name, mma=mma, role="C", shape=(am, bn), loc=op.loc))
-        return acc.name, True
+        acc, fresh = self._accumulator(op, mma, am, bn, out)
+        if fresh:
+            out.append(H.WgmmaFragmentOp(name=acc.name, mma=mma, role="C", shape=(am, bn), loc=op.loc))
+        return acc.name, fresh
 
     def _descriptors(self, buf: Buffer, role: str, major: str, mma: str, op: GemmOp) -> str:
         """GMMA descriptors of `buf` as operand `role` of `mma` (an MN-major B through its (N, K) view)."""
