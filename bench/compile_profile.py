@@ -154,8 +154,20 @@ def main() -> int:
     from tlc.builder import lower_to_kernel_ir
     from tlc.names import kernel_name
 
+    from tlc.diagnostics import GLOBAL_SOURCES, TlcError
+
+    bad = [d for d in a.define if "=" not in d]
+    if bad:
+        ap.error(f"-D {bad[0]}: write NAME=VALUE")
     defines = dict(d.split("=", 1) for d in a.define)
-    state, _ = lower_to_kernel_ir(Path(a.spec).read_bytes(), a.spec, a.arch, defines, name=kernel_name(a.spec))
+    try:
+        state, _ = lower_to_kernel_ir(Path(a.spec).read_bytes(), a.spec, a.arch, defines, name=kernel_name(a.spec))
+    except TlcError as exc:
+        print(exc.render(GLOBAL_SOURCES), file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"{a.spec}: error: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     cu = f"{Path(a.spec).stem}.cu"
     source = emit_program(state.kir, source=Path(a.spec).name, cu_name=cu)
     print(f"compiling {a.spec} to PTX with a time trace (minutes)...", file=sys.stderr, flush=True)

@@ -248,7 +248,7 @@ def attention_target_for(arch: str) -> str:
         return arch
     choice = os.environ.get("TLC_ATTENTION_ARCH", "sm_90a")
     if choice not in ("sm_90", "sm_90a"):
-        raise fail(f"TLC_ATTENTION_ARCH={choice!r}: on this Hopper GPU use sm_90a (wgmma, the default) or sm_90")
+        raise fail(f"TLC_ATTENTION_ARCH={choice!r}: for a Hopper GPU set sm_90a (wgmma, the default) or sm_90")
     return choice
 
 

@@ -9,27 +9,42 @@ from tlc.diagnostics import TlcError
 from tlc.lowering.emit_text import emit_text
 
 
-def _cute(path) -> str:
-    return emit_text(path.read_bytes(), str(path), "sm_90", {}, "cute", line_directives=False)
+def _cute(path, arch: str = "sm_90") -> str:
+    return emit_text(path.read_bytes(), str(path), arch, {}, "cute", line_directives=False)
 
 
 @pytest.fixture(scope="module")
 def mha_cute(tmp_path_factory):
-    return _cute(write(tmp_path_factory.mktemp("mha"), "mha_fwd", MHA))
+    folder = tmp_path_factory.mktemp("mha")
+    return {arch: _cute(write(folder, "mha_fwd", MHA), arch) for arch in ("sm_90", "sm_90a")}
 
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_variant_builds_into_a_different_kernel(name, tmp_path, mha_cute):
     src = _cute(write(tmp_path, "mha_fwd", BUILDS[name]))
-    assert src != mha_cute
+    assert src != mha_cute["sm_90"]
 
 
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_on_sm90a_a_variant_differs_or_is_refused_at_a_line(name, tmp_path, mha_cute):
+    """The wgmma lowering lowers fewer GEMM forms: what it cannot take is refused where it is written."""
+    path = write(tmp_path, "mha_fwd", BUILDS[name])
+    try:
+        src = _cute(path, "sm_90a")
+    except TlcError as exc:
+        loc = exc.diagnostics[0].loc
+        assert loc is not None and loc.line > 0 and "GEMM" in BUILDS[name].splitlines()[loc.line - 1]
+        return
+    assert "wgmma" in src and src != mha_cute["sm_90a"]
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
 @pytest.mark.parametrize("name", sorted(REFUSED))
-def test_variant_is_refused_at_a_line(name, tmp_path):
+def test_variant_is_refused_at_a_line(name, arch, tmp_path):
     text, where = REFUSED[name]
     path = write(tmp_path, name, text)
     with pytest.raises(TlcError) as exc:
-        _cute(path)
+        _cute(path, arch)
     diag = exc.value.diagnostics[0]
     if where is not None:
         assert diag.loc is not None and diag.loc.line > 0

@@ -23,7 +23,7 @@ def test_target_per_device(monkeypatch, device, env, want) -> None:
 def test_a_bad_override_is_one_line(monkeypatch) -> None:
     monkeypatch.setattr(rt, "device_arch", lambda device=None: "sm_90")
     monkeypatch.setenv("TLC_ATTENTION_ARCH", "sm_100")
-    with pytest.raises(TlcError, match="TLC_ATTENTION_ARCH='sm_100'.*sm_90a .*or sm_90"):
+    with pytest.raises(TlcError, match="TLC_ATTENTION_ARCH='sm_100': for a Hopper GPU set sm_90a .*or sm_90"):
         rt.attention_target()
 
 
