@@ -201,13 +201,40 @@ def _quiet_worker() -> None:
 
 
 def is_cached(job: Job) -> bool:
-    """Whether a warm start would find this job's kernel (the build index and its cubin)."""
+    """Whether a warm start would find this job's kernel: see `cached_job`."""
+    return cached_job(job) is not None
+
+
+def cached_job(job: Job) -> Job | None:
+    """The job whose kernel a warm start would find (the build index and its cubin): `job`, or its
+    fallback where `job`'s target refuses the program (checked by lowering only, no NVRTC)."""
+    if _cached(job):
+        return job
+    if job.fallback is not None and _cached(job.fallback) and _refused(job):
+        return job.fallback
+    return None
+
+
+def _cached(job: Job) -> bool:
     from tlc.backend_cute import cache
     from tlc.runtime import _build_inputs_key, _read
 
     data, name = _read(job.spec if "\n" in job.spec else Path(job.spec))
     record = cache.lookup_build(_build_inputs_key(data, name, dict(job.defines), job.arch, False))
     return record is not None and cache.lookup(record["cubin_key"]) is not None
+
+
+def _refused(job: Job) -> bool:
+    from tlc.builder import lower_to_kernel_ir
+    from tlc.names import kernel_name
+    from tlc.runtime import _read
+
+    data, name = _read(job.spec if "\n" in job.spec else Path(job.spec))
+    try:
+        lower_to_kernel_ir(data, name, job.arch, dict(job.defines), name=kernel_name(name))
+    except TlcError:
+        return True
+    return False
 
 
 def compile_jobs(jobs: Iterable[Job], workers: int = 0, on_result=None) -> list[JobResult]:
@@ -224,11 +251,11 @@ def compile_jobs(jobs: Iterable[Job], workers: int = 0, on_result=None) -> list[
     missing = []
     for job in unique:
         try:
-            cached = is_cached(job)
+            hit = cached_job(job)
         except TlcError:
-            cached = False  # the worker reports why
-        if cached:
-            done(JobResult(job, True, cached=True))
+            hit = None  # the worker reports why
+        if hit is not None:
+            done(JobResult(hit, True, cached=True, message="" if hit is job else f"{job.arch} refuses it"))
         else:
             missing.append(job)
     workers = max(1, min(workers or os.cpu_count() or 1, len(missing)))

@@ -1,4 +1,4 @@
-"""The hand-built Hopper tile GEMM (tests/build/sm90_programs.py) on an sm_90 GPU: TMA descriptors encoded
+"""The hand-built Hopper tile GEMM (tests/nvrtc/sm90_programs.py) on an sm_90 GPU: TMA descriptors encoded
 at launch, the mbarrier ring, wgmma and warp roles against torch.matmul in float32, into a NaN-poisoned
 output; and its SASS (HGMMA, UTMALDG, no local memory) when cuobjdump is on the PATH.
 
@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tests.build.sm90_programs import tile_gemm_sm90
+from tests.nvrtc.sm90_programs import tile_gemm_sm90
 
 torch = pytest.importorskip("torch")
 

@@ -2,7 +2,7 @@
 
 Goldens (tests/lowering/sm90a.kirtest, FileCheck in process) of the kernel IR and the CuTe for the
 shipped specs, refusals at the TL statement's file:line:col, and that the other targets never see a
-Hopper op. No NVRTC here (tests/build/test_sm90a_nvrtc.py compiles; tests/gpu/test_sm90a_specs_gpu.py runs).
+Hopper op. No NVRTC here (tests/nvrtc/test_sm90a_nvrtc.py compiles; tests/gpu/test_sm90a_specs_gpu.py runs).
 """
 from __future__ import annotations
 

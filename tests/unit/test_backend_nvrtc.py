@@ -1,5 +1,5 @@
 """NVRTC wrapper, header discovery, disk cache, ABI metadata. The real CuTe compiles (one per shipped
-spec, with the disk-cache round trip) are in tests/build/test_nvrtc_specs.py."""
+spec, with the disk-cache round trip) are in tests/nvrtc/test_nvrtc_specs.py."""
 from __future__ import annotations
 
 import json

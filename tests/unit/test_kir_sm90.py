@@ -14,7 +14,7 @@ from filecheck.matcher import Matcher
 from filecheck.options import Options
 from filecheck.parser import Parser
 
-from tests.build.sm90_programs import tile_gemm_sm90
+from tests.nvrtc.sm90_programs import tile_gemm_sm90
 from tlc.backend_cute.emit import emit_program
 from tlc.backend_cute.launch import params_struct, tma_encode_args
 from tlc.diagnostics import TlcError

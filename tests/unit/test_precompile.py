@@ -1,5 +1,5 @@
 """`tlc precompile`: the shape-list format, its mapping to the specializations `tlc.attention`
-builds, and the parallel driver (no NVRTC here; tests/build/test_compile_parallel.py runs it)."""
+builds, and the parallel driver (no NVRTC here; tests/nvrtc/test_compile_parallel.py runs it)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -145,7 +145,7 @@ def test_python_api_maps_calls_to_kernels(monkeypatch) -> None:
     import tlc
     import tlc.precompile_jobs
 
-    monkeypatch.setattr(tlc.precompile_jobs, "is_cached", lambda job: True)  # never NVRTC here
+    monkeypatch.setattr(tlc.precompile_jobs, "cached_job", lambda job: job)  # never NVRTC here
     results = tlc.precompile([{"b": 4, "hq": 32, "hkv": 8, "d": 128, "causal": True},
                               {"d": 128, "causal": True, "sq": 1}, {"d": 64, "dtype": "fp16"}], arch="sm_80")
     assert len(results) == 2 and all(r.ok and r.cached for r in results)
@@ -172,3 +172,15 @@ def test_python_dash_m_tlc_runs_the_cli(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "tlc", "check", str(Path(__file__).parents[2] / "specs" / "mha_fwd.tl")],
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_refused_target_counts_as_cached_through_its_fallback(monkeypatch) -> None:
+    import tlc.precompile_jobs as pj
+
+    job = hopper_job("bf16", 96, 96, False)
+    monkeypatch.setattr(pj, "_cached", lambda j: j.arch == "sm_90")
+    assert pj.cached_job(job) is job.fallback  # sm_90a refuses d=96: its fallback is the kernel
+    (result,) = pj.compile_jobs([job], 1)
+    assert result.cached and "[sm_90]: already cached; sm_90a refuses it" in pj.report_line(result)
+    monkeypatch.setattr(pj, "_refused", lambda j: False)  # a target that would build it is not cached
+    assert pj.cached_job(job) is None

@@ -1,4 +1,4 @@
-"""NVRTC compiles of the hand-built Hopper tile GEMM (tests/build/sm90_programs.py) for sm_90a, no GPU:
+"""NVRTC compiles of the hand-built Hopper tile GEMM (tests/nvrtc/sm90_programs.py) for sm_90a, no GPU:
 the product's NVRTC wrapper builds a cubin with no spills and no ignored setmaxnreg, the C++ struct has
 the layout the launcher packs, and the PTX holds the instructions the ops stand for. ~15 s per compile
 on a 2-core machine."""
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.build.sm90_programs import tile_gemm_sm90
+from tests.nvrtc.sm90_programs import tile_gemm_sm90
 from tlc.backend_cute.emit import emit_program
 from tlc.backend_cute.launch import params_struct
 from tlc.backend_cute.nvrtc import compile_cubin, compile_options

@@ -1,7 +1,7 @@
 """NVRTC compiles of TL specs lowered for sm_90a (wgmma with cp.async copies), no GPU: the PTX holds
 wgmma.mma_async (SS for Q·Kᵀ, RS for P·V) and fence.proxy.async, and ptxas reports no spills, no stack
 and no local memory. ~35-60 s per kernel on a 2-core CPU machine; registers and seconds are printed
-(`pytest -m slow -s tests/build/test_sm90a_nvrtc.py`)."""
+(`pytest -m slow -s tests/nvrtc/test_sm90a_nvrtc.py`)."""
 from __future__ import annotations
 
 import re

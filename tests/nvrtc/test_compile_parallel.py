@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.build.sm90_programs import tile_gemm_sm90
+from tests.nvrtc.sm90_programs import tile_gemm_sm90
 from tlc.backend_cute import cache
 
 FORK = multiprocessing.get_context("fork")
@@ -69,5 +69,5 @@ def test_precompile_shapes_in_parallel_then_warm(tmp_path, monkeypatch, capsys) 
     import tlc.runtime
 
     cache.clear_memory()
-    compiled, _ = tlc.runtime.compile_spec(Path(jobs[0].spec), arch="sm_90", defines=dict(jobs[0].defines))
+    compiled, _ = tlc.runtime.compile_spec(Path(jobs[0].spec), arch=jobs[0].arch, defines=dict(jobs[0].defines))
     assert compiled.cached and set(compiled.timings) == {"index"}
