@@ -1,4 +1,4 @@
-"""Tile sizes `tlc.attention` binds (-D) per head dim on the sm_80-family path, with their source.
+"""Tile sizes `tlc.attention` binds (-D) per head dim and target (sm_80 family; sm_90a), with their source.
 
 All measured on an H200 with `python3 bench/bench_attention.py --extra --sweep` (2026-11-23, the
 per-op lowering), double-buffered K/V. d = 64: 128×128 on 4 warps, 337.4 TFLOP/s (312.4 causal)
@@ -10,10 +10,13 @@ FlashAttention-2's own tiles, measured 316.5 TFLOP/s against 280.4 for 64×32 on
 multiple of 32 and use the tiles of the next tabled width.
 
 sm_90a (wgmma, one warp group of 4 warps per 64 rows): H200 sweep of 2026-11-23
-(`python3 bench/bench_attention.py --arch sm_90a --extra --sweep`, bench/results/2026-11-23-h200-s4-
-sweep-sm90a.txt), TFLOP/s non-causal: d = 64 128×64 378 against 304 for 128×128; d = 128 128×128 429
-against 425 for 128×192 and 395 for 128×64; d = 256 128×64 497 against 479 for 128×96; MLA prefill
-causal 64×64 on 4 warps 407 against 402 for 128×64.
+(`TLC_BENCH_SWEEP="128x64x8x2;128x160x8x2;128x192x8x2;192x128x12x2;128x128x8x3;64x128x4x2"
+TLC_BENCH_WIDE_SWEEP="128x32x8x2;128x96x8x2;64x64x4x2;192x64x12x2" python3 bench/bench_attention.py
+--arch sm_90a --extra --sweep --no-baselines`, bench/results/2026-11-23-h200-s4-sweep-sm90a.txt,
+whose closing rows are the then-default 128×128 tiles), TFLOP/s non-causal: d = 64 128×64 378
+against 304 for 128×128; d = 128 128×128 429 against 425 for 128×192 and 395 for 128×64; d = 256
+128×64 497 against 479 for 128×96; MLA prefill causal 64×64 on 4 warps 407 against 402 for 128×64
+(the then-default 128×64 on 8 warps).
 """
 from __future__ import annotations
 
