@@ -3,7 +3,6 @@ on a 2-core machine): two processes asking for one kernel run NVRTC once, and `t
 --shapes` fills the cache in parallel so that a later call finds every kernel warm."""
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -11,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.nvrtc.sm90_programs import tile_gemm_sm90
+from tests.unit.two_processes import race
 from tlc.backend_cute import cache
 
-FORK = multiprocessing.get_context("fork")
 
 
 def _compile_counted(cache_dir: str, counter: str, barrier, results) -> None:
@@ -37,14 +36,7 @@ def _compile_counted(cache_dir: str, counter: str, barrier, results) -> None:
 @pytest.mark.slow
 def test_two_processes_one_nvrtc_run(tmp_path) -> None:
     counter = tmp_path / "runs"
-    barrier, results = FORK.Barrier(2), FORK.Queue()
-    procs = [FORK.Process(target=_compile_counted, args=(str(tmp_path / "cache"), str(counter), barrier, results))
-             for _ in range(2)]
-    for p in procs:
-        p.start()
-    got = [results.get(timeout=900) for _ in procs]
-    for p in procs:
-        p.join(60)
+    got = race(_compile_counted, str(tmp_path / "cache"), str(counter), timeout=900)
     assert len(counter.read_text().split()) == 1
     assert sorted(c for c, _ in got) == [False, True] and got[0][1] == got[1][1]
     assert got[0][1][:4] == b"\x7fELF"

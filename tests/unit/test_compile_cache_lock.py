@@ -3,13 +3,13 @@ beside a cache entry (one compile for two processes, a timeout that says so, no 
 holder's lock), progress lines on stderr, and the build index that lets a warm start skip lowering."""
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.unit.two_processes import FORK, race
 import tlc.backend_cute.compile as compile_mod
 from tlc.backend_cute import cache
 from tlc.backend_cute.lock import file_lock
@@ -18,7 +18,6 @@ from tlc.builder import lower_to_kernel_ir
 from tlc.diagnostics import TlcError
 
 MHA = Path(__file__).resolve().parents[2] / "specs" / "mha_fwd.tl"
-FORK = multiprocessing.get_context("fork")  # children inherit the program and patch their own module
 
 
 @pytest.fixture
@@ -113,14 +112,7 @@ def _compile_in_child(program, cache_dir: str, counter: str, barrier, results) -
 
 def test_two_processes_compile_one_key_once(tmp_cache, tmp_path, program) -> None:
     counter = tmp_path / "nvrtc-runs"
-    barrier, results = FORK.Barrier(2), FORK.Queue()
-    procs = [FORK.Process(target=_compile_in_child, args=(program, str(tmp_cache), str(counter), barrier, results))
-             for _ in range(2)]
-    for p in procs:
-        p.start()
-    got = [results.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(30)
+    got = race(_compile_in_child, program, str(tmp_cache), str(counter), timeout=60)
     assert len(counter.read_text().split()) == 1  # one NVRTC run between them
     assert sorted(cached for cached, _ in got) == [False, True]
     assert got[0][1] == got[1][1] == b"\x7fELF fake sm_90"
