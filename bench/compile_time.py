@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 def kernels() -> dict[str, tuple[str, dict]]:
     """name → (spec path, -D bindings): the README's `tlc build specs/mha_fwd.tl` kernel, and the
-    specializations `tlc.attention` builds for d=64 and causal d=128 (tlc.runtime.attention_spec)."""
+    specializations `tlc.attention` builds for d=64 and causal d=128 (tlc.runtime.attention_spec) on the
+    sm_80 family, and for d=128 on Hopper (attn_d128_sm90a: sm_90a, wgmma, its own tiles)."""
     from tlc.runtime import attention_spec
 
     out = {"mha_d128": (str(ROOT / "specs" / "mha_fwd.tl"), {})}
@@ -40,7 +41,17 @@ def kernels() -> dict[str, tuple[str, dict]]:
                               "attn_d128": (128, False)}.items():
         spec, defines = attention_spec("bf16", d, d, causal)
         out[name] = (str(spec), defines)
+    for name, arch in KERNEL_ARCH.items():  # the Hopper kernel tlc.attention builds for d=128 (its own tiles)
+        spec, defines = attention_spec("bf16", 128, 128, False, arch)
+        out[name] = (str(spec), defines)
     return out
+
+
+KERNEL_ARCH = {"attn_d128_sm90a": "sm_90a"}  # kernels built for their own target whatever --arch says
+
+
+def kernel_arch(name: str, arch: str) -> str:
+    return KERNEL_ARCH.get(name, arch)
 
 
 DEFAULT_KERNELS = ("mha_d128", "attn_d64", "attn_d128_causal")
@@ -118,6 +129,7 @@ def _run_child(mode: str, name: str, arch: str, cache: str) -> dict:
 
 def measure(name: str, arch: str) -> dict:
     spec, defines = kernels()[name]
+    arch = kernel_arch(name, arch)
     with tempfile.TemporaryDirectory(prefix="tlc-compile-time-") as cache:
         print(f"{name}: cold compile (fresh cache {cache})...", file=sys.stderr, flush=True)
         row = {"kernel": name, "spec": os.path.relpath(spec, ROOT), "defines": defines, "arch": arch,
@@ -162,6 +174,7 @@ def experiments(name: str, arch: str, specs: list[str]) -> list[dict]:
     from tlc.runtime import normal_defines
 
     spec, defines = kernels()[name]
+    arch = kernel_arch(name, arch)
     state, _ = lower_to_kernel_ir(Path(spec).read_bytes(), spec, arch, normal_defines(defines), name=kernel_name(spec))
     out, base_text = [], None
     with tempfile.TemporaryDirectory(prefix="tlc-nvrtc-exp-") as tmp:
@@ -197,7 +210,7 @@ def table(rows: list[dict]) -> str:
         ph = c["nvrtc_phases_ms"]
         split = " / ".join(_fmt(ph.get(k), 1e-3) for k in ("CUDA C++ Frontend", "NVVM Optimizer", "PTX Translation",
                                                             "ptxas and rest"))
-        lines.append(f"| {r['kernel']} | {_fmt(c['total_s'])} | {_fmt(c['lower_s'], digits=2)} | "
+        lines.append(f"| {r['kernel']} ({r['arch']}) | {_fmt(c['total_s'])} | {_fmt(c['lower_s'], digits=2)} | "
                      f"{_fmt(c['emit_s'], digits=3)} | {_fmt(c['nvrtc_s'])} ({split}) | "
                      f"{_fmt(c['ptx_bytes'], 1e-6, 2)} | {_fmt(w['build_ms'], digits=3)} / "
                      f"{_fmt(w['compile_spec_ms'])} | {_fmt(f['build_ms'])} |")
