@@ -2,9 +2,13 @@
 
     python bench/bench_attention.py                # the README's MHA rows with the default tiles
     python bench/bench_attention.py --sweep        # also time tile/warp/stage variants (regs, spills)
+    python bench/bench_attention.py --bar --arch sm_90a   # issue 12's bar table (BAR_ROWS), B·S = 16k everywhere
 
-Checks tlc's output against the tolerance rule of docs/correctness.md on a (batch 0, 2 heads) slice of every timed problem,
-times with triton.testing.do_bench (median), prints a table last and writes JSON under $OUT.
+Checks tlc's output (and each baseline's) against the tolerance rule of docs/correctness.md on a (batch 0,
+first and last query head) slice of every timed problem, times with triton.testing.do_bench (median),
+prints a table last and writes JSON under $OUT. GQA/MQA rows give SDPA enable_gqa=True under each
+backend; a backend that refuses it (or answers wrongly) is timed on K/V heads expanded once with
+repeat_interleave, outside the timed call, and the row's note says so.
 """
 from __future__ import annotations
 
@@ -35,6 +39,26 @@ EXTRA_ROWS = [  # rows SDPA's flash backend cannot run (d_qk != d_v) or runs wit
     dict(name="MLA prefill causal", B=4, H=16, S=4096, d=192, d_v=128, causal=True),
     dict(name="MHA d=256", B=4, H=8, S=4096, d=256, causal=False),
 ]
+
+
+def _row(name, d, H, causal, B=4, S=4096, **kw) -> dict:
+    return dict(name=name, B=B, H=H, S=S, d=d, causal=causal, **kw)
+
+
+# Issue 12's bar table (--bar): bf16 forward, B·S = 16k tokens everywhere; H = 32 at d = 64, 16 at d = 128,
+# 8 at d = 256; GQA/MQA: 32 query heads (Hkv = 8 / 1); fp16 rows name their bf16 row (the ratio tlc
+# fp16/bf16 must be within 3%); the sequence-length rows keep d = 128, H = 16.
+BAR_ROWS = [
+    *(_row(f"MHA d={d}" + (" causal" if c else ""), d, H, c) for d, H in ((64, 32), (128, 16), (256, 8))
+      for c in (False, True)),
+    *(_row(f"{kind} 32/{hkv} d=128" + (" causal" if c else ""), 128, 32, c, Hkv=hkv)
+      for kind, hkv in (("GQA", 8), ("MQA", 1)) for c in (False, True)),
+    _row("MLA prefill causal", 192, 16, True, d_v=128),
+    *(_row("MHA d=128 fp16" + (" causal" if c else ""), 128, 16, c, dtype="fp16",
+           bf16_row="MHA d=128" + (" causal" if c else "")) for c in (False, True)),
+    *(_row(f"MHA d=128 S={k}k" + (" causal" if c else ""), 128, 16, c, B=16 // k, S=1024 * k)
+      for k in (1, 16) for c in (False, True)),
+]
 DEFAULT_TILES = {d: default_tiles(d, d) for d in (64, 128)}
 SWEEP = [  # variants around the defaults that fit the register budget at d = 64 and 128 (check-resources
     # refuses 128x128 at d = 128 and 192x64 on 4 warps); measured lists are in bench/README.md
@@ -56,9 +80,26 @@ if os.environ.get("TLC_BENCH_SWEEP"):  # e.g. "128x48x4x2;128x64x4x1": BMxBNxWAR
 ARCH = "sm_90"  # --arch: sm_90 (the sm_80-family kernels an H100/H200 runs) or sm_90a (wgmma)
 
 
-def row_tiles(row) -> dict:
+def row_tiles(row, arch: str | None = None) -> dict:
     """The tiles a row runs with: tlc.attention's table for the target (tlc/tuning.py)."""
-    return default_tiles(row["d"], row.get("d_v", row["d"]), ARCH)
+    return default_tiles(row["d"], row.get("d_v", row["d"]), arch or ARCH)
+
+
+def row_build(row, tiles, arch: str) -> tuple:
+    """(spec, -D bindings) of a row's kernel: the shipped .tl tlc.attention builds for the row's dtype and
+    head dims on `arch`, with `tiles` (the same cache entry bench/precompile.py fills)."""
+    d, dv = row["d"], row.get("d_v", row["d"])
+    spec, defines = attention_spec(row.get("dtype", "bf16"), d, dv, row["causal"], arch)
+    defines.update(_tile_defines(spec, tiles))  # swept tiles replace attention_spec's defaults
+    return spec, defines
+
+
+def check_slice(out, q, k, v, causal):
+    """check_attention on batch 0, the first and last query head with the K/V head each reads (GQA: head
+    h reads KV head h // group), so a wrong group mapping fails too."""
+    hq, hkv = q.shape[1], k.shape[1]
+    qh, kh = [0, hq - 1], [0, (hq - 1) // (hq // hkv)]
+    return check_attention(out[:1, qh], q[:1, qh], k[:1, kh], v[:1, kh], causal=causal)
 
 
 def flops(B, H, S, d, causal, d_v=None):
@@ -71,34 +112,36 @@ def bench_ms(fn) -> float:
     return do_bench(fn, warmup=50, rep=300, return_mode="median")
 
 
-def sdpa_kernel_names(backend, q, k, v, causal) -> list[str]:
+def sdpa_kernel_names(backend, q, k, v, causal, **kw) -> list[str]:
     """Names of the CUDA kernels one SDPA call ran under `backend` (FA2 shows as flash_fwd_kernel)."""
     from torch.profiler import ProfilerActivity, profile
     with sdpa_kernel([backend]), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
         torch.cuda.synchronize()
     return sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
 
 
-def run_row(row, tiles, dtype=torch.bfloat16, check=True):
+def run_row(row, tiles, check=True):
     B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
-    dv = row.get("d_v", d)
-    spec, defines = attention_spec("bf16", d, dv, causal)  # the shipped .tl tlc.attention builds
-    defines.update(_tile_defines(spec, tiles))  # the swept tiles replace attention_spec's defaults
+    dv, hkv, dt = row.get("d_v", d), row.get("Hkv", H), row.get("dtype", "bf16")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    spec, defines = row_build(row, tiles, ARCH)
     kern = tlc.build(spec, arch=ARCH, defines=defines)
-    key = f"{spec.stem} " + " ".join(f"{k}={v}" for k, v in defines.items() if k not in ("dtype",))
-    q, k = (torch.randn(B, H, S, d, device="cuda", dtype=dtype) for _ in range(2))
-    v = torch.randn(B, H, S, dv, device="cuda", dtype=dtype)
+    key = f"{spec.stem} " + ("" if dt == "bf16" else f"{dt} ") + " ".join(
+        f"{k}={v}" for k, v in defines.items() if k not in ("dtype",))
+    q = torch.randn(B, H, S, d, device="cuda", dtype=dtype)
+    k = torch.randn(B, hkv, S, d, device="cuda", dtype=dtype)  # GQA/MQA: the kernel reads head h // (H / Hkv)
+    v = torch.randn(B, hkv, S, dv, device="cuda", dtype=dtype)
     out = torch.full((B, H, S, dv), float("nan"), device="cuda", dtype=dtype)
     kern(q, k, v, out=out)
     torch.cuda.synchronize()
-    result = dict(row, config=key, compile_seconds=round(kern.compiled.compile_seconds, 1),
+    result = dict(row, dtype=dt, config=key, compile_seconds=round(kern.compiled.compile_seconds, 1),
                   ptxas=kern.compiled.metadata.get("ptxas", {}), attributes=kern.attributes(0))
     if check:
         from bench.sass import sass_summary
         result["sass"] = sass_summary(kern.compiled.cubin)
     if check:
-        rep = check_attention(out[:1, :2], q[:1, :2], k[:1, :2], v[:1, :2], causal=causal)
+        rep = check_slice(out, q, k, v, causal)
         result["check"] = str(rep)
         result["check_passed"] = rep.passed
     ms = bench_ms(lambda: kern(q, k, v, out=out))
@@ -107,21 +150,81 @@ def run_row(row, tiles, dtype=torch.bfloat16, check=True):
     return result, (q, k, v)
 
 
+def _sdpa_modes(q, k, v):
+    """(mode, k, v, SDPA kwargs) to try in order: plain MHA; for GQA/MQA enable_gqa=True, then K/V heads
+    expanded (once, outside the timed call) with repeat_interleave for a backend that refuses it."""
+    hq, hkv = q.shape[1], k.shape[1]
+    if hq == hkv:
+        yield "mha", k, v, {}
+        return
+    yield "enable_gqa", k, v, {"enable_gqa": True}
+    g = hq // hkv
+    yield "repeat_interleave", k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1), {}
+
+
 def run_baselines(row, qkv, result):
     q, k, v = qkv
     B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
     for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            names = sdpa_kernel_names(backend, q, k, v, causal)
-            with sdpa_kernel([backend]):  # only this backend may run: SDPA raises otherwise
-                ms = bench_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        errors = []
+        for mode, kk, vv, kw in _sdpa_modes(q, k, v):
+            try:
+                with sdpa_kernel([backend]):  # only this backend may run: SDPA raises otherwise
+                    out = F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, **kw)
+                torch.cuda.synchronize()
+                rep = check_slice(out, q, kk, vv, causal)  # a baseline that answers wrongly is not timed
+                del out
+                if not rep.passed:
+                    errors.append(f"{mode}: output fails the tolerance check ({rep})")
+                    continue
+                names = sdpa_kernel_names(backend, q, kk, vv, causal, **kw)
+                with sdpa_kernel([backend]):
+                    ms = bench_ms(lambda: F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, **kw))
+            except Exception as exc:  # noqa: BLE001 - recorded: a baseline that cannot run is unavailable
+                errors.append(f"{mode}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+                continue
             result[f"{label}_ms"] = ms
             result[f"{label}_tflops"] = flops(B, H, S, d, causal, row.get("d_v")) / ms / 1e9
             result[f"{label}_kernels"] = names
-        except RuntimeError as exc:
-            result[f"{label}_error"] = str(exc).splitlines()[0][:200]
+            result[f"{label}_mode"] = mode
+            result[f"{label}_check"] = str(rep)
+            break
+        if errors:  # every refused or wrong mode, also when a later one ran
+            result[f"{label}_error"] = "; ".join(errors)
     if "flash_kernels" in result:
         result["flash_is_fa2"] = any("flash_fwd_kernel" in n for n in result["flash_kernels"])
+
+
+def add_notes(rows) -> None:
+    """Each row's `notes`: how its baselines ran (GQA: enable_gqa or expanded K/V), why one is n/a, whether
+    SDPA's flash kernel was FA2, tlc's error, and for fp16 rows tlc's fp16/bf16 ratio against its bf16 row."""
+    by_name = {r["name"]: r for r in rows}
+    for r in rows:
+        notes = []
+        if "error" in r:
+            notes.append(f"tlc: {r['error'][:160]}")
+        for label, what in (("flash", "FA2"), ("cudnn", "cuDNN")):
+            mode = r.get(f"{label}_mode")
+            if mode == "enable_gqa":
+                notes.append(f"{what}: SDPA enable_gqa=True")
+            elif mode == "repeat_interleave":
+                notes.append(f"{what}: K/V heads expanded with repeat_interleave (outside the timing); "
+                             f"enable_gqa refused: {r.get(f'{label}_error', '')[:120]}")
+            elif f"{label}_error" in r:
+                notes.append(f"{what} n/a: {r[f'{label}_error'][:120]}")
+        if r.get("flash_is_fa2") is False:
+            notes.append("SDPA flash kernel not FA2!")
+        base = by_name.get(r.get("bf16_row", ""))
+        if base and r.get("tlc_tflops") and base.get("tlc_tflops"):
+            ratio = r["tlc_tflops"] / base["tlc_tflops"]
+            r["fp16_over_bf16"] = ratio
+            notes.append(f"tlc fp16/bf16 {ratio:.3f} ({'within' if abs(ratio - 1) <= 0.03 else 'OUTSIDE'} 3%)")
+        r["notes"] = notes
+
+
+def _build_key(spec, defines) -> tuple:
+    from tlc.runtime import normal_defines
+    return str(spec), tuple(sorted(normal_defines(defines).items()))
 
 
 def _tile_defines(spec, tiles) -> dict:
@@ -135,9 +238,7 @@ def _tile_defines(spec, tiles) -> dict:
 def _warm(args) -> str:
     """Build one row's kernel into the disk cache (a child process: NVRTC runs in parallel)."""
     row, tiles, arch = args
-    d, dv = row["d"], row.get("d_v", row["d"])
-    spec, defines = attention_spec("bf16", d, dv, row["causal"])
-    defines.update(_tile_defines(spec, tiles))  # the swept tiles replace attention_spec's defaults
+    spec, defines = row_build(row, tiles, arch)
     try:
         tlc.build(spec, arch=arch, defines=defines)
         return f"built {row['name']} {tiles}"
@@ -150,6 +251,9 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--extra", action="store_true", help="also the MLA-prefill and d=256 rows")
+    ap.add_argument("--bar", action="store_true",
+                    help="issue 12's bar table instead of the README rows: BAR_ROWS (MHA d=64/128/256, GQA 32/8, "
+                    "MQA 32/1, MLA prefill, fp16, S=1k and 16k; B·S = 16k)")
     ap.add_argument("--arch", default="sm_90", choices=("sm_90", "sm_90a"),
                     help="tlc's target: sm_90 (mma.sync, the default) or sm_90a (wgmma; tiles get 4 warps per 64 rows)")
     a = ap.parse_args()
@@ -157,11 +261,12 @@ def main() -> int:
     ARCH = a.arch
     torch.manual_seed(0)
     from concurrent.futures import ProcessPoolExecutor
-    rows = ROWS + (EXTRA_ROWS if a.extra else [])
+    rows = BAR_ROWS if a.bar else ROWS + (EXTRA_ROWS if a.extra else [])
     todo = [(r, row_tiles(r)) for r in rows]
     sweeps = [(r, t) for r in ROWS for t in SWEEP] if a.sweep else []
     sweeps += [(r, t) for r in EXTRA_ROWS for t in WIDE_SWEEP] if a.sweep and a.extra else []
     todo += sweeps
+    todo = list({_build_key(*row_build(r, t, ARCH)): (r, t) for r, t in todo}.values())  # one build per kernel
     with ProcessPoolExecutor(max_workers=min(16, len(todo))) as pool:
         for line in pool.map(_warm, [(r, t, ARCH) for r, t in todo]):
             print(line, flush=True)
@@ -178,30 +283,41 @@ def main() -> int:
                       flush=True)
             except Exception as exc:  # one failing variant must not hide the others
                 print(f"sweep {row['name']} {tiles}: ERROR {str(exc)[:300]}", flush=True)
-    for row in ROWS + (EXTRA_ROWS if a.extra else []):
-        res, qkv = run_row(row, row_tiles(row))
+    for row in rows:
+        try:
+            res, qkv = run_row(row, row_tiles(row))
+        except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
+            report["rows"].append(dict(row, error=str(exc)[:500], check_passed=False))
+            print(f"{row['name']}: ERROR {str(exc)[:300]}", flush=True)
+            torch.cuda.empty_cache()
+            continue
         if not a.no_baselines:
             run_baselines(row, qkv, res)
         report["rows"].append(res)
         del qkv
         torch.cuda.empty_cache()
+    add_notes(report["rows"])
     out_dir = os.environ.get("OUT") or "."
     with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
-    print(f"\n{dev}, torch {torch.__version__}, cuDNN {report['cudnn']}, tlc for {ARCH}, bf16 forward, "
-          "TFLOP/s (median of do_bench)")
-    print(f"{'config':20s} {'tlc':>7s} {'SDPA-FA2':>9s} {'cuDNN':>7s} {'tlc/FA2':>8s} {'tlc/cuDNN':>9s}  check")
+    print(f"\n{dev}, torch {torch.__version__}, cuDNN {report['cudnn']}, tlc for {ARCH}, forward (bf16 unless "
+          "the row says fp16), TFLOP/s (median of do_bench), B·H·S as in the JSON")
+    print(f"{'config':24s} {'tlc':>7s} {'SDPA-FA2':>9s} {'cuDNN':>7s} {'tlc/FA2':>8s} {'tlc/cuDNN':>9s}  check  note")
     for r in report["rows"]:
-        fa, cu = r.get("flash_tflops"), r.get("cudnn_tflops")
+        tl, fa, cu = r.get("tlc_tflops"), r.get("flash_tflops"), r.get("cudnn_tflops")
+        tl_s = f"{tl:7.1f}" if tl else f"{'ERROR':>7s}"
         fa_s = f"{fa:9.1f}" if fa else f"{'n/a':>9s}"
         cu_s = f"{cu:7.1f}" if cu else f"{'n/a':>7s}"
-        ra = f"{r['tlc_tflops'] / fa:8.2f}" if fa else f"{'':8s}"
-        rc = f"{r['tlc_tflops'] / cu:9.2f}" if cu else f"{'':9s}"
-        fa2 = "" if r.get("flash_is_fa2", True) else " (SDPA flash kernel not FA2!)"
-        print(f"{r['name']:20s} {r['tlc_tflops']:7.1f} {fa_s} {cu_s} {ra} {rc}  "
-              f"{'PASS' if r.get('check_passed') else 'FAIL'}{fa2}")
+        ra = f"{tl / fa:8.2f}" if fa and tl else f"{'':8s}"
+        rc = f"{tl / cu:9.2f}" if cu and tl else f"{'':9s}"
+        print(f"{r['name']:24s} {tl_s} {fa_s} {cu_s} {ra} {rc}  "
+              f"{'PASS' if r.get('check_passed') else 'FAIL'}   {'; '.join(r.get('notes', []))}")
     print("\nkernel                                          regs local  SASS: HMMA HGMMA LDGSTS LDSM LDSM.T LDL STL")
+    seen = set()
     for r in report["rows"]:
+        if "config" not in r or r["config"] in seen:
+            continue
+        seen.add(r["config"])
         s, at = r.get("sass", {}), r["attributes"]
         print(f"{r['config']:48s} {at.get('registers', '?'):>4} {at.get('local_bytes', '?'):>5}        "
               f"{s.get('HMMA', 0):4d} {s.get('HGMMA', 0):5d} {s.get('LDGSTS', 0):6d} {s.get('LDSM', 0):4d} {s.get('LDSM.T', 0):6d} "

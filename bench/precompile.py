@@ -2,7 +2,9 @@
 the GPU tests build, and/or every kernel bench_attention.py times, each built from its shipped
 `.tl` spec through `tlc.build` exactly as the tests and the benchmark build it.
 
-    python3 bench/precompile.py --jobs 16 [--set tests|bench|all] [--arch sm_90]
+    python3 bench/precompile.py --jobs 16 [--set tests|bench|bar|all] [--arch sm_90|sm_90a]
+
+`--set bar` is what `bench_attention.py --bar --arch ARCH` times (its BAR_ROWS with the target's tiles).
 """
 from __future__ import annotations
 
@@ -51,20 +53,31 @@ def hopper_attention_builds() -> list[Job]:
     return out
 
 
-def bench_builds() -> list[Job]:
-    """The rows of bench_attention.py with their default tiles and with every swept variant."""
-    from bench.bench_attention import EXTRA_ROWS, ROWS, SWEEP, WIDE_SWEEP, _tile_defines
-    from tlc.runtime import attention_spec
-    from tlc.tuning import default_tiles
+def bench_builds(arch: str = "sm_90") -> list[Job]:
+    """The rows of bench_attention.py (--extra) with `arch`'s default tiles and with every swept variant."""
+    from bench.bench_attention import EXTRA_ROWS, ROWS, SWEEP, WIDE_SWEEP, row_build, row_tiles
 
     out: list[Job] = []
     for rows, sweep in ((ROWS, SWEEP), (EXTRA_ROWS, WIDE_SWEEP)):
         for row in rows:
-            d, dv = row["d"], row.get("d_v", row["d"])
-            for tiles in (default_tiles(d, dv), *sweep):
-                spec, defines = attention_spec("bf16", d, dv, row["causal"])
-                out.append((spec, dict(defines, **_tile_defines(spec, tiles))))
+            for tiles in (row_tiles(row, arch), *sweep):
+                out.append(row_build(row, tiles, arch))
     return out
+
+
+def bar_builds(arch: str = "sm_90") -> list[Job]:
+    """What `bench_attention.py --bar --arch ARCH` builds: every BAR_ROWS row with `arch`'s tiles."""
+    from bench.bench_attention import BAR_ROWS, row_build, row_tiles
+
+    return [row_build(row, row_tiles(row, arch), arch) for row in BAR_ROWS]
+
+
+def job_set(name: str, arch: str) -> list[Job]:
+    """The jobs of `--set name` for `--arch arch`, deduplicated (one per cache entry)."""
+    tests = lambda: gpu_test_builds() + (hopper_attention_builds() if arch == "sm_90" else [])  # noqa: E731
+    jobs = {"tests": tests, "bench": lambda: bench_builds(arch), "bar": lambda: bar_builds(arch),
+            "all": lambda: tests() + bench_builds(arch) + bar_builds(arch)}[name]()
+    return list({_key(j): j for j in jobs}.values())
 
 
 def _key(job: Job) -> tuple:
@@ -93,11 +106,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--set", default="all", choices=["tests", "bench", "all"])
+    ap.add_argument("--set", default="all", choices=["tests", "bench", "bar", "all"])
     a = ap.parse_args()
-    tests = lambda: gpu_test_builds() + (hopper_attention_builds() if a.arch == "sm_90" else [])  # noqa: E731
-    jobs = {"tests": tests, "bench": bench_builds, "all": lambda: tests() + bench_builds()}[a.set]()
-    jobs = list({_key(j): j for j in jobs}.values())
+    jobs = job_set(a.set, a.arch)
     print(f"precompiling {len(jobs)} kernel(s) for {a.arch} with {a.jobs} job(s)", flush=True)
     failed = 0
     with ProcessPoolExecutor(a.jobs) as pool:
