@@ -16,7 +16,9 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -162,26 +164,36 @@ def _sdpa_modes(q, k, v):
     yield "repeat_interleave", k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1), {}
 
 
+def _reason(message) -> str:
+    """An SDPA warning without its C++ location; '' for the '... not used because:' header."""
+    text = re.sub(r"\s*\(Triggered internally at [^)]*\)", "", str(message)).strip()
+    return "" if text.endswith("because:") else text
+
+
 def run_baselines(row, qkv, result):
     q, k, v = qkv
     B, H, S, d, causal = row["B"], row["H"], row["S"], row["d"], row["causal"]
     for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        errors = []
+        errors: dict[str, str] = {}
         for mode, kk, vv, kw in _sdpa_modes(q, k, v):
+            caught: list = []
             try:
-                with sdpa_kernel([backend]):  # only this backend may run: SDPA raises otherwise
+                with warnings.catch_warnings(record=True) as caught, sdpa_kernel([backend]):
+                    warnings.simplefilter("always")  # SDPA warns why a backend cannot run, then raises
                     out = F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, **kw)
                 torch.cuda.synchronize()
                 rep = check_slice(out, q, kk, vv, causal)  # a baseline that answers wrongly is not timed
                 del out
                 if not rep.passed:
-                    errors.append(f"{mode}: output fails the tolerance check ({rep})")
+                    errors[mode] = f"output fails the tolerance check ({rep})"
                     continue
                 names = sdpa_kernel_names(backend, q, kk, vv, causal, **kw)
                 with sdpa_kernel([backend]):
                     ms = bench_ms(lambda: F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, **kw))
             except Exception as exc:  # noqa: BLE001 - recorded: a baseline that cannot run is unavailable
-                errors.append(f"{mode}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+                why = " ".join(t for t in dict.fromkeys(_reason(w.message) for w in caught) if t)  # SDPA's reasons
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                errors[mode] = (f"{why[:400]} [{first[:200]}]" if why else first[:200])
                 continue
             result[f"{label}_ms"] = ms
             result[f"{label}_tflops"] = flops(B, H, S, d, causal, row.get("d_v")) / ms / 1e9
@@ -190,7 +202,8 @@ def run_baselines(row, qkv, result):
             result[f"{label}_check"] = str(rep)
             break
         if errors:  # every refused or wrong mode, also when a later one ran
-            result[f"{label}_error"] = "; ".join(errors)
+            result[f"{label}_errors"] = errors
+            result[f"{label}_error"] = "; ".join(f"{m}: {e}" for m, e in errors.items())
     if "flash_kernels" in result:
         result["flash_is_fa2"] = any("flash_fwd_kernel" in n for n in result["flash_kernels"])
 
@@ -208,10 +221,11 @@ def add_notes(rows) -> None:
             if mode == "enable_gqa":
                 notes.append(f"{what}: SDPA enable_gqa=True")
             elif mode == "repeat_interleave":
+                why = r.get(f"{label}_errors", {}).get("enable_gqa", "")
                 notes.append(f"{what}: K/V heads expanded with repeat_interleave (outside the timing); "
-                             f"enable_gqa refused: {r.get(f'{label}_error', '')[:120]}")
-            elif f"{label}_error" in r:
-                notes.append(f"{what} n/a: {r[f'{label}_error'][:120]}")
+                             f"enable_gqa refused: {why[:90]}")
+            elif f"{label}_errors" in r:
+                notes.append(f"{what} n/a: " + "; ".join(f"{m}: {e[:100]}" for m, e in r[f"{label}_errors"].items()))
         if r.get("flash_is_fa2") is False:
             notes.append("SDPA flash kernel not FA2!")
         base = by_name.get(r.get("bf16_row", ""))

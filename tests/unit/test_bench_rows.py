@@ -105,9 +105,9 @@ def test_notes_name_how_each_baseline_ran_and_the_fp16_ratio() -> None:
     from bench.bench_attention import add_notes
 
     rows = [dict(name="MHA d=128", tlc_tflops=400.0, flash_mode="mha", cudnn_mode="mha"),
-            dict(name="MHA d=128 fp16", bf16_row="MHA d=128", tlc_tflops=390.0, cudnn_error="mha: no kernel"),
+            dict(name="MHA d=128 fp16", bf16_row="MHA d=128", tlc_tflops=390.0, cudnn_errors={"mha": "no kernel"}),
             dict(name="GQA 32/8 d=128", tlc_tflops=1.0, flash_mode="enable_gqa", cudnn_mode="repeat_interleave",
-                 cudnn_error="enable_gqa: No available kernel. Aborting execution."),
+                 cudnn_errors={"enable_gqa": "No available kernel. Aborting execution."}),
             dict(name="MQA 32/1 d=128", error="boom", check_passed=False)]
     add_notes(rows)
     assert rows[0]["notes"] == []
@@ -115,5 +115,5 @@ def test_notes_name_how_each_baseline_ran_and_the_fp16_ratio() -> None:
     assert abs(rows[1]["fp16_over_bf16"] - 0.975) < 1e-9
     assert rows[2]["notes"][0] == "FA2: SDPA enable_gqa=True"
     assert rows[2]["notes"][1].startswith("cuDNN: K/V heads expanded with repeat_interleave (outside the timing); "
-                                          "enable_gqa refused: enable_gqa: No available kernel")
+                                          "enable_gqa refused: No available kernel")
     assert rows[3]["notes"] == ["tlc: boom"]
