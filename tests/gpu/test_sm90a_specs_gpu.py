@@ -1,4 +1,5 @@
-"""GPU correctness of the sm_90a lowering (wgmma SS/RS fed by cp.async, docs/hopper.md): specs built
+"""GPU correctness of the sm_90a lowering (wgmma SS/RS fed by TMA from a producer warp group, or by cp.async
+with `WarpSpecialize = false`; docs/hopper.md): specs built
 from their `.tl` for sm_90a equal the TL interpreter (float64, CPU) on the same bf16 inputs at odd
 sizes, q ≠ k lengths, causal both alignments; outputs NaN-poisoned first (unwritten rows show).
 
@@ -8,6 +9,7 @@ Fill the cache first on a CPU machine or the GPU host (no GPU needed):
 """
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -31,13 +33,21 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "gqa64": ("gqa_fwd", {"HeadDim": "64", "Warps": "8"}),
     "b2b": ("b2b_gemm_relu", {}),
     "softcap_causal": ("softcap_fwd", {"Causal": "true"}),
+    "mha128_bn128": ("mha_fwd", {"BN": "128"}),                          # wider tiles in 240 registers
+    "mha128_3stage_causal": ("gqa_fwd", {"Warps": "8", "Stages": "3", "Causal": "true"}),   # a 3-deep TMA ring
+    "mha128_cpasync": ("mha_fwd", {"WarpSpecialize": "false"}),          # the cp.async schedule
+    "mha128_causal_cpasync": ("mha_fwd", {"Causal": "true", "WarpSpecialize": "false"}),
 }
 
 
 def source(case: str) -> tuple[bytes, str, dict[str, str]]:
+    """The spec's bytes with a binding it does not declare (a schedule choice) appended as a Param line."""
     spec, defines = CASES[case]
     path = SPECS / f"{spec}.tl"
-    return path.read_bytes(), str(path), defines
+    text = path.read_text()
+    extra = {k: v for k, v in defines.items() if f"\nParam {k} " not in text}
+    text += "".join(f"\nParam {k} = {v}" for k, v in extra.items())
+    return text.encode(), str(path), {k: v for k, v in defines.items() if k not in extra}
 
 
 if __name__ == "__main__" and "--precompile" in sys.argv:
@@ -69,3 +79,20 @@ def test_sm90a_kernel_equals_interpreter(case: str, sq: int, sk: int) -> None:
 def test_sm90a_grouped_heads_and_batches() -> None:
     run_case("gqa64", 77, 333, B=2, H=8, Hkv=2)
 
+
+
+@pytest.mark.parametrize("d,causal", [(64, False), (128, False), (128, True), (256, False)])
+def test_sm90a_default_tiles_sass(d: int, causal: bool) -> None:
+    """tlc.attention's sm_90a kernels: wgmma (HGMMA), TMA loads (UTMALDG), register reallocation, no local memory."""
+    import tlc
+    from bench.sass import sass_summary
+    from tlc.runtime import attention_spec
+
+    if shutil.which("cuobjdump") is None and not Path("/usr/local/cuda/bin/cuobjdump").exists():
+        pytest.skip("cuobjdump is not on the PATH")
+    path, defines = attention_spec("bf16", d, d, causal, arch=ARCH)
+    kernel = tlc.build(path, arch=ARCH, defines=defines)
+    counts = sass_summary(kernel.compiled.cubin)
+    assert counts["HGMMA"] and counts["UTMALDG"] and counts["USETMAXREG"], counts
+    assert counts["LDL"] == counts["STL"] == 0, counts
+    assert kernel.attributes()["local_bytes"] == 0

@@ -30,7 +30,13 @@ def _emit(case: str) -> str:
     assert spec and what, case
     path = SPECS / spec.group(1)
     defines = dict(kv.split("=", 1) for kv in spec.group(2).split())
-    out = emit_text(path.read_bytes(), str(path.relative_to(ROOT)), "sm_90a", defines, what.group(1),
+    # A binding the spec does not declare (a schedule choice such as WarpSpecialize) becomes a Param line
+    # at the end, so the spec's line numbers hold.
+    source = path.read_text()
+    extra = {k: v for k, v in defines.items() if not re.search(rf"^Param {k}\b", source, re.M)}
+    source += "".join(f"\nParam {k} = {v}" for k, v in extra.items())
+    defines = {k: v for k, v in defines.items() if k not in extra}
+    out = emit_text(source.encode(), str(path.relative_to(ROOT)), "sm_90a", defines, what.group(1),
                     line_directives=False)
     return out
 

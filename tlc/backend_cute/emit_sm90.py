@@ -82,6 +82,7 @@ class Sm90Emitter:
     @_handles(Sm90KernelOp)
     def _kernel(self, op: Sm90KernelOp) -> None:
         self._sm90_headers()
+        self._kernel_threads = op.threads   # where a producer_last WarpSpecializeOp's producers start
         self._kernel_function(op, "kernel_open_sm90.cuh")
 
     # ------------------------------------------------------------------ TMA and shared layouts
@@ -216,7 +217,12 @@ class Sm90Emitter:
         self._at(op)
         with self.w.block(""):
             self.w.line(f"const int {op.group} = cutlass::canonical_warp_group_idx();")
-            with self.w.block(f"if ({op.group} < {op.producer_threads // WARP_GROUP})"):
+            if op.producer_last:
+                consumers = self._kernel_threads // WARP_GROUP - op.producer_threads // WARP_GROUP
+                test = f"{op.group} >= {consumers}"
+            else:
+                test = f"{op.group} < {op.producer_threads // WARP_GROUP}"
+            with self.w.block(f"if ({test})"):
                 self.w.line(f"// producer: gives registers away (setmaxnreg.dec {op.producer_regs})")
                 self.w.line(f"cutlass::arch::warpgroup_reg_dealloc<{op.producer_regs}>();")
                 for child in op.producer:

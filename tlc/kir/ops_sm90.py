@@ -334,10 +334,11 @@ class WgmmaWaitOp(Op):
 # ----------------------------------------------------------------------------- roles and barriers
 @dataclass(frozen=True, kw_only=True)
 class WarpSpecializeOp(Op):
-    """Warp-group roles: the first `producer_threads` threads (whole warp groups) run `producer`
-    with at most `producer_regs` registers (setmaxnreg.dec), the others run `consumer` with
-    `consumer_regs` (setmaxnreg.inc): one if/else, as setmaxnreg needs. `group` names the thread's
-    warp-group index (warp-uniform)."""
+    """Warp-group roles: the first `producer_threads` threads (whole warp groups; the last ones when
+    `producer_last`, so the consumers keep thread indices from 0) run `producer` with at most
+    `producer_regs` registers (setmaxnreg.dec), the others run `consumer` with `consumer_regs`
+    (setmaxnreg.inc): one if/else, as setmaxnreg needs. `group` names the thread's warp-group index
+    (warp-uniform)."""
 
     group: str
     producer_regs: int
@@ -345,6 +346,7 @@ class WarpSpecializeOp(Op):
     producer: tuple[Op, ...]
     consumer: tuple[Op, ...]
     producer_threads: int = WARP_GROUP
+    producer_last: bool = False
     defines = ("group",)
     regions = ("producer", "consumer")
 

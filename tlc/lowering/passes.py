@@ -3,6 +3,7 @@ PassContext (`LoweringState`) and `--print-after` shows the kernel IR after each
 
     lower-tile-ops   each TL op by its own rule → kernel IR (no sync, one stage, no swizzle)
     infer-layouts    shared layouts' swizzles from how the tiles are read
+    warp-specialize  sm_90a: TMA loads into an mbarrier ring, a producer warp group, consumer warp groups
     insert-sync      cp.async waits and barriers from the shared-memory effects
     pipeline         multi-stage copies of a loop (Param Stages, else 2 where shared memory allows)
     prefetch-operands each GEMM's shared→register loads one k-block ahead of its MMAs
@@ -19,7 +20,7 @@ from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
 from tlc.kir.ops import ForOp, KernelOp, MmaOp, walk
-from tlc.kir.ops_sm90 import WgmmaOp
+from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
 from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
@@ -46,7 +47,7 @@ def _kernel(state: LoweringState) -> KernelOp:
     return state.kir.kernels()[0]
 
 
-LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "prefetch-operands", "defer-reductions",
+LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "warp-specialize", "insert-sync", "pipeline", "prefetch-operands", "defer-reductions",
                   "check-resources")
 
 
@@ -122,6 +123,38 @@ class _ScheduleRewritePass(_KernelPass):
 
 
 @dataclass(frozen=True)
+class WarpSpecializePass(Pass):
+    """sm_90a: TMA loads, mbarrier rings and producer/consumer warp groups (tlc.lowering.warp_specialize).
+    Stages: this option, else Param Stages, else 2 where shared memory allows. `Param WarpSpecialize =
+    false` keeps the cp.async schedule; other targets and programs it does not cover keep it too."""
+
+    name: ClassVar[str] = "warp-specialize"
+    stages: int = 0
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.warp_specialize import warp_specialize
+
+        state = _state(ctx, self.name)
+        wanted = graph.params.get("WarpSpecialize", True)
+        if not isinstance(wanted, bool):
+            raise fail(f"Param WarpSpecialize = {wanted!r}: use true or false")
+        if not wanted or not state.arch.name.endswith("a"):
+            return
+        stages = self.stages or graph.params.get("Stages", 2)
+        if not isinstance(stages, int) or isinstance(stages, bool) or not 1 <= stages <= 4:
+            raise fail(f"Param Stages = {stages!r}: the TMA ring takes 1 to 4 stages")
+        state.kir, notes = warp_specialize(state.kir, stages, state.arch.smem_per_block)
+        state.schedule = list(state.schedule) + notes
+        state.kir.verify()
+
+    def print_state(self, ctx: PassContext) -> str:
+        state = get_state(ctx)
+        if state is None or state.kir is None:
+            return "// warp-specialize: no kernel IR\n"
+        return "".join(f"// schedule: {r}\n" for r in state.schedule) + print_kir(state.kir)
+
+
+@dataclass(frozen=True)
 class InsertSyncPass(_KernelPass):
     """cp.async waits and barriers from the shared-memory effects (tlc.lowering.sync)."""
 
@@ -146,10 +179,14 @@ class PipelinePass(Pass):
         from tlc.lowering.software_pipeline import pipeline_kernel
 
         state = _state(ctx, self.name)
+        if any(isinstance(op, WarpSpecializeOp) for op in walk(_kernel(state))):
+            state.stages = max((op.stages for op in walk(_kernel(state)) if isinstance(op, ForOp)), default=1)
+            return   # warp-specialize built the TMA ring: nothing is left for cp.async stages
         stages = self.stages or graph.params.get("Stages", 2)
         if not isinstance(stages, int) or isinstance(stages, bool) or stages not in (1, 2):
             raise fail(f"Param Stages = {stages!r}: the sm_80 pipeline runs 1 or 2 stages")
-        kernel, state.schedule = pipeline_kernel(_kernel(state), stages, state.arch.smem_per_block)
+        kernel, reports = pipeline_kernel(_kernel(state), stages, state.arch.smem_per_block)
+        state.schedule = list(state.schedule) + reports
         _with_kernel(state, kernel)
         state.stages = max((op.stages for op in walk(kernel) if isinstance(op, ForOp)), default=1)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import E
 
 _ADD, _MUL = E("x0 + x1"), E("x0 * x1")
@@ -98,9 +99,20 @@ def _defer_in(loop: K.ForOp, before: list[K.Op]) -> tuple[K.ForOp, list[str]]:
 
 
 def defer_reductions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
+    body, notes = _defer_body(kernel.body)
+    return dataclasses.replace(kernel, body=body), notes
+
+
+def _defer_body(body: tuple[K.Op, ...]) -> tuple[tuple[K.Op, ...], list[str]]:
+    """Defer in the loops of `body`, and of a warp-specialised kernel's consumer region."""
     out: list[K.Op] = []
     notes: list[str] = []
-    for op in kernel.body:
+    for op in body:
+        if isinstance(op, H.WarpSpecializeOp):
+            consumer, inner = _defer_body(op.consumer)
+            out.append(dataclasses.replace(op, consumer=consumer))
+            notes += inner
+            continue
         if isinstance(op, K.ForOp) and not op.unroll:
             loop, deferred = _defer_in(op, out)
             out.append(loop)
@@ -109,4 +121,4 @@ def defer_reductions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
                 notes.append(f"loop {op.var}: running sum {acc} kept per lane, reduced across lanes after the loop")
             continue
         out.append(op)
-    return dataclasses.replace(kernel, body=tuple(out)), notes
+    return tuple(out), notes

@@ -80,7 +80,7 @@ class Pipeliner:
             if bufs:
                 self.reports.append(f"loop {loop.var}: one stage (Stages = {self.stages})")
             return body
-        grown = self._grow(bufs)
+        grown = self.grow(bufs)
         from tlc.lowering.tile_ops import smem_extent
         need = smem_extent([op for op in grown if isinstance(op, (*_LAYOUTS, K.SharedBufferOp))])
         if need > self.limit:
@@ -89,7 +89,7 @@ class Pipeliner:
             return body
         self.reports.append(f"loop {loop.var}: {self.stages} stages for {', '.join(bufs)} ({need} bytes of shared "
                             "memory); the next trip's tiles are issued before this trip's compute")
-        rank = self._ranks(bufs)
+        rank = self.ranks(bufs)
         S, n = self.stages, loop.var
         stage, nxt = Var(f"{n}_stage"), BinOp("%", BinOp("+", Var(f"{n}_stage"), Const(1)), Const(S))
         copy_idx = sorted(i for b, idx in _copies(loop.body).items() if b in bufs for i in idx)
@@ -121,17 +121,17 @@ class Pipeliner:
                 new_body += prefetch
             if i in copy_idx or i in commits:
                 continue
-            new_body.append(self._restage(op, rank, stage))
+            new_body.append(self.restage(op, rank, stage))
         new_body = self._rewait(new_body, groups, pro_grp)
         new_loop = dataclasses.replace(loop, body=tuple(new_body), stages=S, prefetch=True)
         after = [self._after(op, groups) for op in body[at + 1:]]
         head = [self._restage_decl(op, rank) for op in body[:at]]
         self.kernel = dataclasses.replace(self.kernel, body=tuple(head + prologue + [new_loop] + after))
-        self._apply_growth(grown)
+        self.apply_growth(grown)
         return list(self.kernel.body)
 
     # -- buffers and their derived tensors
-    def _grow(self, bufs: list[str]) -> list[K.Op]:
+    def grow(self, bufs: list[str]) -> list[K.Op]:
         """The kernel's layout and buffer ops with a stage mode on `bufs`, offsets reassigned."""
         layouts = {op.layout for op in self.kernel.body if isinstance(op, K.SharedBufferOp) and op.name in bufs}
         # A buffer seen through a transposed view of a GMMA layout (sm_90a's V) grows its base too.
@@ -159,7 +159,7 @@ class Pipeliner:
                 out.append(op)
         return out
 
-    def _apply_growth(self, grown: list[K.Op]) -> None:
+    def apply_growth(self, grown: list[K.Op]) -> None:
         by_name = {op.name: op for op in grown}
         from tlc.lowering.tile_ops import smem_extent
         body = tuple(by_name.get(getattr(op, "name", None), op)
@@ -167,7 +167,7 @@ class Pipeliner:
                      for op in self.kernel.body)
         self.kernel = dataclasses.replace(self.kernel, body=body, smem_bytes=smem_extent(list(grown)))
 
-    def _ranks(self, bufs: list[str]) -> dict[str, int]:
+    def ranks(self, bufs: list[str]) -> dict[str, int]:
         rank = {b: 2 for b in bufs}
         for op in self.kernel.body:
             if isinstance(op, K.SharedViewOp) and op.of in rank:
@@ -181,13 +181,13 @@ class Pipeliner:
                 rank[op.name] = 3
         return rank
 
-    def _restage(self, op: K.Op, rank: dict[str, int], stage: Expr) -> K.Op:
+    def restage(self, op: K.Op, rank: dict[str, int], stage: Expr) -> K.Op:
         if isinstance(op, K.CopyOp):
             return dataclasses.replace(op, src=_staged(op.src, rank, stage), dst=_staged(op.dst, rank, stage))
         if isinstance(op, H.WgmmaOp):
             return dataclasses.replace(op, a=_staged(op.a, rank, stage), b=_staged(op.b, rank, stage))
         if isinstance(op, (K.IfOp, K.ForOp)):
-            return dataclasses.replace(op, body=tuple(self._restage(c, rank, stage) for c in op.body))
+            return dataclasses.replace(op, body=tuple(self.restage(c, rank, stage) for c in op.body))
         return op
 
     def _restage_decl(self, op: K.Op, rank: dict[str, int]) -> K.Op:

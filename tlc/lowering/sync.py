@@ -8,7 +8,9 @@ effects require, walking each region in order with the async groups still in fli
     read of a buffer written by registers       → barrier (other threads wrote it)
     write to a buffer read since the last barrier (write-after-read, also across loop trips) → barrier
 
-Buffers overlap when their bytes do (an epilogue staging tile over dead operand tiles).
+Buffers overlap when their bytes do (an epilogue staging tile over dead operand tiles). In a
+warp-specialised kernel (`warp-specialize`) only the consumers' region is walked: its barriers are
+named barriers among the consumer threads (the producer's TMA loads synchronise through mbarriers).
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ class _Sync:
         self.views = {op.name: op.of for op in K.walk(kernel) if isinstance(op, K.SharedViewOp)}
         # Buffers wgmma reads through the async proxy: cp.async writes to them need a proxy fence.
         self.async_reads = {b for op in K.walk(kernel) if isinstance(op, H.WgmmaOp) for b in op.reads}
+        self.threads = kernel.threads
+        self.named_barrier: int | None = None   # threads of the consumers' named barrier, inside their region
 
     def _hits(self, a: str, names: set[str] | frozenset[str]) -> bool:
         """Whether buffer `a` shares bytes with any of `names`."""
@@ -78,7 +82,10 @@ class _Sync:
         return set(), set(), set()
 
     def _barrier(self, st: _State, out: list[K.Op], loc) -> None:
-        out.append(K.BarrierOp(loc=loc))
+        if self.named_barrier is None:
+            out.append(K.BarrierOp(loc=loc))
+        else:
+            out.append(H.NamedBarrierOp(id=0, threads=self.named_barrier, loc=loc))
         st.dirty.clear()
         st.read.clear()
 
@@ -95,6 +102,12 @@ class _Sync:
     def region(self, ops: tuple[K.Op, ...], st: _State) -> list[K.Op]:
         out: list[K.Op] = []
         for op in ops:
+            if isinstance(op, H.WarpSpecializeOp):
+                self.named_barrier = self.threads - op.producer_threads
+                consumer = self.region(op.consumer, _State())
+                self.named_barrier = None
+                out.append(dataclasses.replace(op, consumer=tuple(consumer)))
+                continue
             if isinstance(op, K.ForOp) and not op.unroll:
                 trial = st.copy()
                 self.region(op.body, trial)
@@ -128,6 +141,9 @@ class _Sync:
             st.read |= reads
             st.dirty |= reg_writes
         return out
+
+
+effects = _Sync.effects
 
 
 def insert_sync(kernel: K.KernelOp) -> K.KernelOp:

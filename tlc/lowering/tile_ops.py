@@ -417,16 +417,17 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
 
     def _buffer_layout(self, buf: Buffer) -> list[K.Op]:
         """`<buf>_layout`, (rows, cols) as copies write it: swizzled atoms (infer-layouts picks the swizzle), or
-        on sm_90a for a wgmma operand GMMA's 128-byte atoms, K-major as stored or MN-major seen transposed."""
+        on sm_90a for a wgmma operand GMMA's 128-byte K-major atoms as stored; an operand read MN-major (V
+        of P·V) is stored the same way and seen transposed (`<buf>_layout_mn`), so every 64 columns of it
+        are one contiguous swizzled box, as a TMA load writes them."""
         major = self.gmma_major.get(buf.name)
-        if major == "k":
-            return [H.GmmaSmemLayoutOp(name=f"{buf.name}_layout", dtype=buf.dtype, swizzle=128,
-                                       shape=(buf.rows, buf.cols), k_major=True, loc=buf.loc)]
-        if major == "mn":
-            return [H.GmmaSmemLayoutOp(name=f"{buf.name}_layout_mn", dtype=buf.dtype, swizzle=128,
-                                       shape=(buf.cols, buf.rows), k_major=False, loc=buf.loc),
-                    K.SmemTransposeLayoutOp(name=f"{buf.name}_layout", of=f"{buf.name}_layout_mn",
-                                            shape=(buf.rows, buf.cols), loc=buf.loc)]
+        if major in ("k", "mn"):
+            out: list[K.Op] = [H.GmmaSmemLayoutOp(name=f"{buf.name}_layout", dtype=buf.dtype, swizzle=128,
+                                                  shape=(buf.rows, buf.cols), k_major=True, loc=buf.loc)]
+            if major == "mn":
+                out.append(K.SmemTransposeLayoutOp(name=f"{buf.name}_layout_mn", of=f"{buf.name}_layout",
+                                                   shape=(buf.cols, buf.rows), loc=buf.loc))
+            return out
         return [K.SmemLayoutOp(name=f"{buf.name}_layout", swizzle=(0, 0, 0), atom=(8, kblock(buf.cols)),
                                shape=(buf.rows, buf.cols), loc=buf.loc)]
 

@@ -106,7 +106,7 @@ class WgmmaRules:
                                lambda n: H.WgmmaFragmentOp(name=n, mma=mma, role=role, src=Var(part)))
 
     def _gmma_view(self, buf: Buffer) -> str:
-        """The (cols, rows[, stages]) view of an MN-major operand tile: its GMMA layout itself."""
+        """The (cols, rows[, stages]) view of an MN-major operand tile: the transpose of its K-major GMMA layout."""
         key = ("gmma_view", buf.name)
         if key not in self.memo:
             name = self.names.fresh(f"{buf.name}t")

@@ -29,6 +29,7 @@ DEFAULT_PIPELINE = [
 LOWERING_PIPELINE = [
     "lower-tile-ops",     # needs the repaired graph (majorness, Reshape, online softmax, masks): one rule per op
     "infer-layouts",      # needs the kernel IR's tiles and their readers: swizzles
+    "warp-specialize",    # sm_90a: needs the unsynchronised copies; TMA + mbarrier ring + warp-group roles
     "insert-sync",        # needs every copy and read in program order: waits and barriers
     "pipeline",           # rewrites a loop's copies and the waits insert-sync placed into stages
     "prefetch-operands",  # after sync: each GEMM's operand loads one k-block ahead of its MMAs

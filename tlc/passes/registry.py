@@ -27,6 +27,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "verify-final": _lazy("tlc.passes.verify_final:VerifyFinalPass"),
     "lower-tile-ops": _lazy("tlc.lowering.passes:LowerTileOpsPass"),
     "infer-layouts": _lazy("tlc.lowering.passes:InferLayoutsPass"),
+    "warp-specialize": _lazy("tlc.lowering.passes:WarpSpecializePass"),
     "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
     "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),
