@@ -1,0 +1,115 @@
+"""`warp-specialize` (sm_90a): goldens of the warp-specialised kernel IR and CuTe
+(tests/lowering/warp_specialize.kirtest), the programs it leaves on the cp.async schedule and why,
+and its Params. No NVRTC here (tests/nvrtc/test_sm90a_nvrtc.py compiles; tests/gpu/test_sm90a_specs_gpu.py runs).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.lowering.test_sm90a_lowering import SEPARATOR, _emit
+from tests.unit.test_backend_emit import filecheck
+from tlc.api import compile_graph
+from tlc.diagnostics import TlcError
+from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
+from tlc.kir.expr import Var
+from tlc.lowering.passes import run_lowering
+from tlc.lowering.state import start_state
+from tlc.lowering.warp_specialize import warp_specialize
+from tlc.passes.base import PassContext
+from tlc.passes.pipeline import PassManager, parse_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "specs" / "mha_fwd.tl"
+GOLDEN = Path(__file__).with_name("warp_specialize.kirtest")
+CASES = [c for c in SEPARATOR.split(GOLDEN.read_text()) if "CHECK" in c]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: re.search(r"^// TL: (.*)$", c, re.M).group(1))
+def test_warp_specialize_goldens(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = filecheck(case, _emit(case), tmp_path)
+    report = capsys.readouterr()
+    assert rc == 0, f"{report.out}{report.err}"
+
+
+def _before_pass(text: str | None = None) -> K.ProgramOp:
+    """mha_fwd's kernel IR as warp-specialize receives it (lower-tile-ops, infer-layouts)."""
+    graph, _ = compile_graph((text or SPEC.read_text()).encode(), str(SPEC))
+    ctx = PassContext(arch="sm_90a")
+    state = start_state(ctx, "sm_90a", name="mha_fwd")
+    PassManager(parse_pipeline("lower-tile-ops{arch=sm_90a},infer-layouts")).run(graph, ctx)
+    return state.kir
+
+
+def _replace(program: K.ProgramOp, match, change) -> K.ProgramOp:
+    """`program` with every op of its kernel's top level for which `match(op)` rebuilt by `change`."""
+    kernel = program.kernels()[0]
+    body = tuple(change(op) if match(op) else op for op in kernel.body)
+    return dataclasses.replace(program, body=tuple(dataclasses.replace(kernel, body=body) if op is kernel else op
+                                                    for op in program.body))
+
+
+def _declined(program: K.ProgramOp) -> str:
+    out, notes = warp_specialize(program, 2, 232448)
+    assert out is program and len(notes) == 1, notes
+    assert not any(isinstance(op, H.WarpSpecializeOp) for op in K.walk(out))
+    return notes[0]
+
+
+def test_specialises_mha_and_keeps_its_shared_budget() -> None:
+    out, notes = warp_specialize(_before_pass(), 2, 232448)
+    kernel = out.kernels()[0]
+    assert kernel.threads == 384 and kernel.smem_bytes == 98304 + 8 * 9
+    assert [op.name for op in K.walk(kernel) if isinstance(op, H.TmaDescriptorOp)] == ["tma_Q", "tma_K", "tma_V"]
+    assert not any(isinstance(op, (K.AsyncCopyOp, K.CommitOp, K.WaitOp)) for op in K.walk(kernel))
+    assert "warp group 2 loads sQ once, sK (2 stage(s)), sV (2 stage(s))" in notes[0]
+
+
+def test_a_tensor_offset_that_is_not_batch_and_head_strides_keeps_cp_async() -> None:
+    program = _replace(_before_pass(), lambda op: isinstance(op, K.GlobalTensorOp) and op.name == "mK",
+                       lambda op: dataclasses.replace(op, offset=Var("batch_idx")))
+    assert "the offset of mK (`batch_idx`) is not batch and head strides" in _declined(program)
+
+
+def test_a_tile_without_a_gmma_layout_keeps_cp_async() -> None:
+    program = _replace(_before_pass(), lambda op: isinstance(op, H.GmmaSmemLayoutOp) and op.name == "sK_layout",
+                       lambda op: dataclasses.replace(op, k_major=False, shape=(op.shape[1], op.shape[0])))
+    assert "the copy into sK: its shared layout is not a 64×128 GMMA K-major 128-byte tile" in _declined(program)
+
+
+def test_a_loop_with_a_stride_keeps_cp_async() -> None:
+    program = _replace(_before_pass(), lambda op: isinstance(op, K.ForOp), lambda op: dataclasses.replace(op, step=2))
+    assert "loop n steps by 2" in _declined(program)
+
+
+def test_other_targets_and_the_param_keep_cp_async() -> None:
+    graph, _ = compile_graph(SPEC.read_bytes(), str(SPEC))
+    state, _ = run_lowering(graph, "sm_90", name="mha_fwd")
+    assert not any(isinstance(op, H.WarpSpecializeOp) for op in K.walk(state.kir))
+    graph, _ = compile_graph((SPEC.read_text() + "\nParam WarpSpecialize = false").encode(), str(SPEC))
+    state, _ = run_lowering(graph, "sm_90a", name="mha_fwd")
+    assert not any(isinstance(op, H.WarpSpecializeOp) for op in K.walk(state.kir))
+    assert any(isinstance(op, K.AsyncCopyOp) for op in K.walk(state.kir))
+
+
+@pytest.mark.parametrize("param,message", [("WarpSpecialize = 3", "Param WarpSpecialize = 3: use true or false"),
+                                           ("Stages = 5", "Param Stages = 5: the TMA ring takes 1 to 4 stages")])
+def test_bad_params_are_one_line_errors(param: str, message: str) -> None:
+    graph, _ = compile_graph((SPEC.read_text() + f"\nParam {param}").encode(), str(SPEC))
+    with pytest.raises(TlcError, match=re.escape(message)):
+        run_lowering(graph, "sm_90a", name="mha_fwd")
+
+
+@pytest.mark.parametrize("consumers,bn,regs", [(1, 64, 240), (2, 64, 240), (3, 96, 160), (4, 64, 120)])
+def test_register_split_fits_the_register_file(consumers: int, bn: int, regs: int) -> None:
+    """BN: whole passes of the cp.async copies lower-tile-ops emits first (48 rows on 384 threads)."""
+    text = (SPEC.read_text().replace("Param BM = 128", f"Param BM = {64 * consumers}")
+            .replace("Param BN = 64", f"Param BN = {bn}").replace("Param HeadDim = 128", "Param HeadDim = 64"))
+    out, _ = warp_specialize(_before_pass(text), 1, 232448)
+    roles = next(op for op in K.walk(out) if isinstance(op, H.WarpSpecializeOp))
+    assert roles.consumer_regs == regs and roles.producer_regs == 24
+    assert 128 * (24 + consumers * regs) <= H.REGISTER_FILE
