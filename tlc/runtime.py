@@ -139,9 +139,24 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
 def attention(q, k, v, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False):
     """`scaled_dot_product_attention` for (batch, heads, seq, dim) bf16/fp16 CUDA tensors."""
     check_attention(q, k, v, scale, enable_gqa)
+
+    scale = None if scale is None else float(scale)
+    if _eager(q, k, v):
+        # Eager: the op's implementation directly; torch.library's dispatch costs ~40 us a call (H200,
+        # bench/launch_overhead.py), as much as a short sequence's kernel.
+        return run_attention(q, k, v, bool(is_causal), scale)
     from tlc.torch_op import attention_op
 
-    return attention_op(q, k, v, bool(is_causal), None if scale is None else float(scale))
+    return attention_op(q, k, v, bool(is_causal), scale)
+
+
+def _eager(*tensors) -> bool:
+    """Plain tensors, no torch.compile and no tracing mode (make_fx, fake tensors): nothing records the op."""
+    import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return (not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
+            and all(type(t) is torch.Tensor for t in tensors))
 
 
 def check_attention(q, k, v, scale, enable_gqa: bool) -> None:
@@ -228,7 +243,8 @@ def attention_kernel(q, d_v: int, causal: bool):
     """The kernel for this call's dtype, head dims and device: built on first use, then a dict lookup."""
     import torch
 
-    key = (q.dtype, q.shape[3], d_v, causal, q.device)
+    # TLC_ATTENTION_ARCH is part of the key: setting it mid-process switches the kernels from then on.
+    key = (q.dtype, q.shape[3], d_v, causal, q.device, os.environ.get("TLC_ATTENTION_ARCH"))
     kernel = _ATTENTION.get(key)
     if kernel is None:
         dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"

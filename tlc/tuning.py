@@ -16,7 +16,12 @@ TLC_BENCH_WIDE_SWEEP="128x32x8x2;128x96x8x2;64x64x4x2;192x64x12x2" python3 bench
 whose closing rows are the then-default 128×128 tiles), TFLOP/s non-causal: d = 64 128×64 378
 against 304 for 128×128; d = 128 128×128 429 against 425 for 128×192 and 395 for 128×64; d = 256
 128×64 497 against 479 for 128×96; MLA prefill causal 64×64 on 4 warps 407 against 402 for 128×64
-(the then-default 128×64 on 8 warps).
+(the then-default 128×64 on 8 warps). Those were the cp.async kernels; with warp-specialize and
+overlap-gemms (TMA ring, producer warp group), the H200 sweep of 2026-11-23 (session 5,
+`TLC_BENCH_SWEEP="128x128x8x2;128x192x8x2;128x128x8x3" python3 bench/bench_attention.py --sweep
+--arch sm_90a --no-baselines`) measured d = 64 128×128 430.5 (380.8 causal) against 358.4 (319.9) for
+128×64 and 436.0 (375.3) for 128×192; d = 128 128×128 587.9, 589.2 with 3 stages; 128×192 is refused
+by check-resources (276 registers).
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ DEFAULT_TILES = {64: dict(bm=128, bn=128, warps=4, stages=2), 128: dict(bm=128, 
                  192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
 
 
-SM90A_TILES = {64: dict(bm=128, bn=64, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
+SM90A_TILES = {64: dict(bm=128, bn=128, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
                192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
 
 

@@ -52,13 +52,14 @@ def test_sm90a_goldens(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[
     assert rc == 0, f"{report.out}{report.err}"
 
 
-def test_no_shared_to_register_loads_and_one_wgmma_per_gemm() -> None:
-    """prefetch-operands has nothing to do: wgmma reads its shared operands through descriptors."""
+def test_no_shared_to_register_loads_and_wgmma_for_each_gemm() -> None:
+    """prefetch-operands has nothing to do: wgmma reads its shared operands through descriptors. Each GEMM
+    is issued at two sites (overlap-gemms peels the first Q·Kᵀ and the last P·V)."""
     program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", {"Causal": True})
     text = emit_text((SPECS / "mha_fwd.tl").read_bytes(), "mha_fwd.tl", "sm_90a", {}, "kir")
     assert "s2r_" not in text and not re.search(r"\bMmaOp\(", text) and "LDSM" not in text
     assert [op.kind for op in walk(program) if type(op).__name__ == "WgmmaTiledMmaOp"] == ["SS", "RS"]
-    assert sum(isinstance(op, WgmmaOp) for op in walk(program)) == 2
+    assert [op.mma for op in walk(program) if isinstance(op, WgmmaOp)] == ["wgmma_S", "wgmma_S", "wgmma_O", "wgmma_O"]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90"])
@@ -72,7 +73,7 @@ def test_other_targets_see_no_hopper_op(arch: str, spec: str) -> None:
 def test_other_specs_of_the_two_forms_lower(spec: str) -> None:
     """Programs whose GEMMs are Q·Kᵀ-like (SS) or P·V-like (RS) lower op by op, whatever else they compute."""
     program = kernel_ir(SPECS / f"{spec}.tl", "sm_90a", {"Causal": True} if spec == "mqa_fwd" else {})
-    gemms = [op for op in walk(program) if isinstance(op, WgmmaOp)]
+    gemms = {op.mma for op in walk(program) if isinstance(op, WgmmaOp)}
     assert len(gemms) == (3 if spec == "chain3_fwd" else 2)
 
 
@@ -110,7 +111,8 @@ def test_cli_show_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["show", str(SPECS / "mha_fwd.tl"), "--arch", "sm_90a", "--emit", "cute"]) == 0
     out = capsys.readouterr().out
-    assert out.count("warpgroup_arrive();") == 2 and '#line 39 "mha_fwd.tl"' in out
+    # Two GEMMs, each issued at two sites (overlap-gemms: the peeled first trip, the loop, the last P·V).
+    assert out.count("warpgroup_arrive();") == 4 and '#line 39 "mha_fwd.tl"' in out
     assert main(["show", str(SPECS / "mla_decode_fwd.tl"), "--arch", "sm_90a", "--emit", "kir"]) == 1
     err = capsys.readouterr().err
     assert "mla_decode_fwd.tl:50:3: error:" in err and "Traceback" not in err

@@ -113,3 +113,19 @@ def test_register_split_fits_the_register_file(consumers: int, bn: int, regs: in
     roles = next(op for op in K.walk(out) if isinstance(op, H.WarpSpecializeOp))
     assert roles.consumer_regs == regs and roles.producer_regs == 24
     assert 128 * (24 + consumers * regs) <= H.REGISTER_FILE
+
+
+def test_overlap_notes_and_param() -> None:
+    """overlap-gemms says what it rotated, leaves a three-GEMM loop in order with the reason, and
+    `Param Overlap` must be a bool."""
+    spec = ROOT / "specs" / "chain3_fwd.tl"
+    graph, _ = compile_graph(spec.read_bytes(), str(spec))
+    state, _ = run_lowering(graph, "sm_90a", name="chain3_fwd")
+    assert "overlap-gemms: loop n keeps its order: loop n runs 3 wgmma GEMMs, not two" in state.schedule
+    graph, _ = compile_graph(SPEC.read_bytes(), str(SPEC))
+    state, _ = run_lowering(graph, "sm_90a", name="mha_fwd")
+    assert any(n.startswith("overlap-gemms: loop n: wgmma_S of trip n overlaps wgmma_O of trip n - 1")
+               for n in state.schedule)
+    graph, _ = compile_graph((SPEC.read_text() + "\nParam Overlap = 2").encode(), str(SPEC))
+    with pytest.raises(TlcError, match=re.escape("Param Overlap = 2: use true or false")):
+        run_lowering(graph, "sm_90a", name="mha_fwd")

@@ -193,3 +193,17 @@ def test_a_build_error_names_no_spec_line(monkeypatch) -> None:
     with pytest.raises(TlcError) as info:
         tlc.runtime.run_attention(q, q, q, False, None)
     assert str(info.value) == "error: tlc.attention: too many registers\nnote: to fit: lower BM"
+
+
+def test_eager_calls_skip_the_op_dispatch_and_traced_calls_keep_it() -> None:
+    """Plain tensors run the implementation directly (no torch.library dispatch); fake tensors and
+    tracing modes must see the op, so make_fx and torch.compile record it (tests above)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tlc.runtime import _eager
+
+    plain = torch.zeros(1, 1, 1, 8)
+    assert _eager(plain, plain, plain)
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(plain)
+        assert not _eager(fake, fake, fake)

@@ -14,7 +14,7 @@ from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, cpp_expr, static_shape
 from tlc.diagnostics import fail
 from tlc.kir.base import Op
 from tlc.kir.ops_decl import SharedBufferOp
-from tlc.kir.ops_sm90 import (FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierInitOp,
+from tlc.kir.ops_sm90 import (CarryOp, FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierInitOp,
                               MbarrierOp, MbarrierWaitOp, NamedBarrierOp, Sm90KernelOp, TmaDescriptorOp, TmaLoadOp,
                               TmaParamsOp, WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp,
                               WgmmaFragmentOp, WgmmaOp, WgmmaTiledMmaOp, WgmmaWaitOp, WARP_GROUP)
@@ -210,6 +210,12 @@ class Sm90Emitter:
     def _wgmma_wait(self, op: WgmmaWaitOp) -> None:
         self._at(op)
         self.w.line(f"warpgroup_wait<{op.pending}>();")
+
+    @_handles(CarryOp)
+    def _carry(self, op: CarryOp) -> None:
+        self._at(op)
+        self.w.line("CUTE_UNROLL")
+        self.w.line(f"for (int i = 0; i < size({op.target}); ++i) {op.target}(i) = {op.src}(i);")
 
     # ------------------------------------------------------------------ roles and barriers
     @_handles(WarpSpecializeOp)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections import OrderedDict
 from typing import Mapping
 
 from tlc.backend_cute.compile import CompiledKernel
@@ -24,6 +25,7 @@ _INT32_MAX = 2**31 - 1
 
 
 _TMA_BYTES, _TMA_ALIGN = 128, 64   # a CUtensorMap
+_TMA_MEMO = 256   # encoded descriptors kept per kernel (oldest dropped first)
 _TMA_DTYPE = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp32": "FLOAT32"}
 _TMA_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 
@@ -148,7 +150,10 @@ class Kernel:
                                if isinstance(op, ParamsOp) and op.name == self.kernel.params)
         self._struct = params_struct(self._params_op)
         self._tma = tma_descriptors(compiled.program).get(self.kernel.params, {})
+        self._tma_bytes: OrderedDict[tuple, bytes] = OrderedDict()   # encoded descriptors, by tensor geometry
         self._loaded: dict[int, _Loaded] = {}
+        self._head_exprs: dict = {}       # head offset text → parsed TL expression
+        self._heads_ok: set[tuple] = set()  # head geometries whose offsets were checked
         self.inputs = [t for t in abi.tensors if not t.output]
         self.outputs = [t for t in abi.tensors if t.output]
 
@@ -210,17 +215,28 @@ class Kernel:
                 raise fail(f"{full[0].name if full else 'the query'} heads ({heads}) must be a multiple of "
                            f"{grouped[0].name}'s heads ({kv}) (GQA/MQA)")
             group = heads // kv
+        self._check_head_offsets(heads, group, heads_of)
+        return env, {"batch": batch.pop() if batch else 1, "heads": heads, "group": group}
+
+    def _check_head_offsets(self, heads: int, group: int, heads_of: dict[str, int]) -> None:
+        """Every tensor's head offset stays in its heads for the last query head (once per head
+        geometry: the offsets are parsed once per kernel, the check memoised)."""
+        key = (heads, group, tuple(heads_of.items()))
+        if key in self._heads_ok:
+            return
         from tlc.frontend.ast import ExprError, eval_expr
         from tlc.frontend.parser import parse_expr as parse_expr_text
         for a in self.inputs:
             try:
-                last = eval_expr(parse_expr_text(a.head), {"head_idx": heads - 1, "group": group})
+                if a.head not in self._head_exprs:
+                    self._head_exprs[a.head] = parse_expr_text(a.head)
+                last = eval_expr(self._head_exprs[a.head], {"head_idx": heads - 1, "group": group})
             except ExprError as exc:
                 raise fail(f"cannot evaluate {a.name}'s head offset '{a.head}': {exc}") from None
             if heads and not 0 <= last < heads_of[a.name]:
                 raise fail(f"{a.name} has {heads_of[a.name]} heads but query head {heads - 1} reads head {last} "
                            f"(offset {a.head})")
-        return env, {"batch": batch.pop() if batch else 1, "heads": heads, "group": group}
+        self._heads_ok.add(key)
 
     def __call__(self, *tensors, out=None, **inputs):
         """`kernel(q, k, v, scale=None)`: returns the stored tensor (a tuple when several)."""
@@ -280,8 +296,21 @@ class Kernel:
                            f"'{desc.field}': <tensor>}}")
             if tensor.data_ptr() != values[desc.field]:
                 raise fail(f"launch: {desc.field} = {values[desc.field]:#x} but its tensor is at {tensor.data_ptr():#x}")
-            ctypes.memmove(ctypes.addressof(params) + getattr(type(params), slot).offset, encode_tma(desc, tensor),
-                           _TMA_BYTES)
+            ctypes.memmove(ctypes.addressof(params) + getattr(type(params), slot).offset,
+                           self._encoded(slot, desc, tensor), _TMA_BYTES)
+
+    def _encoded(self, slot: str, desc: TmaDescriptorOp, tensor) -> bytes:
+        """`encode_tma` memoised on what the descriptor depends on (pointer, shape, strides, device):
+        a model calling the same kernel on the same buffers pays the driver call once, not per launch."""
+        key = (slot, tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device)
+        found = self._tma_bytes.get(key)
+        if found is None:
+            found = self._tma_bytes[key] = encode_tma(desc, tensor)
+            if len(self._tma_bytes) > _TMA_MEMO:
+                self._tma_bytes.popitem(last=False)
+        else:
+            self._tma_bytes.move_to_end(key)
+        return found
 
     def launch(self, values: dict, device, stream: int, tensors: Mapping | None = None) -> None:
         """Pack `values` (field name → value) into the struct and launch on `stream`. `tensors`

@@ -331,6 +331,20 @@ class WgmmaWaitOp(Op):
         self._need(isinstance(self.pending, int) and 0 <= self.pending <= 7, "pending must be 0..7")
 
 
+@dataclass(frozen=True, kw_only=True)
+class CarryOp(Op):
+    """`target` (a register fragment declared before a loop) takes the values of `src` (same shape and
+    type): a value computed in one trip and read by the next, as `overlap-gemms` carries P from a trip's
+    softmax to the next trip's P·V wgmma."""
+
+    target: str
+    src: str
+
+    def check(self) -> None:
+        check_ident(self.target, "fragment")
+        check_ident(self.src, "fragment")
+
+
 # ----------------------------------------------------------------------------- roles and barriers
 @dataclass(frozen=True, kw_only=True)
 class WarpSpecializeOp(Op):
@@ -378,8 +392,8 @@ class NamedBarrierOp(Op):
 SM90_OP_CLASSES: tuple[type[Op], ...] = (
     TmaParamsOp, Sm90KernelOp, TmaDescriptorOp, GmmaSmemLayoutOp, MbarrierOp, MbarrierInitOp,
     MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaLoadOp, WgmmaTiledMmaOp, WgmmaFragmentOp,
-    WgmmaFenceOperandOp, WgmmaArriveOp, WgmmaOp, FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp, WarpSpecializeOp,
-    NamedBarrierOp)
+    WgmmaFenceOperandOp, WgmmaArriveOp, WgmmaOp, FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp, CarryOp,
+    WarpSpecializeOp, NamedBarrierOp)
 
 
 def tma_descriptors(program: ProgramOp) -> dict[str, dict[str, TmaDescriptorOp]]:

@@ -8,6 +8,7 @@ PassContext (`LoweringState`) and `--print-after` shows the kernel IR after each
     pipeline         multi-stage copies of a loop (Param Stages, else 2 where shared memory allows)
     prefetch-operands each GEMM's shared→register loads one k-block ahead of its MMAs
     defer-reductions running row sums reduced across lanes once, after the loop
+    overlap-gemms    sm_90a: a warp-specialised loop's next first GEMM overlaps this trip's second and the softmax
     check-resources  shared memory and a register estimate against the arch table
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _kernel(state: LoweringState) -> KernelOp:
 
 
 LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "warp-specialize", "insert-sync", "pipeline", "prefetch-operands", "defer-reductions",
-                  "check-resources")
+                  "overlap-gemms", "check-resources")
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,26 @@ class WarpSpecializePass(Pass):
         if state is None or state.kir is None:
             return "// warp-specialize: no kernel IR\n"
         return "".join(f"// schedule: {r}\n" for r in state.schedule) + print_kir(state.kir)
+
+
+@dataclass(frozen=True)
+class OverlapGemmsPass(_ScheduleRewritePass):
+    """sm_90a, warp-specialised loops: the next tile's first GEMM and this tile's second overlap the
+    softmax (tlc.lowering.overlap_gemms). `Param Overlap = false` keeps each trip's order."""
+
+    name: ClassVar[str] = "overlap-gemms"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        wanted = graph.params.get("Overlap", True)
+        if not isinstance(wanted, bool):
+            raise fail(f"Param Overlap = {wanted!r}: use true or false")
+        if wanted:
+            super().apply(ctx, graph)
+
+    def rewrite(self, kernel):
+        from tlc.lowering.overlap_gemms import overlap_gemms
+
+        return overlap_gemms(kernel)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ LOWERING_PIPELINE = [
     "pipeline",           # rewrites a loop's copies and the waits insert-sync placed into stages
     "prefetch-operands",  # after sync: each GEMM's operand loads one k-block ahead of its MMAs
     "defer-reductions",   # after the schedule is fixed: moves cross-lane sums out of the loop
+    "overlap-gemms",      # sm_90a: after defer-reductions (the peeled first trip keeps per-lane sums too)
     "check-resources",    # needs the final buffers and fragments: shared bytes and registers
 ]
 

@@ -28,6 +28,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "lower-tile-ops": _lazy("tlc.lowering.passes:LowerTileOpsPass"),
     "infer-layouts": _lazy("tlc.lowering.passes:InferLayoutsPass"),
     "warp-specialize": _lazy("tlc.lowering.passes:WarpSpecializePass"),
+    "overlap-gemms": _lazy("tlc.lowering.passes:OverlapGemmsPass"),
     "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
     "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),

@@ -1,0 +1,79 @@
+"""Host time per `tlc.attention` call on a problem too small to keep the GPU busy (B=1, H=1, S=128):
+what a short-sequence row of bench_attention.py pays per launch when the host, not the kernel, is the
+bottleneck. Next to SDPA's cuDNN and flash backends in the same run, plus the hottest Python frames
+(cProfile) of tlc's call on the default target.
+
+    python3 bench/launch_overhead.py [--calls 300]
+
+Prints a table last; writes $OUT/launch_overhead.json when OUT is set.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+import tlc  # noqa: E402
+
+
+def per_call_us(fn, calls: int) -> float:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=300)
+    a = ap.parse_args()
+    q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    rows = {}
+    for target in ("sm_90a", "sm_90"):
+        os.environ["TLC_ATTENTION_ARCH"] = target
+        rows[f"tlc.attention ({target})"] = per_call_us(lambda: tlc.attention(q, k, v), a.calls)
+        # The layers under tlc.attention: the op's implementation (no torch.library dispatch), the Kernel.
+        from tlc.runtime import attention_kernel, run_attention
+        rows[f"  run_attention ({target})"] = per_call_us(lambda: run_attention(q, k, v, False, None), a.calls)
+        kernel = attention_kernel(q, 128, False)
+        rows[f"  Kernel.__call__ ({target})"] = per_call_us(lambda: kernel(q, k, v), a.calls)
+    os.environ.pop("TLC_ATTENTION_ARCH")
+    for name, backend in (("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION), ("SDPA flash", SDPBackend.FLASH_ATTENTION)):
+        with sdpa_kernel(backend):
+            rows[name] = per_call_us(lambda: F.scaled_dot_product_attention(q, k, v), a.calls)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(100):
+        tlc.attention(q, k, v)
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
+    print(text.getvalue())
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "calls": a.calls, "us_per_call": rows}
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "launch_overhead.json"), "w") as f:
+            json.dump(out, f, indent=1)
+    print(f"host time per call, B=1 H=1 S=128 d=128 bf16, {out['gpu']}")
+    for name, us in rows.items():
+        print(f"{name:<26} {us:8.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
