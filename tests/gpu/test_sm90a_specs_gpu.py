@@ -36,6 +36,7 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha128_bn128": ("mha_fwd", {"BN": "128"}),                          # wider tiles in 240 registers
     "mha128_3stage_causal": ("gqa_fwd", {"Warps": "8", "Stages": "3", "Causal": "true"}),   # a 3-deep TMA ring
     "mha128_no_overlap": ("mha_fwd", {"Overlap": "false"}),              # each trip's GEMMs in order
+    "mha128_causal_no_pingpong": ("mha_fwd", {"Causal": "true", "PingPong": "false"}),
     "mha128_cpasync": ("mha_fwd", {"WarpSpecialize": "false"}),          # the cp.async schedule
     "mha128_causal_cpasync": ("mha_fwd", {"Causal": "true", "WarpSpecialize": "false"}),
 }

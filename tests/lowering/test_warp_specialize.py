@@ -129,3 +129,15 @@ def test_overlap_notes_and_param() -> None:
     graph, _ = compile_graph((SPEC.read_text() + "\nParam Overlap = 2").encode(), str(SPEC))
     with pytest.raises(TlcError, match=re.escape("Param Overlap = 2: use true or false")):
         run_lowering(graph, "sm_90a", name="mha_fwd")
+
+
+def test_pingpong_needs_two_consumer_groups_and_a_bool() -> None:
+    text = SPEC.read_text().replace("Param BM = 128", "Param BM = 64").replace("Param HeadDim = 128",
+                                                                                "Param HeadDim = 64")
+    graph, _ = compile_graph(text.encode(), str(SPEC))
+    state, _ = run_lowering(graph, "sm_90a", name="mha_fwd")
+    ids = [op.id for op in K.walk(state.kir) if isinstance(op, H.NamedBarrierOp)]
+    assert ids == [0, 0], ids          # the epilogue's only: one consumer group takes no turns
+    graph, _ = compile_graph((SPEC.read_text() + "\nParam PingPong = yes").encode(), str(SPEC))
+    with pytest.raises(TlcError, match=re.escape("Param PingPong = 'yes': use true or false")):
+        run_lowering(graph, "sm_90a", name="mha_fwd")

@@ -243,4 +243,7 @@ class Sm90Emitter:
     def _named_barrier(self, op: NamedBarrierOp) -> None:
         self._at(op)
         call = "arrive" if op.arrive_only else "sync"
-        self.w.line(f"cutlass::arch::NamedBarrier::{call}({op.threads}, {op.id});  // hardware barrier {op.id + 8}")
+        if isinstance(op.id, int):
+            self.w.line(f"cutlass::arch::NamedBarrier::{call}({op.threads}, {op.id});  // hardware barrier {op.id + 8}")
+        else:
+            self.w.line(f"cutlass::arch::NamedBarrier::{call}({op.threads}, {cpp_expr(op.id)});")

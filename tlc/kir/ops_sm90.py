@@ -377,14 +377,15 @@ class WarpSpecializeOp(Op):
 class NamedBarrierOp(Op):
     """`bar.sync`/`bar.arrive` (when `arrive_only`) on user barrier `id` among `threads` threads, e.g.
     the consumer warp groups only. User ids 0..7 are hardware barriers 8..15 (CUTLASS's NamedBarrier
-    keeps 0..7, and 0 is __syncthreads')."""
+    keeps 0..7, and 0 is __syncthreads'); `id` may be an expression of the warp group (ping-pong)."""
 
-    id: int
+    id: int | Expr
     threads: int
     arrive_only: bool = False
 
     def check(self) -> None:
-        self._need(isinstance(self.id, int) and 0 <= self.id <= 7, f"id {self.id} not in 0..7")
+        self._need(isinstance(self.id, Expr) or (isinstance(self.id, int) and 0 <= self.id <= 7),
+                   f"id {self.id} not in 0..7")
         self._need(isinstance(self.threads, int) and self.threads > 0 and self.threads % 32 == 0,
                    f"threads={self.threads} is not whole warps")
 

@@ -14,6 +14,12 @@ softmax of trip n runs while both are in flight (FlashAttention-3's intra-warpgr
 P lives across trips in `P_keep`, a register fragment declared before the loop; ops between the
 GEMMs that write O (the rescale) move after the wait that retires G2. A loop of another shape is
 left as it is, with the reason in the schedule notes.
+
+Ping-pong (`pingpong`, two or more consumer warp groups): each trip's GEMM issues are bracketed by
+named barriers passed round the warp groups in turn (group w waits on barrier 1 + w, then arrives on
+the next group's), so one group's GEMMs run on the tensor cores while the others do their softmax.
+The last group opens the round once before the first trip and skips its arrival on the last trip, so
+no barrier is left half-arrived.
 """
 from __future__ import annotations
 
@@ -128,17 +134,35 @@ def _is_release(op: K.Op) -> bool:
 
 
 class Overlapper:
-    def __init__(self, kernel: K.KernelOp) -> None:
-        self.kernel = kernel
+    def __init__(self, kernel: K.KernelOp, pingpong: bool = True) -> None:
+        self.kernel, self.pingpong = kernel, pingpong
         self.notes: list[str] = []
+        self.groups, self.group = 0, ""
 
     def run(self) -> K.KernelOp:
         body = []
         for op in self.kernel.body:
             if isinstance(op, H.WarpSpecializeOp):
+                self.groups = (self.kernel.threads - op.producer_threads) // H.WARP_GROUP
+                self.group = op.group
                 op = dataclasses.replace(op, consumer=tuple(self._region(op.consumer)))
             body.append(op)
         return dataclasses.replace(self.kernel, body=tuple(body))
+
+    def _turns(self, n: str, stop: Expr, loc) -> tuple[list[K.Op], list[K.Op], list[K.Op]]:
+        """(open the round, wait for this group's turn, pass it on) — empty without ping-pong."""
+        if not (self.pingpong and self.groups >= 2):
+            return [], [], []
+        group, last = Var(self.group), Const(self.groups - 1)
+        mine = BinOp("+", Const(1), group)
+        nxt = BinOp("+", Const(1), BinOp("%", BinOp("+", group, Const(1)), Const(self.groups)))
+        pair = 2 * H.WARP_GROUP
+        start = [K.IfOp(cond=BinOp("==", group, last), loc=loc,
+                        body=(H.NamedBarrierOp(id=1, threads=pair, arrive_only=True, loc=loc),))]
+        wait = [H.NamedBarrierOp(id=mine, threads=pair, loc=loc)]
+        more = BinOp("||", BinOp("<", BinOp("+", Var(n), Const(1)), stop), BinOp("!=", group, last))
+        give = [K.IfOp(cond=more, loc=loc, body=(H.NamedBarrierOp(id=nxt, threads=pair, arrive_only=True, loc=loc),))]
+        return start, wait, give
 
     def _region(self, ops: tuple[K.Op, ...]) -> list[K.Op]:
         out: list[K.Op] = []
@@ -178,19 +202,30 @@ class Overlapper:
         g2_retire_prev = [dataclasses.replace(op, targets=tuple(keep_a if t == lp.retile.name else t
                                                                 for t in op.targets))
                           if isinstance(op, H.WgmmaFenceOperandOp) else op for op in g2_retire_prev]
-        first_trip = [*lp.head, *lp.g1_issue, H.WgmmaWaitOp(pending=0, loc=loc), *lp.g1_retire, *lp.softmax,
-                      *to_p, *lp.rescale, *lp.tail]
-        steady = [*lp.head, *lp.g1_issue, *prev_lets, *g2_prev, H.WgmmaWaitOp(pending=1, loc=loc), *lp.g1_retire,
-                  *lp.softmax, H.WgmmaWaitOp(pending=0, loc=loc), *g2_retire_prev, *to_p, *lp.rescale, *lp.tail]
+        start, turn, give = self._turns(n, loop.stop, loc)
+        g1_issue = self._bracket(lp.g1_issue, turn)
+        first_trip = [*start, *lp.head, *g1_issue, *give, H.WgmmaWaitOp(pending=0, loc=loc), *lp.g1_retire,
+                      *lp.softmax, *to_p, *lp.rescale, *lp.tail]
+        steady = [*lp.head, *g1_issue, *prev_lets, *g2_prev, *give, H.WgmmaWaitOp(pending=1, loc=loc),
+                  *lp.g1_retire, *lp.softmax, H.WgmmaWaitOp(pending=0, loc=loc), *g2_retire_prev, *to_p,
+                  *lp.rescale, *lp.tail]
         last_g2 = [_subst(op, n, loop.stop) for op in           # trip stop − 1 is n − 1 at n = stop
                    [*prev_lets, *g2_prev, H.WgmmaWaitOp(pending=0, loc=loc), *g2_retire_prev]]
         runs = BinOp("<", loop.start, loop.stop)
         self.notes.append(f"overlap-gemms: loop {n}: {lp.g1.mma} of trip n overlaps {lp.g2.mma} of trip n - 1 "
-                          f"and the softmax between them (wait<1>); {keep_p} carries P across trips")
+                          f"and the softmax between them (wait<1>); {keep_p} carries P across trips"
+                          + (f"; ping-pong: the {self.groups} consumer warp groups issue their GEMMs in turn "
+                             "(named barriers 1..)" if turn else ""))
         return [*decls,
                 K.IfOp(cond=runs, body=tuple(_subst(op, n, loop.start) for op in first_trip), loc=loc),
                 dataclasses.replace(loop, start=BinOp("+", loop.start, Const(1)), body=tuple(steady)),
                 K.IfOp(cond=runs, body=tuple(last_g2), loc=loc)]
+
+    @staticmethod
+    def _bracket(issue: list[K.Op], turn: list[K.Op]) -> list[K.Op]:
+        """G1's issue with this group's turn awaited after its tiles' mbarrier waits, before its fences."""
+        at = next((i for i, op in enumerate(issue) if not isinstance(op, H.MbarrierWaitOp)), len(issue))
+        return [*issue[:at], *turn, *issue[at:]]
 
     @staticmethod
     def _previous_trip(op: K.Op, position: list[K.LetOp]) -> K.Op:
@@ -200,6 +235,6 @@ class Overlapper:
         return op
 
 
-def overlap_gemms(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
-    o = Overlapper(kernel)
+def overlap_gemms(kernel: K.KernelOp, pingpong: bool = True) -> tuple[K.KernelOp, list[str]]:
+    o = Overlapper(kernel, pingpong)
     return o.run(), o.notes

@@ -158,21 +158,25 @@ class WarpSpecializePass(Pass):
 @dataclass(frozen=True)
 class OverlapGemmsPass(_ScheduleRewritePass):
     """sm_90a, warp-specialised loops: the next tile's first GEMM and this tile's second overlap the
-    softmax (tlc.lowering.overlap_gemms). `Param Overlap = false` keeps each trip's order."""
+    softmax, and the consumer warp groups take turns issuing (tlc.lowering.overlap_gemms).
+    `Param Overlap = false` keeps each trip's order; `Param PingPong = false` lets the groups issue freely."""
 
     name: ClassVar[str] = "overlap-gemms"
+    pingpong: bool = True
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        wanted = graph.params.get("Overlap", True)
-        if not isinstance(wanted, bool):
-            raise fail(f"Param Overlap = {wanted!r}: use true or false")
-        if wanted:
+        wanted = {p: graph.params.get(p, True) for p in ("Overlap", "PingPong")}
+        for param, value in wanted.items():
+            if not isinstance(value, bool):
+                raise fail(f"Param {param} = {value!r}: use true or false")
+        if wanted["Overlap"]:
+            object.__setattr__(self, "pingpong", wanted["PingPong"])
             super().apply(ctx, graph)
 
     def rewrite(self, kernel):
         from tlc.lowering.overlap_gemms import overlap_gemms
 
-        return overlap_gemms(kernel)
+        return overlap_gemms(kernel, self.pingpong)
 
 
 @dataclass(frozen=True)
