@@ -1,7 +1,10 @@
 """A few odd-size launches of kernels built from the shipped `.tl` specs, for compute-sanitizer:
 
-    compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_one.py
-    compute-sanitizer --tool racecheck --report-api-errors no python3 bench/sanitize_one.py
+    compute-sanitizer --tool memcheck --report-api-errors no python3 bench/sanitize_one.py [--arch sm_90a]
+    compute-sanitizer --tool racecheck --report-api-errors no python3 bench/sanitize_one.py [--arch sm_90a]
+
+`--arch sm_90a`: the kernels tlc.attention runs on Hopper (warp-specialised TMA ring, overlapped wgmma,
+ping-pong), with a 3-stage ring case besides.
 """
 from __future__ import annotations
 
@@ -19,13 +22,33 @@ from tlc.testing_tolerance import check_attention  # noqa: E402
 # (head dim, causal, alignment, stages, B, Hq, Hkv, Sq, Sk): odd lengths, GQA, both alignments, 1 and 2 stages, padding
 CASES = [(128, True, "bottom_right", 2, 1, 2, 1, 77, 333), (64, False, "top_left", 2, 1, 2, 2, 1000, 17),
          (128, True, "top_left", 1, 1, 2, 1, 333, 77), (40, True, "top_left", 2, 1, 4, 2, 130, 200)]
-for d, causal, align, stages, B, Hq, Hkv, Sq, Sk in CASES:
-    spec, defines = attention_spec("bf16", d, d, causal)
-    kern = tlc.build(spec, arch="sm_90", defines=dict(defines, Align=align, Stages=stages))
+ARCH = sys.argv[sys.argv.index("--arch") + 1] if "--arch" in sys.argv else "sm_90"
+if ARCH == "sm_90a":
+    CASES.append((128, False, "top_left", 3, 2, 4, 2, 1000, 1000))
+
+
+def build(case):
+    d, causal, align, stages = case[:4]
+    spec, defines = attention_spec("bf16", d, d, causal, arch=ARCH)
+    return tlc.build(spec, arch=ARCH, defines=dict(defines, Align=align, Stages=stages))
+
+
+def warm(case) -> None:
+    build(case)   # the kernel stays in the disk cache; nothing is sent back
+
+
+if "--build-only" in sys.argv:   # fill the cache in parallel first (NVRTC), outside the sanitizer
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(len(CASES)) as pool:
+        list(pool.map(warm, CASES))
+    sys.exit(0)
+for case in CASES:
+    d, causal, align, stages, B, Hq, Hkv, Sq, Sk = case
+    kern = build(case)
     q = torch.randn(B, Hq, Sq, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, Hkv, Sk, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(B, Hkv, Sk, d, device="cuda", dtype=torch.bfloat16)
     o = kern(q, k, v)
     torch.cuda.synchronize()
-    print(f"d={d} causal={causal} {align} stages={stages} {Sq}x{Sk}:",
+    print(f"{ARCH} d={d} causal={causal} {align} stages={stages} {Sq}x{Sk}:",
           check_attention(o, q, k, v, causal=causal, alignment=align))

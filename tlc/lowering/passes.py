@@ -277,20 +277,23 @@ class CheckResourcesPass(Pass):
                 regs.append(Allocation("row stats", f"per-row statistics ({', '.join(f.name for f in rows)})",
                                        sum(f.regs for f in rows), None, "resident"))
             hard = resident + max((f.regs for f in frags if not f.resident), default=0)
+            # A warp-specialised kernel's consumers run with the registers setmaxnreg gives them.
+            limit = min([arch.regs_per_thread] + [op.consumer_regs for op in walk(kernel)
+                                                  if isinstance(op, WarpSpecializeOp)])
             state.resources = ResourceReport(tuple(smem), extent, arch.smem_per_block, tuple(regs), resident, peak,
-                                             arch.regs_per_thread)
+                                             limit)
             if extent > arch.smem_per_block:
                 self._over(ctx, "shared memory", f"{extent} bytes per block", f"{arch.smem_per_block} bytes "
                            f"({arch.smem_per_block // 1024} KB) of {arch.name}", [a for a in smem if not a.note],
                            " bytes", where, "lower BM, BN or the head dim, set Param Stages = 1, or target an arch "
                            "with more shared memory (sm_80: 163 KB, sm_90: 227 KB)")
-            if hard > arch.regs_per_thread:
+            if hard > limit:
                 self._over(ctx, "registers", f"{hard} registers per thread for accumulators and row statistics "
-                           "alone", f"{arch.regs_per_thread} per thread", regs,
+                           "alone", f"{limit} per thread", regs,
                            " registers", where, "lower BM or the head dim, or raise Param Warps")
-            elif peak > arch.regs_per_thread:
+            elif peak > limit:
                 ctx.sink.extend([Diagnostic("warning", f"registers: about {peak} per thread at the hungriest GEMM "
-                                            f"(estimate, data only) exceeds {arch.regs_per_thread}; expect spills",
+                                            f"(estimate, data only) exceeds {limit}; expect spills",
                                             where)])
 
     @staticmethod
