@@ -43,6 +43,7 @@ OP_OF_CALL = [
     (r"tile_to_shape|composition|get_nonswizzle_portion|Swizzle", "SmemLayoutOp / SmemTransposeLayoutOp"),
     (r"local_tile|make_gmem_ptr|make_shape|make_stride", "GlobalTensorOp / GlobalTileOp"),
     (r"make_identity_tensor", "IdentityTileOp"),
+    (r"make_inttuple_iter|make_tensor|make_layout", "fold-partitions views (ThreadViewOp, CoordViewOp, ...)"),
     (r"tlc::rowcol|tlc::acc_to_a|tlc::convert_type", "preamble helpers (row/col views, regroup, convert)"),
     (r"^cute::(clear|fill)\b", "fill/clear"),
 ]
@@ -149,7 +150,10 @@ def main() -> int:
     ap.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--out", help="write the JSON here")
+    ap.add_argument("--fold", action="store_true", help="lower with fold-partitions (TLC_FOLD_PARTITIONS=1)")
     a = ap.parse_args()
+    if a.fold:
+        os.environ["TLC_FOLD_PARTITIONS"] = "1"
     from tlc.backend_cute.emit import emit_program
     from tlc.builder import lower_to_kernel_ir
     from tlc.names import kernel_name

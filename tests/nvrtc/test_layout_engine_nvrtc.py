@@ -1,14 +1,19 @@
-"""CuTe checks tlc's layout engine (tlc/layout): one NVRTC compile, no launch, of static_asserts
-that CuTe's TV layouts of every tiled MMA and tiled copy the lowering declares for the shipped
-specs (default tiles, the tuning table's, and the small tiles CI builds) equal the engine's."""
+"""CuTe checks tlc's layout engine (tlc/layout) and fold-partitions' views: NVRTC compiles, no
+launch, static_asserts that CuTe's TV layouts of every tiled MMA and tiled copy the lowering
+declares for the shipped specs (default tiles, the tuning table's, and the small tiles CI builds)
+equal the engine's, and that each folded view addresses what CuTe's partition does (two sample
+threads), with CuTe's fragment and retile layouts."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
+from tlc.kir import ops as K
 from tlc.layout.crosscheck import CheckProgram
+from tlc.layout.crosscheck_views import ViewChecks
 from tlc.lowering.emit_text import kernel_ir
+from tlc.lowering.fold_partitions import fold_partitions
 from tlc.tuning import DEFAULT_TILES
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
@@ -24,22 +29,51 @@ BINDINGS = {
 }
 
 
-def check_program() -> CheckProgram:
+# The views' check instantiates CuTe's partitions (the slow templates fold-partitions avoids; about
+# two minutes here), so it takes a covering sample: the README kernel (d=128, 4 warps), tlc.attention's
+# d=256 tiles (8 warps), a replicated MMA (16 rows on 4 warps) and d_qk != d_v.
+VIEW_BINDINGS = {
+    "mha_fwd": [{}],
+    "gqa_fwd": [{"HeadDim": "256", "BM": str(DEFAULT_TILES[256]["bm"]), "BN": str(DEFAULT_TILES[256]["bn"]),
+                 "Warps": str(DEFAULT_TILES[256]["warps"])}],
+    "mla_decode_fwd": [BINDINGS["mla_decode_fwd"][1]],
+    "mla_prefill_fwd": [BINDINGS["mla_prefill_fwd"][1]],
+}
+
+
+def check_program(views: bool) -> CheckProgram:
     check = CheckProgram()
-    for spec, bindings in BINDINGS.items():
+    for spec, bindings in (VIEW_BINDINGS if views else BINDINGS).items():
         for defines in bindings:
-            check.add_program(kernel_ir(SPECS / f"{spec}.tl", "sm_80", defines))
+            program = kernel_ir(SPECS / f"{spec}.tl", "sm_80", defines)
+            if views:
+                kernel, _ = fold_partitions(program.kernels()[0])
+                ViewChecks(check, kernel).add()
+            else:
+                check.add_program(program)
     return check
 
 
 def test_every_shipped_spec_is_checked() -> None:
-    check = check_program()
-    assert check.count >= 20, check.count  # MMAs × roles and copies × sides, deduplicated
+    tv, views = check_program(False), check_program(True)
+    assert tv.count >= 20, tv.count  # MMAs × roles and copies × sides, deduplicated
+    assert views.count >= 80, views.count
+    folded = fold_partitions(kernel_ir(SPECS / "mha_fwd.tl", "sm_80", SMALL).kernels()[0])[0]
+    assert sum(isinstance(op, (K.PartitionOp, K.FragmentOp)) for op in K.walk(folded)) >= 20
+
+
+def _compile(check: CheckProgram) -> None:
+    from tlc.backend_cute.nvrtc import compile_cubin
+
+    result = compile_cubin(check.source(), "sm_80", name="layout_check.cu")
+    assert result.cubin  # every static_assert held (a failing one names its number or view in the error)
 
 
 @pytest.mark.slow
 def test_cute_agrees_with_the_engine() -> None:
-    from tlc.backend_cute.nvrtc import compile_cubin
+    _compile(check_program(False))
 
-    result = compile_cubin(check_program().source(), "sm_80", name="layout_check.cu")
-    assert result.cubin  # every static_assert held (a failing one names its number in the error)
+
+@pytest.mark.slow
+def test_cute_agrees_with_the_folded_views() -> None:
+    _compile(check_program(True))

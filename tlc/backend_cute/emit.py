@@ -11,6 +11,7 @@ from importlib import resources
 
 import tlc
 from tlc.backend_cute.emit_sm90 import Sm90Emitter
+from tlc.backend_cute.emit_views import ViewEmitter
 from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, static_shape, static_stride
 from tlc.backend_cute.writer import Writer
 from tlc.diagnostics import fail
@@ -39,7 +40,7 @@ def _ix(e: Expr) -> str:
     return cpp_expr(e)
 
 
-class CuteEmitter(Sm90Emitter):
+class CuteEmitter(Sm90Emitter, ViewEmitter):
     """Emit one `ProgramOp`. Instance state only: the writer and a name → op table."""
 
     def __init__(self, *, line_directives: bool = True, cu_name: str = "kernel.cu") -> None:

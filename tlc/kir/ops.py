@@ -16,13 +16,15 @@ from tlc.kir.ops_exec import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, Comm
                               ForOp, IfOp, MapOp, MaskOp, MmaOp, RetileAccToAOp, RowBroadcastOp, RowReduceOp,
                               RowStoreOp, WaitOp)
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
+from tlc.kir.ops_views import VIEW_OP_CLASSES
 
 OP_CLASSES: dict[str, type[Op]] = {cls.__name__: cls for cls in (
     ProgramOp, ParamsOp, KernelOp, LetOp, TiledMmaOp, SmemLayoutOp, SmemTransposeLayoutOp, SharedBufferOp,
     SharedViewOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, TiledCopyOp, PartitionOp, FragmentOp,
     RowVectorOp, AsyncCopyOp, CommitOp, WaitOp, BarrierOp, CopyOp, ClearOp, MmaOp, MaskOp, RowReduceOp,
     AllReduceOp, Exp2ScaleOp, RowBroadcastOp, MapOp, ConvertOp, RetileAccToAOp, RowStoreOp, ForOp, IfOp,
-    *SM90_OP_CLASSES)}  # the Hopper path's ops (ops_sm90): TMA, mbarriers, wgmma, warp roles
+    *SM90_OP_CLASSES,  # the Hopper path's ops (ops_sm90): TMA, mbarriers, wgmma, warp roles
+    *VIEW_OP_CLASSES)}  # fold-partitions' flat views (ops_views)
 
 __all__ = ["AllReduceOp", "AsyncCopyOp", "BarrierOp", "ClearOp", "CommitOp", "ConvertOp", "CopyOp",
            "Exp2ScaleOp", "ForOp", "FragmentOp", "MmaOp", "GlobalTensorOp", "GlobalTileOp",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from pycute import Layout, composition, flatten, is_tuple, make_layout, product
+from pycute import Layout, coalesce, composition, flatten, is_tuple, make_layout, product
 
 
 def modes(layout: Layout) -> list[Layout]:
@@ -79,26 +79,31 @@ def compact_order(shape, order):
     return build(shape, order)
 
 
-def fragment_like(layout: Layout) -> Layout:
-    """CuTe's `make_fragment_like` of a static layout: mode 0 compact column-major (zero strides
-    kept), the other modes compact in the order of their strides, laid out after mode 0."""
+def fragment_like(layout: Layout, dynamic: frozenset[int] = frozenset()) -> Layout:
+    """CuTe's `make_fragment_like` of a static-shaped layout: mode 0 compact column-major (zero
+    strides kept), the other modes compact in the order of their strides, laid out after mode 0.
+    `dynamic`: flat positions (among the other modes' leaves) of runtime strides, which CuTe
+    orders after every static one, by position."""
     ms = modes(layout)
     if len(ms) == 1:
         return Layout(layout.shape)
     first = ms[0]
     flat_s, flat_d = flatten(first.shape), flatten(first.stride)
-    keep = tuple(s if d != 0 else 1 for s, d in zip(flat_s, flat_d))
-    strides0, cur, i = [], 1, 0
+    if not is_tuple(first.shape):
+        flat_s, flat_d = (first.shape,), (first.stride,)
+    strides0, cur = [], 1
     for s, d in zip(flat_s, flat_d):  # compact over the non-zero modes only
         strides0.append(cur if d != 0 else 0)
-        cur *= keep[i]
-        i += 1
+        cur *= s if d != 0 else 1
     stride0 = _unflatten(tuple(strides0), first.shape)
     rest_shape = tuple(m.shape for m in ms[1:])
-    rest_stride = compact_order(rest_shape, tuple(m.stride for m in ms[1:]))
-    v = product(keep)
-    scaled = _scale(rest_stride, v)
-    return Layout((first.shape, *rest_shape), (stride0, *scaled))
+    rest_order = tuple(m.stride for m in ms[1:])
+    if dynamic:
+        flat = flatten(rest_order)
+        top = max((o for k, o in enumerate(flat) if k not in dynamic), default=0)
+        rest_order = _unflatten(tuple(top + 1 + k if k in dynamic else o for k, o in enumerate(flat)), rest_order)
+    rest_stride = compact_order(rest_shape, rest_order)
+    return Layout((first.shape, *rest_shape), (stride0, *_scale(rest_stride, cur)))
 
 
 def _scale(stride, k: int):
@@ -120,3 +125,26 @@ def same_function(a: Layout, b: Layout) -> bool:
 
 def top_sizes(layout: Layout) -> tuple[int, ...]:
     return tuple(m.size() for m in modes(layout))
+
+
+def right_inverse(layout: Layout) -> Layout:
+    """CuTe's right_inverse: follow strides 1, s0, s0·s1, … through the coalesced modes; stride-0
+    (broadcast) modes are skipped, where pycute's version stops at them."""
+    flat = coalesce(layout)
+    shapes = flatten(flat.shape) if is_tuple(flat.shape) else (flat.shape,)
+    strides = flatten(flat.stride) if is_tuple(flat.stride) else (flat.stride,)
+    rstrides, acc = [], 1
+    for s in shapes:
+        rstrides.append(acc)
+        acc *= s
+    out_shape, out_stride, current = [], [], 1
+    while True:
+        nxt = next((i for i, d in enumerate(strides) if abs(d) == current and shapes[i] != 1), None)
+        if nxt is None:
+            break
+        out_shape.append(shapes[nxt])
+        out_stride.append(rstrides[nxt])
+        current *= shapes[nxt]
+    if not out_shape:
+        return Layout(1, 0)
+    return coalesce(Layout(tuple(out_shape), tuple(out_stride)))

@@ -19,18 +19,22 @@ def layout_type(layout: Layout) -> str:
     return f"Layout<{_tuple_type('Shape', shape)}, {_tuple_type('Stride', stride)}>"
 
 
-def index_expr(layout: Layout, index: str, extent: int) -> str:
-    """`layout(index)` as C++ arithmetic on an int `index` known to lie in [0, extent)."""
+def index_expr(layout: Layout, index: str, extent: int, scale=str) -> str:
+    """`layout(index)` as C++ arithmetic on an int `index` in [0, extent): one term per mode, each
+    multiplied by `scale(stride)` (text, or None to leave the mode out). As CuTe's integral
+    coordinate, the last mode takes the quotient unreduced."""
     flat = coalesce(layout)
     shapes, strides = flatten(flat.shape), flatten(flat.stride)
     if not is_tuple(flat.shape):
         shapes, strides = (flat.shape,), (flat.stride,)
     terms = []
-    for shape, stride, below in zip(shapes, strides, flatten(prefix_product(tuple(shapes)))):
-        if stride == 0 or shape == 1 or below >= extent:
+    last = max((i for i, s in enumerate(shapes) if s != 1), default=-1)
+    for i, (shape, stride, below) in enumerate(zip(shapes, strides, flatten(prefix_product(tuple(shapes))))):
+        factor = scale(stride) if stride != 0 and shape != 1 and below < extent else None
+        if factor is None:
             continue
         part = index if below == 1 else f"{index} / {below}"
-        if below * shape < extent:
+        if i != last and below * shape < extent:
             part = f"({part}) % {shape}" if below != 1 else f"{index} % {shape}"
-        terms.append(part if stride == 1 else f"({part}) * {stride}")
+        terms.append(part if factor == "1" else f"({part}) * {factor}")
     return " + ".join(terms) or "0"

@@ -10,10 +10,8 @@ from pycute import Layout
 
 from tlc.kir.ops import ProgramOp, TiledCopyOp, TiledMmaOp, walk
 from tlc.layout.algebra import modes
-from tlc.layout.atoms import copy_atom
 from tlc.layout.cpp import layout_type
-from tlc.layout.tiled_copy import TiledCopy
-from tlc.layout.tiled_mma import TiledMma
+from tlc.layout.kir_tensors import engine_copy, engine_mma
 
 CPP_TYPE = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t", "fp32": "float"}
 
@@ -29,6 +27,26 @@ constexpr bool tlc_same() {
     using P = decltype(repeat<R>(Int<1>{}));
     return cute::is_same_v<decltype(coalesce(A{}, P{})), decltype(coalesce(B{}, P{}))>;
   }
+}
+// CuTe's (thread, value) → offset layout L at thread t, values 0.., against a table.
+template <class L, int N>
+constexpr bool tlc_offsets(int t, const int (&want)[N]) {
+  constexpr L l{};
+  constexpr int T = int(size<0>(l));
+  for (int i = 0; i < N; ++i) {
+    if (int(l(t + T * i)) != want[i]) return false;
+  }
+  return true;
+}
+template <class L, int N>
+constexpr bool tlc_coords(int t, const int (&rows)[N], const int (&cols)[N]) {
+  constexpr L l{};
+  constexpr int T = int(size<0>(l));
+  for (int i = 0; i < N; ++i) {
+    auto c = l(t + T * i);
+    if (int(get<0>(c)) != rows[i] || int(get<1>(c)) != cols[i]) return false;
+  }
+  return true;
 }
 """
 
@@ -49,19 +67,6 @@ def copy_expr(op: TiledCopyOp, mma: str) -> str:
     return f"make_tiled_copy_{op.kind}({atom}, {mma}{{}})"
 
 
-def engine_mma(op: TiledMmaOp) -> TiledMma:
-    return TiledMma.of(op.atom, op.warps, op.tile)
-
-
-def engine_copy(op: TiledCopyOp, mma: TiledMmaOp | None) -> TiledCopy | None:
-    atom = copy_atom(op.atom, op.dtype)
-    if atom is None:
-        return None
-    if op.kind == "threads":
-        return TiledCopy.of_threads(atom, op.thread_layout, op.value_layout)
-    return TiledCopy.of_mma(atom, engine_mma(mma), op.kind) if mma is not None else None
-
-
 @dataclass
 class CheckProgram:
     """The static_asserts gathered so far, deduplicated by the C++ they compare."""
@@ -80,6 +85,12 @@ class CheckProgram:
         tops = ", ".join(str(m.size()) for m in modes(engine))
         self.lines.append(f"// {what}: engine {engine} (mode sizes {tops})")
         self.lines.append(f"static_assert(tlc_same<{cute_type}, {layout_type(engine)}>(), \"{self.count}\");")
+
+    def raw(self, line: str) -> None:
+        if line not in self.seen:
+            self.seen.add(line)
+            self.count += 1
+            self.lines.append(line)
 
     def alias(self, cpp_type: str) -> str:
         """A short name for a long C++ type (declared once)."""

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pycute import (Layout, coalesce, complement, composition, logical_product, make_layout, product, right_inverse,
-                    zipped_divide)
+from pycute import Layout, coalesce, complement, composition, logical_product, make_layout, product, zipped_divide
 
-from tlc.layout.algebra import compose_first, modes, upcast, with_shape, zip2
+from tlc.layout.algebra import compose_first, modes, right_inverse, upcast, with_shape, zip2
 from tlc.layout.atoms import CopyAtom
 from tlc.layout.tiled_mma import TiledMma
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pycute import Layout, complement, composition, make_layout, size, zipped_divide
+from pycute import Layout, complement, composition, flatten, is_tuple, make_layout, size, zipped_divide
 
 from tlc.layout.algebra import compose_first, fragment_like, modes
 from tlc.layout.atoms import MMA_ATOMS, MmaAtom
+from tlc.layout.swizzle import decay
 
 _ROLE_DIMS = {"A": (0, 2), "B": (1, 2), "C": (0, 1)}
 
@@ -73,11 +74,19 @@ class TiledMma:
         frg_v, rest = modes(modes(frg)[1])
         return thr, make_layout([frg_v, *modes(rest)])
 
-    def fragment(self, role: str, layout: Layout) -> Layout:
-        """The register layout CuTe gives `partition_fragment_X` of such a tensor."""
+    def fragment(self, role: str, layout: Layout, sw: tuple[int, int, int] = (0, 0, 0)) -> Layout | None:
+        """The register layout CuTe gives `partition_fragment_X` of such a tensor (under swizzle `sw`:
+        ordered by the decayed strides CuTe sees), or None where CuTe's slice keeps the swizzle."""
         if role == "C":
             return Layout(tuple(m.shape for m in modes(self.partition("C", layout)[1])))
-        return fragment_like(self.partition(role, layout)[1])
+        thr, values = self.partition(role, layout)
+        if not any(sw):
+            return fragment_like(values)
+        found = decay(thr, values, sw)
+        if found is None:
+            return None
+        first = len(flatten(modes(found.values)[0].shape)) if is_tuple(modes(found.values)[0].shape) else 1
+        return fragment_like(found.values, frozenset(k - first for k in found.dynamic if k >= first))
 
 
 def _divide_modes(layout: Layout, tile: tuple[int, int]) -> Layout:
@@ -86,4 +95,3 @@ def _divide_modes(layout: Layout, tile: tuple[int, int]) -> Layout:
     out = [composition(ms[i], make_layout(Layout(tile[i]), complement(Layout(tile[i]), size(ms[i]))))
            for i in range(2)]
     return make_layout([*out, *ms[2:]])
-

@@ -1,0 +1,91 @@
+"""fold-partitions: partitions, fragments and tiled copies become flat views (tlc/layout), off by
+default (TLC_FOLD_PARTITIONS=1 or fold-partitions{enable=true}). The folded kernel IR computes
+what the interpreter says (tile evaluator, every case of test_tile_eval), prints and parses back,
+and emits views instead of CuTe's partitioning; CuTe checks the views themselves in
+tests/nvrtc/test_layout_engine_nvrtc.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.lowering.test_tile_eval import CASES, lowered, mismatch
+from tlc.backend_cute.emit import emit_program
+from tlc.kir import ops as K
+from tlc.kir.ops_views import CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp, ThreadViewOp
+from tlc.kir.text import parse_kir, print_kir
+from tlc.lowering.emit_text import kernel_ir
+from tlc.lowering.fold_partitions import FoldPartitionsPass, fold_partitions, register_with_the_evaluator
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+SMALL = {"HeadDim": "32", "BM": "64", "BN": "32"}
+
+
+def folded(program: K.ProgramOp) -> tuple[K.ProgramOp, list[str]]:
+    kernel, notes = fold_partitions(program.kernels()[0])
+    body = tuple(kernel if isinstance(op, K.KernelOp) else op for op in program.body)
+    return K.ProgramOp(name=program.name, body=body), notes
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_folded_kernel_ir_equals_the_interpreter(case: str) -> None:
+    register_with_the_evaluator()
+    _, kir, _ = lowered(case)
+    program, notes = folded(kir)
+    program.verify()
+    assert any(isinstance(op, ThreadViewOp) for op in K.walk(program)), notes
+    for sq, sk in [(17, 33), (65, 130)]:
+        assert mismatch(case, sq, sk, program=program) == ""
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_partition_of_the_shipped_kernels_folds(case: str) -> None:
+    _, kir, _ = lowered(case)
+    program, notes = folded(kir)
+    left = [op.name for op in K.walk(program)
+            if type(op) in (K.PartitionOp, K.FragmentOp, K.TiledCopyOp, K.TiledMmaOp)]
+    assert left == [], notes
+    assert print_kir(parse_kir(print_kir(program))) == print_kir(program)
+
+
+def test_mha_views() -> None:
+    program, notes = folded(kernel_ir(SPECS / "mha_fwd.tl", "sm_90", SMALL))
+    ops = {op.name: op for op in K.walk(program) if isinstance(op, (ThreadViewOp, CoordViewOp, RetileViewOp,
+                                                                     RegisterFragmentOp, CopyAtomOp, MmaAtomOp))}
+    assert notes[0].startswith("fold-partitions: ") and "copies and MMAs as atoms" in notes[0]
+    # cp.async at d=32: 32 rows × 4 threads of 8 contiguous bf16; rows step by the runtime row stride
+    g = ops["tQgQ"]
+    assert str(g.offset) == "threadIdx.x % 4 * 8 + threadIdx.x / 4 * p.Q_row_stride" and g.keep == 2
+    assert g.layout_shape == ((8, 1), 2, 1) and str(g.layout_stride[1]) == "32 * p.Q_row_stride"
+    # the same threads' shared side: 32 bf16 = 4 chunks per row, Swizzle<2,3,3>, base swizzle(offset)
+    s = ops["tQsQ"]
+    assert s.swizzle == (2, 3, 3) and str(s.offset) == "threadIdx.x * 8" and s.layout_stride == ((1, 0), 1024, 0)
+    assert isinstance(ops["gmem_copy_32"], CopyAtomOp) and isinstance(ops["tiled_mma"], MmaAtomOp)
+    c = ops["tSc64x32"]  # accumulator values: +1 column, +8 rows; then 4 n8 atoms
+    assert str(c.row) == "threadIdx.x / 4 % 8 + threadIdx.x / 32 * 16" and str(c.col) == "threadIdx.x % 4 * 2"
+    assert c.layout_stride == (((1, 1), (0, 8)), (0, 0), (1, 8))
+    assert ops["rO"].layout_shape == ((2, 2), 1, 4) and ops["rO"].layout_stride == ((1, 2), 4, 4)
+    cute = emit_program(program, line_directives=False)
+    assert "partition_S(" not in cute and "make_tiled_copy" not in cute and "partition_fragment" not in cute
+    assert "TiledMMA" not in cute and "using tiled_mma_t = MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>;" in cute
+    assert "Swizzle<" in cute and "make_inttuple_iter(make_coord(" in cute
+    assert emit_program(program, line_directives=False) == cute  # byte-deterministic
+
+
+def test_the_pass_is_off_by_default(monkeypatch) -> None:
+    monkeypatch.delenv("TLC_FOLD_PARTITIONS", raising=False)
+    assert FoldPartitionsPass().enable is False
+    program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90", SMALL)
+    assert not any(isinstance(op, ThreadViewOp) for op in K.walk(program))
+    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "1")
+    assert FoldPartitionsPass().enable is True
+    program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90", SMALL)
+    assert any(isinstance(op, ThreadViewOp) for op in K.walk(program))
+
+
+def test_sm90a_kernels_are_left_alone(monkeypatch) -> None:
+    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "1")
+    program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", {"HeadDim": "64", "BM": "64", "BN": "64"})
+    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
+    assert print_kir(program) == print_kir(kernel_ir(SPECS / "mha_fwd.tl", "sm_90a",
+                                                     {"HeadDim": "64", "BM": "64", "BN": "64"}))

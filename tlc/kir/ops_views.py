@@ -1,0 +1,121 @@
+"""Kernel-IR views that `fold-partitions` (tlc/lowering/fold_partitions.py) leaves in place of
+CuTe's partitioning calls: each thread's share of a tile as a flat layout tlc computed
+(tlc/layout), so NVRTC instantiates one small layout type instead of CuTe's layout algebra.
+
+Each view op subclasses the op it replaces and keeps its fields (the tile evaluator, which does
+not model threads, treats it as that op); the added fields are what the emitter spells:
+`layout_shape` / `layout_stride` (nested tuples, congruent) and, for memory, the thread's offset.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tlc.kir.expr import Expr
+from tlc.kir.ops_decl import FragmentOp, PartitionOp, TiledCopyOp, TiledMmaOp
+
+
+def _congruent(shape, stride, leaf) -> bool:
+    if isinstance(shape, tuple):
+        return isinstance(stride, tuple) and len(shape) == len(stride) and all(
+            _congruent(s, d, leaf) for s, d in zip(shape, stride))
+    return isinstance(shape, int) and shape > 0 and leaf(stride)
+
+
+def _int_stride(d) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool)
+
+
+class _LayoutFields:
+    """Checks shared by the views: a congruent (shape, stride) pair of the given leaf kind."""
+
+    def _check_layout(self, leaf, what: str) -> None:
+        ok = isinstance(self.layout_shape, tuple) and _congruent(self.layout_shape, self.layout_stride, leaf)
+        self._need(ok, f"layout_shape {self.layout_shape} and layout_stride {self.layout_stride} are not "
+                       f"congruent ({what} strides)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThreadViewOp(_LayoutFields, PartitionOp):
+    """A thread's share of a shared or global tile: `make_tensor(src.data() + offset, layout)`; for
+    a swizzled shared tile the base is `Swizzle<B,M,S>{}(offset)` and the strides that cross a
+    swizzle bit depend on the thread (CuTe's decayed slice). Strides are ints or expressions; the
+    last `keep` modes of `src` (a global tile's tile indices) follow as they are.
+
+        ThreadViewOp(name=tAsQ, slice=s2r_A_thr, method=partition_S, src=`sQ`, offset=`...`,
+                     layout_shape=((8, 1), 2, ((2, 2), 2)), layout_stride=((1, 0), 4096,
+                     ((`32 - 64 * (... / 128 % 2)`, ...), 8192)), swizzle=(3, 3, 3), keep=0)
+    """
+
+    offset: Expr
+    layout_shape: tuple
+    layout_stride: tuple
+    swizzle: tuple[int, int, int] = (0, 0, 0)
+    keep: int = 0
+
+    def check(self) -> None:
+        super().check()
+        self._check_layout(lambda d: _int_stride(d) or isinstance(d, Expr), "int or expression")
+        self._need(len(self.swizzle) == 3 and all(_int_stride(v) and v >= 0 for v in self.swizzle), "bad swizzle")
+        self._need(_int_stride(self.keep) and self.keep >= 0, "keep must be >= 0")
+        self._need(not any(self.swizzle) or self.keep == 0, "a swizzled view keeps no modes of its source")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoordViewOp(_LayoutFields, PartitionOp):
+    """A thread's share of a coordinate tile (bounds predicates): the first coordinate is
+    (`row`, `col`); each stride is (axis, step), axis 0 rows, 1 columns.
+
+        CoordViewOp(name=tSc, slice=thr_mma, method=partition_C, src=`c128x64`, row=`threadIdx.x % 32 / 4`,
+                    col=`threadIdx.x % 4 * 2`, layout_shape=((2, 2), 2, 8), layout_stride=(((1, 1), (0, 8)), ...))
+    """
+
+    row: Expr
+    col: Expr
+    layout_shape: tuple
+    layout_stride: tuple
+
+    def check(self) -> None:
+        super().check()
+        basis = (lambda d: isinstance(d, tuple) and len(d) == 2 and d[0] in (0, 1) and _int_stride(d[1]))
+        ok = isinstance(self.layout_shape, tuple) and _congruent(self.layout_shape, self.layout_stride, basis)
+        self._need(ok, f"layout_stride {self.layout_stride} is not (axis, step) per mode of {self.layout_shape}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetileViewOp(_LayoutFields, PartitionOp):
+    """retile_S/D: the same registers as `src` in the copy's value order, `make_tensor(src.data(), layout)`."""
+
+    layout_shape: tuple
+    layout_stride: tuple
+
+    def check(self) -> None:
+        super().check()
+        self._check_layout(_int_stride, "static")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegisterFragmentOp(_LayoutFields, FragmentOp):
+    """A register fragment with the layout CuTe's partition_fragment_A/B/C would give it:
+    `make_tensor<T>(layout)`."""
+
+    layout_shape: tuple
+    layout_stride: tuple
+
+    def check(self) -> None:
+        super().check()
+        self._check_layout(_int_stride, "static")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyAtomOp(TiledCopyOp):
+    """The copy instruction alone, `Copy_Atom<atom, T> name{}`: every partition by this copy was
+    folded into a view, so copies need the atom, not the TiledCopy."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MmaAtomOp(TiledMmaOp):
+    """The MMA instruction alone, `using name_t = MMA_Atom<atom>`: every fragment and partition of
+    this MMA was folded, and cute::gemm over those fragments needs only the atom."""
+
+
+VIEW_OP_CLASSES = (ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, CopyAtomOp, MmaAtomOp)

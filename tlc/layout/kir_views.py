@@ -1,0 +1,86 @@
+"""Engine layouts as the fields of fold-partitions' view ops (tlc/kir/ops_views.py): thread offsets
+as expressions of the thread index, global strides in the runtime row stride, the decayed
+swizzle's thread-dependent strides, and coordinate steps as (axis, step) pairs."""
+from __future__ import annotations
+
+from pycute import Layout, flatten, is_tuple
+
+from tlc.kir.expr import Expr, parse_expr, print_expr
+from tlc.layout.cpp import index_expr
+from tlc.layout.kir_tensors import ROW
+from tlc.layout.swizzle import Decayed, swizzle_bits
+
+
+def nested(value) -> tuple:
+    return value if is_tuple(value) else (value,)
+
+
+def unflatten(flat: list, shape):
+    it = iter(flat)
+
+    def build(s):
+        return tuple(build(x) for x in s) if is_tuple(s) else next(it)
+    return build(shape)
+
+
+def map_strides(stride, fn):
+    return tuple(map_strides(d, fn) for d in stride) if is_tuple(stride) else fn(stride)
+
+
+def _rows_of(d: int) -> tuple[int, int]:
+    rows, rest = divmod(d, ROW)
+    assert rows == 0 or rest == 0, f"stride {d} mixes rows and columns of a global tile"
+    return rows, rest
+
+
+def offset_expr(thr: Layout, index: str, row_stride: Expr | None) -> Expr:
+    """thr(index) where a global tile's ROW stands for `row_stride`."""
+    rs = f"({print_expr(row_stride)})" if row_stride is not None else ""
+
+    def scale(d: int) -> str:
+        rows, rest = _rows_of(d)
+        return str(rest) if rows == 0 else (rs if rows == 1 else f"{rows} * {rs}")
+    return parse_expr(index_expr(thr, index, thr.size(), scale))
+
+
+def global_strides(values: Layout, row_stride: Expr | None) -> tuple:
+    def value(d: int):
+        rows, rest = _rows_of(d)
+        if rows == 0:
+            return rest
+        return row_stride if rows == 1 else parse_expr(f"{rows} * ({print_expr(row_stride)})")
+    return nested(map_strides(values.stride, value))
+
+
+def swizzled_strides(found: Decayed, offset: Expr) -> tuple:
+    """The decayed slice's strides: a Z-bit stride is negated where the thread's Y partner bit is
+    set; a Y-bit stride adds or subtracts its Z partner as the thread's Z bit is clear or set."""
+    zbits, ybits = swizzle_bits(found.sw)
+    off = print_expr(offset)
+    flat = []
+    for k, d in enumerate(flatten(found.values.stride)):
+        kind = found.dynamic.get(k)
+        if kind is None:
+            flat.append(d)
+        elif kind[0] == "z":
+            flat.append(parse_expr(f"{d} - {2 * d} * (({off}) / {1 << ybits[kind[1]]} % 2)"))
+        else:
+            zb = 1 << zbits[kind[1]]
+            flat.append(parse_expr(f"{d + zb} - {2 * zb} * (({off}) / {zb} % 2)"))
+    return nested(unflatten(flat, found.values.shape))
+
+
+def _splits(layout: Layout, rows: int) -> bool:
+    """Every mode moves along rows only (within a column) or along whole columns."""
+    return all(d % rows == 0 or (s - 1) * d < rows for s, d in zip(flatten(layout.shape), flatten(layout.stride)))
+
+
+def coord_fields(thr: Layout, values: Layout, rows: int, index: str) -> tuple[Expr, Expr, tuple] | None:
+    """(first row, first column, (axis, step) strides) of a thread's share of a (rows, cols)
+    coordinate tile, or None where a step would cross from rows into columns."""
+    if not _splits(values, rows) or not _splits(thr, rows):
+        return None
+    row = index_expr(thr, index, thr.size(), lambda d: str(d) if d < rows else None)
+    col = index_expr(thr, index, thr.size(), lambda d: str(d // rows) if d >= rows else None)
+    basis = map_strides(values.stride, lambda d: (0, d) if d < rows else (1, d // rows))
+    return parse_expr(row), parse_expr(col), nested(basis)

@@ -1,0 +1,207 @@
+"""`fold-partitions`: each thread's share of a tile, computed by tlc's layout engine (tlc/layout)
+instead of by CuTe's layout algebra in the C++ front end (docs/compile_time.md).
+
+Runs last, on the final schedule and buffers. A partition of a shared, global or coordinate tile
+becomes a view (thread offset + flat static layout), a retile a register view, a fragment a
+register tensor with CuTe's layout, and a TiledCopy (TiledMMA) all of whose partitions folded its bare atom:
+
+    before  PartitionOp(name=tQsQ, slice=gmem_copy_128_thr, method=partition_D, src=`sQ`)
+    after   ThreadViewOp(name=tQsQ, slice=gmem_copy_128_thr, method=partition_D, src=`sQ`,
+                         offset=`threadIdx.x * 8`, layout_shape=((8, 1), 8, 2),
+                         layout_stride=((1, 0), 1024, 8192), swizzle=(3, 3, 3), keep=0)
+
+What the engine does not model stays as it was (notes name it); the sm_90a (wgmma) kernels are
+left alone. Off unless `fold-partitions{enable=true}` or TLC_FOLD_PARTITIONS=1.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pycute import Layout
+
+from tlc.ir.graph import Graph
+from tlc.kir import ops as K
+from tlc.kir.ops_sm90 import SM90_OP_CLASSES
+from tlc.kir.ops_views import (VIEW_OP_CLASSES, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp,
+                               ThreadViewOp)
+from tlc.layout.kir_tensors import TileLayout, TileLayouts, engine_copy, engine_mma
+from tlc.layout.kir_views import coord_fields, global_strides, nested, offset_expr, swizzled_strides
+from tlc.layout.swizzle import decay
+from tlc.lowering.passes import _KernelPass, _kernel, _state, _with_kernel
+from tlc.passes.base import PassContext
+
+
+def _enabled() -> bool:
+    return os.environ.get("TLC_FOLD_PARTITIONS", "0") == "1"
+
+
+class _Folder:
+    """One kernel's rewrite: the tile layouts, the thread slices and what was (not) folded."""
+
+    def __init__(self, kernel: K.KernelOp) -> None:
+        self.tiles = TileLayouts(kernel)
+        self.slices: dict[str, K.Op] = {}
+        self.mmas: dict[str, K.TiledMmaOp] = {}
+        for op in K.walk(kernel):
+            if isinstance(op, K.TiledMmaOp):
+                self.mmas[op.name] = op
+                self.slices[op.thread_slice] = op
+            elif isinstance(op, K.TiledCopyOp):
+                self.slices[op.thread_slice] = op
+        self.kept: list[str] = []
+        self.folded = 0
+
+    def _index(self, mma: K.TiledMmaOp | None) -> str:
+        """A replicated MMA's threads act as threads 0 … size-1 of each group."""
+        return f"threadIdx.x % {mma.threads}" if mma is not None and mma.replicas > 1 else "threadIdx.x"
+
+    # ------------------------------------------------------------------ the ops
+    def fragment(self, op: K.FragmentOp) -> K.Op:
+        mma = self.mmas.get(op.mma)
+        if mma is None:
+            return self._keep(op, "its MMA is not a TiledMMA")
+        if op.role == "C":
+            layout = engine_mma(mma).fragment("C", Layout(op.shape))
+        else:
+            tile = self.tiles.of(op.src)
+            if tile is None or tile.space != "shared":
+                return self._keep(op, f"its shape comes from `{op.src}`")
+            layout = engine_mma(mma).fragment(op.role, tile.layout, tile.swizzle)
+            if layout is None:
+                return self._keep(op, "CuTe keeps the swizzle of its partition")
+        self.tiles.registers[op.name] = layout
+        return self._fold(RegisterFragmentOp, op, layout_shape=nested(layout.shape),
+                          layout_stride=nested(layout.stride))
+
+    def partition(self, op: K.PartitionOp) -> K.Op:
+        owner = self.slices.get(op.slice)
+        tile = self.tiles.of(op.src)
+        if owner is None or tile is None:
+            return self._keep(op, f"`{op.src}` is not a tile the engine models")
+        if isinstance(owner, K.TiledMmaOp):
+            engine, mma, side = engine_mma(owner), owner, op.method[-1]
+            if op.method not in ("partition_A", "partition_B", "partition_C"):
+                return self._keep(op, f"{op.method} of a TiledMMA")
+        else:
+            mma = self.mmas.get(owner.mma)
+            engine, side = engine_copy(owner, mma), op.method[-1]
+            if engine is None:
+                return self._keep(op, f"the copy atom {owner.atom} is not modelled")
+        if op.method.startswith("retile"):
+            if tile.space != "registers":
+                return self._keep(op, "a retile of memory")
+            layout = engine.retile(tile.layout)
+            return self._fold(RetileViewOp, op, layout_shape=nested(layout.shape),
+                              layout_stride=nested(layout.stride))
+        if tile.space == "registers":
+            return self._keep(op, "a partition of registers")
+        thr, values = engine.partition(side, tile.layout)
+        index = self._index(mma if isinstance(owner, K.TiledMmaOp) or owner.kind != "threads" else None)
+        if tile.space == "coords":
+            return self._coords(op, thr, values, tile, index)
+        offset = offset_expr(thr, index, tile.row_stride)
+        if not any(tile.swizzle):
+            return self._fold(ThreadViewOp, op, offset=offset, layout_shape=nested(values.shape),
+                              layout_stride=global_strides(values, tile.row_stride), keep=tile.keep)
+        found = decay(thr, values, tile.swizzle)  # CuTe's decayed slice of a swizzled tile
+        if found is None:
+            return self._keep(op, "its values move a swizzle bit and its partner")
+        return self._fold(ThreadViewOp, op, offset=offset, layout_shape=nested(found.values.shape),
+                          layout_stride=swizzled_strides(found, offset), swizzle=tuple(tile.swizzle))
+
+    def _coords(self, op: K.PartitionOp, thr: Layout, values: Layout, tile: TileLayout, index: str) -> K.Op:
+        fields = coord_fields(thr, values, tile.layout.shape[0], index)
+        if fields is None:
+            return self._keep(op, "a coordinate step crosses rows and columns")
+        row, col, basis = fields
+        return self._fold(CoordViewOp, op, row=row, col=col, layout_shape=nested(values.shape),
+                          layout_stride=basis)
+
+    def _fold(self, cls, op: K.Op, **extra) -> K.Op:
+        self.folded += 1
+        return cls(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)}, **extra)
+
+    def _keep(self, op: K.Op, why: str) -> K.Op:
+        self.kept.append(f"{op.defined_names()[0]}: kept ({why})")
+        return op
+
+    def rewrite(self, ops: tuple[K.Op, ...]) -> tuple[K.Op, ...]:
+        out = []
+        for op in ops:
+            if type(op) is K.FragmentOp:
+                op = self.fragment(op)
+            elif type(op) is K.PartitionOp:
+                op = self.partition(op)
+            elif isinstance(op, K.ConvertOp) and op.src in self.tiles.registers:
+                self.tiles.registers[op.name] = self.tiles.registers[op.src]
+            if op.regions:
+                op = dataclasses.replace(op, **{r: self.rewrite(getattr(op, r)) for r in op.regions})
+            out.append(op)
+        return tuple(out)
+
+
+def fold_partitions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
+    folder = _Folder(kernel)
+    body = folder.rewrite(kernel.body)
+    # A TiledCopy none of whose partitions is left needs only its atom; so does a TiledMMA no
+    # fragment, partition or tiled copy refers to any more.
+    rest = [op for op in K.walk(dataclasses.replace(kernel, body=body))]
+    left = {op.slice for op in rest if type(op) is K.PartitionOp}
+    copies = [op for op in body if type(op) is K.TiledCopyOp and op.thread_slice not in left
+              and engine_copy(op, folder.mmas.get(op.mma))]
+    mma_users = {op.mma for op in rest if type(op) is K.FragmentOp} | {
+        op.mma for op in rest if type(op) is K.TiledCopyOp and op not in copies}
+    final, atoms = [], 0
+    for op in body:
+        if op in copies:
+            op = CopyAtomOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
+            atoms += 1
+        elif type(op) is K.TiledMmaOp and op.thread_slice not in left and op.name not in mma_users:
+            op = MmaAtomOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
+            atoms += 1
+        final.append(op)
+    notes = [f"fold-partitions: {folder.folded} partitions and fragments as flat views, {atoms} copies and MMAs as atoms",
+             *folder.kept]
+    return dataclasses.replace(kernel, body=tuple(final)), notes
+
+
+@dataclass(frozen=True)
+class FoldPartitionsPass(_KernelPass):
+    """Partitions, fragments and tiled copies as flat layouts computed by tlc/layout."""
+
+    name: ClassVar[str] = "fold-partitions"
+    enable: bool = field(default_factory=_enabled)
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        state = _state(ctx, self.name)
+        kernel = _kernel(state)
+        if not self.enable or state.arch.name == "sm_90a" or any(
+                isinstance(op, SM90_OP_CLASSES) for op in K.walk(kernel)):
+            return
+        kernel, notes = fold_partitions(kernel)
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+        register_with_the_evaluator()
+
+    def print_state(self, ctx: PassContext) -> str:
+        from tlc.lowering.state import get_state
+        state = get_state(ctx)
+        notes = [n for n in (state.schedule if state else []) if n.startswith(("fold-partitions", "  "))
+                 or ": kept (" in n]
+        return "".join(f"// {n}\n" for n in notes) + super().print_state(ctx)
+
+
+def register_with_the_evaluator() -> None:
+    """The tile evaluator, where loaded, reads each view as the op it replaced (it models no threads)."""
+    import sys
+    if "tlc.kir.tile_eval_state" in sys.modules:
+        from tlc.kir.tile_eval_state import HANDLERS
+        for cls in VIEW_OP_CLASSES:
+            base = cls.__mro__[next(i for i, c in enumerate(cls.__mro__[1:], 1) if c in HANDLERS)]
+            HANDLERS.setdefault(cls, HANDLERS[base])
+
+
+
