@@ -30,6 +30,8 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha64_bm64_bn128": ("mha_fwd", {"HeadDim": "64", "BM": "64", "BN": "128"}),   # one warp group
     "mha128_1stage": ("gqa_fwd", {"Warps": "8", "Stages": "1"}),
     "mha_d40_causal": ("mha_fwd", {"HeadDim": "40", "Causal": "true"}),  # padded to 64 columns
+    "mha_d96": ("mha_fwd", {"HeadDim": "96"}),                           # padded to 128 columns
+    "mha_d160_causal": ("mha_fwd", {"HeadDim": "160", "BM": "64", "Causal": "true"}),   # 160 → 192
     "gqa64": ("gqa_fwd", {"HeadDim": "64", "Warps": "8"}),
     "b2b": ("b2b_gemm_relu", {}),
     "softcap_causal": ("softcap_fwd", {"Causal": "true"}),

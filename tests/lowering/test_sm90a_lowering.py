@@ -82,7 +82,6 @@ MHA = (SPECS / "mha_fwd.tl").read_text()
 REFUSALS = {
     "bm32": ("mha_fwd", {"BM": "32"}, "mha_fwd.tl:39:3", "one warp group (4 warps) per 64 rows"),
     "bm320": ("mha_fwd", {"BM": "320", "HeadDim": "64"}, "mha_fwd.tl:39:3", "BM = 64, 128, 192 or 256"),
-    "head_dim_96": ("mha_fwd", {"HeadDim": "96"}, "mha_fwd.tl:39:3", "width must be a multiple of 64"),
     "head_dim_320": ("mha_fwd", {"HeadDim": "320", "BM": "64"}, "mha_fwd.tl:45:3",
                      "N must be a multiple of 8 up to 256"),
     "warps_disagree": ("gqa_fwd", {}, "gqa_fwd.tl:43:3", "Param Warps = 4, but --arch sm_90a"),
@@ -155,3 +154,15 @@ def test_rowcol_rows_are_the_thread_rows() -> None:
             assert len(rows) == 1
             quad = {c((t ^ x, 2 * mi)) % 64 for x in range(4)}
             assert quad == rows
+
+
+@pytest.mark.parametrize("d,width", [(40, 64), (96, 128), (160, 192), (224, 256)])
+def test_head_dims_pad_to_whole_gmma_atoms(d: int, width: int) -> None:
+    """Tile widths pad to 64 columns (the 128-byte atom); the TMA boxes read zeros past the tensor's d."""
+    from tlc.kir.ops_sm90 import GmmaSmemLayoutOp, TmaLoadOp
+
+    program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", {"HeadDim": d, "BM": 64} if d > 128 else {"HeadDim": d})
+    shapes = {op.name: op.shape for op in walk(program) if isinstance(op, GmmaSmemLayoutOp)}
+    assert shapes["sQ_layout"][1] == width and shapes["sK_layout"][1] == width
+    loads = [op for op in walk(program) if isinstance(op, TmaLoadOp) and op.dst == "sK"]
+    assert [op.dst_coord[1] for op in loads] == list(range(0, width, 64))

@@ -179,7 +179,8 @@ def test_a_refused_target_counts_as_cached_through_its_fallback(monkeypatch) -> 
 
     job = hopper_job("bf16", 96, 96, False)
     monkeypatch.setattr(pj, "_cached", lambda j: j.arch == "sm_90")
-    assert pj.cached_job(job) is job.fallback  # sm_90a refuses d=96: its fallback is the kernel
+    monkeypatch.setattr(pj, "_refused", lambda j: j.arch == "sm_90a")   # e.g. a register budget it cannot meet
+    assert pj.cached_job(job) is job.fallback  # sm_90a refuses it: its fallback is the kernel
     (result,) = pj.compile_jobs([job], 1)
     assert result.cached and "[sm_90]: already cached; sm_90a refuses it" in pj.report_line(result)
     monkeypatch.setattr(pj, "_refused", lambda j: False)  # a target that would build it is not cached

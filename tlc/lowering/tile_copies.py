@@ -17,11 +17,12 @@ CP_ASYNC = "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>"
 ALL = Var("_")
 
 
-def padded(cols: int) -> int:
+def padded(cols: int, unit: int = 32) -> int:
     """Columns a tile occupies in the kernel: a multiple of 32 (FlashAttention pads head dims the
-    same way), so copies move 16-byte chunks and mma.sync's k16/n16 steps tile it; the padding is
+    same way), so copies move 16-byte chunks and mma.sync's k16/n16 steps tile it; on sm_90a a
+    multiple of 64, the 128-byte swizzle atom GMMA and TMA read (96 → 128, 160 → 192); the padding is
     zero-filled on load and never stored."""
-    return cols if cols % 32 == 0 else -(-cols // 32) * 32
+    return cols if cols % unit == 0 else -(-cols // unit) * unit
 
 
 def kblock(cols: int) -> int:
@@ -114,7 +115,7 @@ class CopyRules:
         if (tr, logical) != want:
             raise fail(f"tlc build: the copied tile is {tr}×{logical} but {what} is {want[0]}×{want[1]}", op.loc)
         r, c = self._coords(op, tr, logical, g.logical_cols)
-        return tr, padded(logical), logical, r, c
+        return tr, padded(logical, self.col_unit), logical, r, c
 
     def _load(self, op: CopyOp, out: list[K.Op]) -> None:
         g = self.slot(op.operands[0], op)

@@ -72,6 +72,7 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
         self.register_allocs: dict[str, tuple[str, Loc | None]] = {}
         self._regions = 0
         self.hopper = arch.mma_path == "wgmma"
+        self.col_unit = 64 if self.hopper else 32   # tile widths pad to this (tile_copies.padded)
         self.mma_decls: list[K.Op] = []            # sm_90a: the wgmma TiledMMAs, declared by the GEMM rule
         self.gmma_major: dict[str, str] = {}       # sm_90a: operand buffer → "k" | "mn" (its GMMA layout)
 
@@ -195,14 +196,15 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
             offset = BinOp("+", BinOp("*", Var("batch_idx"), Var(f"p.{t.stride('batch')}")),
                            BinOp("*", head, Var(f"p.{t.stride('head')}")))
             name = self.names.fresh(f"m{op.name}")
+            cols = padded(t.cols, self.col_unit)
             self.decls.append(K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset,
-                                               rows=self.x.lower(op.shape[0], op.loc), cols=padded(t.cols),
+                                               rows=self.x.lower(op.shape[0], op.loc), cols=cols,
                                                row_stride=Var(f"p.{t.stride('row')}"), loc=op.loc))
             self.global_rows[name] = self.x.lower(op.shape[0], op.loc)
-            self._bind(op.result, Slot("global", name, cols=padded(t.cols), region=-1, logical_cols=t.cols))
+            self._bind(op.result, Slot("global", name, cols=cols, region=-1, logical_cols=t.cols))
             return
         rows, logical = self._shape2(op.shape, op.loc, f"'{op.name}'")
-        cols = padded(logical)
+        cols = padded(logical, self.col_unit)
         if op.space == "shared":
             dtype = op.result.type.dtype or self.dtype
             if op.name in self.buffers:

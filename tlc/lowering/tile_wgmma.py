@@ -79,8 +79,8 @@ class WgmmaRules:
             if buf.cols % GMMA_SPAN or buf.rows % 8:
                 raise fail(f"tlc build: shared tile '{buf.tl_name}' is {buf.rows}×{buf.cols}; --arch sm_90a lays GEMM "
                            f"operands out in 128-byte swizzled GMMA atoms, so the width must be a multiple of "
-                           f"{GMMA_SPAN} elements (head dims 64, 128, 192, 256, or narrower ones padded up to them: "
-                           f"40 → 64) and the rows a multiple of 8", op.loc)
+                           f"{GMMA_SPAN} elements (tile widths pad up to one: 40 → 64, 96 → 128) and the rows a "
+                           "multiple of 8", op.loc)
         self._block_rows(am, op)
 
     def _wgmma_acc(self, op: GemmOp, mma: str, am: int, bn: int, out: list[K.Op]) -> tuple[str, bool]:
