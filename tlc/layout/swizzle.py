@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from pycute import Layout, flatten, is_tuple
 
 Swz = tuple[int, int, int]
@@ -100,18 +101,28 @@ def decay(thr: Layout, values: Layout, sw: Swz) -> Decayed | None:
     if any(("z", j) in active and ("y", j) in active for j in range(sw[0])):
         return None
     result = Decayed(split, dynamic, sw)
-    shapes = flatten(split.shape)
-    for t in range(thr.size()):
-        off = thr(t)
-        base, strides = swizzle(off, sw), result.strides_at(off)
-        for i in range(split.size()):
-            rest, pos = i, 0
-            for s, d in zip(shapes, strides):
-                pos += (rest % s) * d
-                rest //= s
-            if base + pos != swizzle(off + split(i), sw):
-                return None
+    # Check every thread and value: the decayed form must address exactly what the swizzle does.
+    shapes = flatten(split.shape) if is_tuple(split.shape) else (split.shape,)
+    digits = np.array([_digits(i, shapes) for i in range(split.size())], dtype=np.int64).reshape(split.size(), -1)
+    plain = np.array([split(i) for i in range(split.size())], dtype=np.int64)
+    for off in sorted({thr(t) for t in range(thr.size())}):
+        got = swizzle(off, sw) + digits @ np.array(result.strides_at(off), dtype=np.int64)
+        if not np.array_equal(got, _swizzle_array(off + plain, sw)):
+            return None
     return result
+
+
+def _swizzle_array(x: np.ndarray, sw: Swz) -> np.ndarray:
+    b, m, s = sw
+    return x ^ ((x & (((1 << b) - 1) << (m + s))) >> s) if b else x
+
+
+def _digits(i: int, shapes) -> list[int]:
+    out = []
+    for s in shapes:
+        out.append(i % s)
+        i //= s
+    return out
 
 
 def static_decay(layout: Layout, sw: Swz) -> Layout | None:
