@@ -45,8 +45,11 @@ def hopper_attention_builds() -> list[Job]:
     from tlc.runtime import attention_spec
 
     out: list[Job] = []
-    for dtype in ("bf16", "fp16"):
-        for d, dv in ((40, 40), (64, 64), (112, 112), (128, 128), (192, 128), (256, 256)):
+    widths = {"bf16": ((40, 40), (64, 64), (80, 80), (96, 96), (112, 112), (128, 128), (160, 160), (192, 128),
+                       (224, 224), (256, 256)),
+              "fp16": ((64, 64), (128, 128))}
+    for dtype, dims in widths.items():
+        for d, dv in dims:
             for causal in (False, True):
                 spec, defines = attention_spec(dtype, d, dv, causal, "sm_90a")
                 out.append((spec, defines, spec.name, "sm_90a"))
