@@ -12,7 +12,8 @@ import pytest
 from tests.lowering.test_tile_eval import CASES, lowered, mismatch
 from tlc.backend_cute.emit import emit_program
 from tlc.kir import ops as K
-from tlc.kir.ops_views import CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp, ThreadViewOp
+from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
+                               RetileViewOp, ThreadViewOp)
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.emit_text import kernel_ir
 from tlc.lowering.fold_partitions import FoldPartitionsPass, fold_partitions, register_with_the_evaluator
@@ -46,6 +47,8 @@ def test_every_partition_of_the_shipped_kernels_folds(case: str) -> None:
             if type(op) in (K.PartitionOp, K.FragmentOp, K.TiledCopyOp, K.TiledMmaOp)]
     assert left == [], notes
     assert print_kir(parse_kir(print_kir(program))) == print_kir(program)
+    copies = [op for op in K.walk(program) if isinstance(op, (K.CopyOp, K.AsyncCopyOp))]
+    assert copies and all(isinstance(op, (AtomCopyOp, AtomAsyncCopyOp)) for op in copies), notes
 
 
 def test_mha_views() -> None:
@@ -69,6 +72,9 @@ def test_mha_views() -> None:
     assert "partition_S(" not in cute and "make_tiled_copy" not in cute and "partition_fragment" not in cute
     assert "TiledMMA" not in cute and "using tiled_mma_t = MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>;" in cute
     assert "Swizzle<" in cute and "make_inttuple_iter(make_coord(" in cute
+    # copies between views: loops calling the atom, the first rest mode fastest as in cute::copy
+    assert "cute::copy(" not in cute and "gmem_copy_32.call(tQgQ(_, i0_, i1_, block_idx, 0), tQsQ(_, i0_, i1_));" in cute
+    assert cute.index("for (int i1_ = 0; i1_ < 1; ++i1_)") < cute.index("for (int i0_ = 0; i0_ < 2; ++i0_)")
     assert emit_program(program, line_directives=False) == cute  # byte-deterministic
 
 

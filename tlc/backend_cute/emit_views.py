@@ -5,13 +5,17 @@ layout the op carries, so NVRTC builds one `Layout<…>` per view instead of CuT
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Callable
 
 from tlc.backend_cute.cpp import CPP_DTYPE, cpp_expr
 from tlc.kir.base import Op
 from tlc.kir.expr import Expr
-from tlc.kir.ops_views import CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp, ThreadViewOp
+from tlc.kir.expr import Index, Var
+from tlc.kir.ops_exec import kblock_slice
+from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
+                               RetileViewOp, ThreadViewOp)
 
 _HANDLERS: dict[type[Op], Callable] = {}
 
@@ -44,6 +48,19 @@ def _dynamic(make: str, value) -> str:
     if isinstance(value, tuple):
         return f"{make}({', '.join(_dynamic(make, v) for v in value)})"
     return f"({cpp_expr(value)})" if isinstance(value, Expr) else f"Int<{value}>{{}}"
+
+
+def _with_loops(e: Expr, names: list[str]) -> Expr:
+    """`t` or `t[_, a, _]` with its modes after the first `_` taken by the loop variables `names`."""
+    if isinstance(e, Var):
+        return Index(e, (Var("_"), *map(Var, names)))
+    out, it, seen = [], iter(names), False
+    for i in e.indices:
+        if isinstance(i, Var) and i.name == "_":
+            i = Var(next(it)) if seen else i
+            seen = True
+        out.append(i)
+    return Index(e.base, tuple(out))
 
 
 def _is_static(value) -> bool:
@@ -110,3 +127,56 @@ class ViewEmitter:
         self._at(op)
         self.w.line(f"using {op.name}_t = MMA_Atom<{op.atom}>;")
         self.w.line(f"{op.name}_t {op.name};")
+
+    # ------------------------------------------------------------------ copies by a bare atom
+    def _atom_calls(self, copy: str, src: Expr, dst: Expr, rest: tuple[int, ...], first: str = "") -> None:
+        """Loops over the modes after mode 0 (`first` already fixed by an enclosing loop), one call each,
+        the first mode fastest as in cute::copy."""
+        names = ([first] if first else []) + [f"i{k}_" for k in range(len(rest) - bool(first))]
+        with contextlib.ExitStack() as loops:
+            for name, extent in reversed(list(zip(names[bool(first):], rest[bool(first):]))):
+                self.w.line("CUTE_UNROLL")
+                loops.enter_context(self.w.block(f"for (int {name} = 0; {name} < {extent}; ++{name})"))
+            self.w.line(f"{copy}.call({cpp_expr(_with_loops(src, names))}, {cpp_expr(_with_loops(dst, names))});")
+
+    def _atom_copy(self, op, zero_fill: bool) -> None:
+        src, dst = op.src, op.dst
+        if getattr(op, "kblock", None) is not None:
+            src, dst = kblock_slice(src, op.kblock), kblock_slice(dst, op.kblock)
+        if op.pred is None:
+            self._atom_calls(op.copy, src, dst, op.rest)
+            return
+        pred = cpp_expr(op.pred)
+        with self.w.block(""):
+            self.w.line(f"auto src_ = {cpp_expr(src)};")
+            self.w.line(f"auto dst_ = {cpp_expr(dst)};")
+            self.w.line(f"const int row_limit_ = {cpp_expr(op.row_limit)};")
+            if op.col_limit is not None:
+                self.w.line(f"const int col_limit_ = {cpp_expr(op.col_limit)};")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int m = 0; m < {op.rest[0]}; ++m)"):
+                if op.col_limit is None:  # whole rows in or out
+                    with self.w.block(f"if (get<0>({pred}(0, m, 0)) < row_limit_)"):
+                        self._atom_calls(op.copy, Var("src_"), Var("dst_"), op.rest, first="m")
+                    if zero_fill:
+                        with self.w.block("else"):
+                            self.w.line("cute::clear(dst_(_, m, _));")
+                    return
+                self.w.line("CUTE_UNROLL")
+                with self.w.block(f"for (int k = 0; k < {op.rest[1]}; ++k)"):
+                    with self.w.block(f"if (get<0>({pred}(0, m, k)) < row_limit_ && get<1>({pred}(0, m, k)) < col_limit_)"):
+                        self.w.line(f"{op.copy}.call(src_(_, m, k), dst_(_, m, k));")
+                    if zero_fill:
+                        with self.w.block("else"):
+                            self.w.line("cute::clear(dst_(_, m, k));")
+
+    @_handles(AtomCopyOp)
+    def _atom_copy_op(self, op: AtomCopyOp) -> None:
+        self._at(op)
+        self._atom_copy(op, zero_fill=False)
+
+    @_handles(AtomAsyncCopyOp)
+    def _atom_async_copy_op(self, op: AtomAsyncCopyOp) -> None:
+        self._at(op)
+        self.w.line(f"// cp.async {cpp_expr(op.src)} -> {cpp_expr(op.dst)}  [token {op.token}]")
+        self._atom_copy(op, zero_fill=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from tlc.kir.expr import Expr
 from tlc.kir.ops_decl import FragmentOp, PartitionOp, TiledCopyOp, TiledMmaOp
+from tlc.kir.ops_exec import AsyncCopyOp, CopyOp
 
 
 def _congruent(shape, stride, leaf) -> bool:
@@ -118,4 +119,27 @@ class MmaAtomOp(TiledMmaOp):
     this MMA was folded, and cute::gemm over those fragments needs only the atom."""
 
 
-VIEW_OP_CLASSES = (ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, CopyAtomOp, MmaAtomOp)
+@dataclass(frozen=True, kw_only=True)
+class AtomCopyOp(CopyOp):
+    """A CopyOp between views, as loops over the `rest` modes (after mode 0, once sliced) calling
+    the atom on each mode-0 slice: what cute::copy does, without its generic layout algebra."""
+
+    rest: tuple[int, ...]
+
+    def check(self) -> None:
+        super().check()
+        self._need(all(isinstance(n, int) and n > 0 for n in self.rest), f"rest {self.rest} needs positive ints")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtomAsyncCopyOp(AsyncCopyOp):
+    """An AsyncCopyOp (cp.async) between views, as AtomCopyOp's loops over the `rest` modes."""
+
+    rest: tuple[int, ...]
+
+    def check(self) -> None:
+        super().check()
+        self._need(all(isinstance(n, int) and n > 0 for n in self.rest), f"rest {self.rest} needs positive ints")
+
+
+VIEW_OP_CLASSES = (AtomCopyOp, AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, CopyAtomOp, MmaAtomOp)

@@ -1,11 +1,14 @@
 """Engine layouts as the fields of fold-partitions' view ops (tlc/kir/ops_views.py): thread offsets
 as expressions of the thread index, global strides in the runtime row stride, the decayed
-swizzle's thread-dependent strides, and coordinate steps as (axis, step) pairs."""
+swizzle's thread-dependent strides, coordinate steps as (axis, step) pairs, and the loop extents
+of a copy between views."""
 from __future__ import annotations
+
+import math
 
 from pycute import Layout, flatten, is_tuple
 
-from tlc.kir.expr import Expr, parse_expr, print_expr
+from tlc.kir.expr import Expr, Index, Var, parse_expr, print_expr
 from tlc.layout.cpp import index_expr
 from tlc.layout.kir_tensors import ROW
 from tlc.layout.swizzle import Decayed, swizzle_bits
@@ -84,3 +87,32 @@ def coord_fields(thr: Layout, values: Layout, rows: int, index: str) -> tuple[Ex
     col = index_expr(thr, index, thr.size(), lambda d: str(d // rows) if d >= rows else None)
     basis = map_strides(values.stride, lambda d: (0, d) if d < rows else (1, d // rows))
     return parse_expr(row), parse_expr(col), nested(basis)
+
+
+def _leaves(shape, stride):
+    if is_tuple(shape):
+        for s, d in zip(shape, stride):
+            yield from _leaves(s, d)
+    else:
+        yield shape, stride
+
+
+def copy_rest(e: Expr, views: dict, dst: bool) -> tuple[int, ...] | None:
+    """The static extents of a copy operand's modes after mode 0, once its `_`-indices are applied
+    (`t`, `t[_, _, kb]`, `t[_, _, _, n, 0]`), or None where one is dynamic or, for a destination,
+    a mode broadcasts (stride 0: cute::copy would write it once, a loop would repeat it)."""
+    base, indices = (e, None) if isinstance(e, Var) else (e.base, e.indices) if isinstance(e, Index) else (None, None)
+    view = views.get(base.name) if base is not None else None
+    if view is None:
+        return None
+    modes = [(s, d) for s, d in zip(view.layout_shape, view.layout_stride)] + [None] * getattr(view, "keep", 0)
+    if indices is not None:
+        if len(indices) != len(modes):
+            return None
+        modes = [m for m, i in zip(modes, indices) if isinstance(i, Var) and i.name == "_"]
+    rest = modes[1:]
+    if not modes or any(m is None for m in rest):
+        return None
+    if dst and any(s > 1 and isinstance(d, int) and d == 0 for m in rest for s, d in _leaves(*m)):
+        return None
+    return tuple(math.prod(s for s, _ in _leaves(*m)) for m in rest)

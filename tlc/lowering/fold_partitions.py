@@ -25,10 +25,11 @@ from pycute import Layout
 from tlc.ir.graph import Graph
 from tlc.kir import ops as K
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
-from tlc.kir.ops_views import (VIEW_OP_CLASSES, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp,
+from tlc.kir.ops_exec import kblock_slice
+from tlc.kir.ops_views import (VIEW_OP_CLASSES, AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp,
                                ThreadViewOp)
 from tlc.layout.kir_tensors import TileLayout, TileLayouts, engine_copy, engine_mma
-from tlc.layout.kir_views import coord_fields, global_strides, nested, offset_expr, swizzled_strides
+from tlc.layout.kir_views import coord_fields, copy_rest, global_strides, nested, offset_expr, swizzled_strides
 from tlc.layout.swizzle import decay
 from tlc.lowering.passes import _KernelPass, _kernel, _state, _with_kernel
 from tlc.passes.base import PassContext
@@ -163,9 +164,35 @@ def fold_partitions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
             op = MmaAtomOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
             atoms += 1
         final.append(op)
-    notes = [f"fold-partitions: {folder.folded} partitions and fragments as flat views, {atoms} copies and MMAs as atoms",
+    body, loops = _atom_copies(tuple(final), {op.name for op in final if isinstance(op, CopyAtomOp)})
+    notes = [f"fold-partitions: {folder.folded} partitions and fragments as flat views, {atoms} copies and MMAs as atoms, {loops} copies as atom calls",
              *folder.kept]
-    return dataclasses.replace(kernel, body=tuple(final)), notes
+    return dataclasses.replace(kernel, body=body), notes
+
+
+def _atom_copies(body: tuple[K.Op, ...], atoms: set[str]) -> tuple[tuple[K.Op, ...], int]:
+    """Copies by a bare atom between views: loops over the modes after mode 0 calling the atom."""
+    views = {op.name: op for top in body for op in K.walk(top)
+             if isinstance(op, (ThreadViewOp, RetileViewOp, RegisterFragmentOp))}
+    count = 0
+
+    def rewrite(ops):
+        nonlocal count
+        out = []
+        for op in ops:
+            if type(op) in (K.CopyOp, K.AsyncCopyOp) and op.copy in atoms:
+                kb = getattr(op, "kblock", None)
+                src, dst = (kblock_slice(e, kb) if kb is not None else e for e in (op.src, op.dst))
+                rest, rest_dst = copy_rest(src, views, False), copy_rest(dst, views, True)
+                if rest is not None and rest == rest_dst and (op.col_limit is None or len(rest) == 2):
+                    cls = AtomCopyOp if type(op) is K.CopyOp else AtomAsyncCopyOp
+                    op = cls(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)}, rest=rest)
+                    count += 1
+            if op.regions:
+                op = dataclasses.replace(op, **{r: rewrite(getattr(op, r)) for r in op.regions})
+            out.append(op)
+        return tuple(out)
+    return rewrite(body), count
 
 
 @dataclass(frozen=True)
