@@ -124,7 +124,18 @@ class _ScheduleRewritePass(_KernelPass):
 
 
 @dataclass(frozen=True)
-class WarpSpecializePass(Pass):
+class _ScheduleListingPass(Pass):
+    """A pass whose printed state is the schedule's notes so far, then the kernel IR it leaves."""
+
+    def print_state(self, ctx: PassContext) -> str:
+        state = get_state(ctx)
+        if state is None or state.kir is None:
+            return f"// {self.name}: no kernel IR\n"
+        return "".join(f"// schedule: {r}\n" for r in state.schedule) + print_kir(state.kir)
+
+
+@dataclass(frozen=True)
+class WarpSpecializePass(_ScheduleListingPass):
     """sm_90a: TMA loads, mbarrier rings and producer/consumer warp groups (tlc.lowering.warp_specialize).
     Stages: this option, else Param Stages, else 2 where shared memory allows. `Param WarpSpecialize =
     false` keeps the cp.async schedule; other targets and programs it does not cover keep it too."""
@@ -147,12 +158,6 @@ class WarpSpecializePass(Pass):
         state.kir, notes = warp_specialize(state.kir, stages, state.arch.smem_per_block)
         state.schedule = list(state.schedule) + notes
         state.kir.verify()
-
-    def print_state(self, ctx: PassContext) -> str:
-        state = get_state(ctx)
-        if state is None or state.kir is None:
-            return "// warp-specialize: no kernel IR\n"
-        return "".join(f"// schedule: {r}\n" for r in state.schedule) + print_kir(state.kir)
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,7 @@ class InsertSyncPass(_KernelPass):
 
 
 @dataclass(frozen=True)
-class PipelinePass(Pass):
+class PipelinePass(_ScheduleListingPass):
     """Multi-stage software pipelining of loop copies (tlc.lowering.software_pipeline). Stages:
     this option, else Param Stages, else 2 where shared memory allows (one otherwise)."""
 
@@ -214,12 +219,6 @@ class PipelinePass(Pass):
         state.schedule = list(state.schedule) + reports
         _with_kernel(state, kernel)
         state.stages = max((op.stages for op in walk(kernel) if isinstance(op, ForOp)), default=1)
-
-    def print_state(self, ctx: PassContext) -> str:
-        state = get_state(ctx)
-        if state is None or state.kir is None:
-            return "// pipeline: no kernel IR\n"
-        return "".join(f"// schedule: {r}\n" for r in state.schedule) + print_kir(state.kir)
 
 
 @dataclass(frozen=True)
