@@ -12,7 +12,7 @@ import pytest
 from tests.lowering.test_tile_eval import CASES, lowered, mismatch
 from tlc.backend_cute.emit import emit_program
 from tlc.kir import ops as K
-from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
+from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
                                RetileViewOp, ThreadViewOp)
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.emit_text import kernel_ir
@@ -49,6 +49,7 @@ def test_every_partition_of_the_shipped_kernels_folds(case: str) -> None:
     assert print_kir(parse_kir(print_kir(program))) == print_kir(program)
     copies = [op for op in K.walk(program) if isinstance(op, (K.CopyOp, K.AsyncCopyOp))]
     assert copies and all(isinstance(op, (AtomCopyOp, AtomAsyncCopyOp)) for op in copies), notes
+    assert all(isinstance(op, AtomMmaOp) for op in K.walk(program) if isinstance(op, K.MmaOp)), notes
 
 
 def test_mha_views() -> None:
@@ -75,6 +76,10 @@ def test_mha_views() -> None:
     # copies between views: loops calling the atom, the first rest mode fastest as in cute::copy
     assert "cute::copy(" not in cute and "gmem_copy_32.call(tQgQ(_, i0_, i1_, block_idx, 0), tQsQ(_, i0_, i1_));" in cute
     assert cute.index("for (int i1_ = 0; i1_ < 1; ++i1_)") < cute.index("for (int i0_ = 0; i0_ < 2; ++i0_)")
+    # MMAs: cute::gemm's column-serpentine order for m16n8k16 (16-byte A, 8-byte B per call)
+    assert "cute::gemm(" not in cute and "tiled_mma.call(d_, tArQ(_, m_s, kb), tBrK(_, n_, kb), d_);" in cute
+    # shared layouts: the static layout tlc computed, not CuTe's tile_to_shape
+    assert "tile_to_shape" not in cute and "using sQ_layout = decltype(composition(Swizzle<2, 3, 3>{}, Layout<" in cute
     assert emit_program(program, line_directives=False) == cute  # byte-deterministic
 
 

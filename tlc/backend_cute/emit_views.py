@@ -14,7 +14,7 @@ from tlc.kir.base import Op
 from tlc.kir.expr import Expr
 from tlc.kir.expr import Index, Var
 from tlc.kir.ops_exec import kblock_slice
-from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
+from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
                                RetileViewOp, ThreadViewOp)
 
 _HANDLERS: dict[type[Op], Callable] = {}
@@ -180,3 +180,37 @@ class ViewEmitter:
         self._at(op)
         self.w.line(f"// cp.async {cpp_expr(op.src)} -> {cpp_expr(op.dst)}  [token {op.token}]")
         self._atom_copy(op, zero_fill=True)
+
+    @_handles(AtomMmaOp)
+    def _atom_mma(self, op: AtomMmaOp) -> None:
+        self._at(op)
+        kb = cpp_expr(op.kblock)
+        outer, inner = ("n_", "m_") if op.n_outer else ("m_", "n_")
+        extent = {"m_": op.m, "n_": op.n}
+        self.w.line("CUTE_UNROLL")
+        with self.w.block(f"for (int {outer} = 0; {outer} < {extent[outer]}; ++{outer})"):
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int {inner} = 0; {inner} < {extent[inner]}; ++{inner})"):
+                # serpentine: the inner index runs backwards on odd outer steps (operand register reuse)
+                self.w.line(f"const int {inner}s = ({outer} & 1) ? {extent[inner] - 1} - {inner} : {inner};")
+                m, n = ("m_s", "n_") if op.n_outer else ("m_", "n_s")
+                self.w.line(f"auto d_ = {op.acc}(_, {m}, {n});")
+                self.w.line(f"{op.mma}.call(d_, {op.a}(_, {m}, {kb}), {op.b}(_, {n}, {kb}), d_);")
+
+    # ------------------------------------------------------------------ shared layouts
+    def _static_smem(self, name: str, swizzle: tuple[int, int, int], shape: tuple, stride: tuple) -> None:
+        layout = static_layout(shape, stride)
+        if any(swizzle):
+            b, m, s = swizzle
+            layout = f"composition(Swizzle<{b}, {m}, {s}>{{}}, {layout})"
+        self.w.line(f"using {name} = decltype({layout});")
+
+    @_handles(StaticSmemLayoutOp)
+    def _static_smem_layout(self, op: StaticSmemLayoutOp) -> None:
+        self._at(op)
+        self._static_smem(op.name, op.swizzle, op.layout_shape, op.layout_stride)
+
+    @_handles(StaticTransposeLayoutOp)
+    def _static_transpose_layout(self, op: StaticTransposeLayoutOp) -> None:
+        self._at(op)
+        self._static_smem(op.name, op.swizzle, op.layout_shape, op.layout_stride)

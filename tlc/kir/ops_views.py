@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tlc.kir.expr import Expr
-from tlc.kir.ops_decl import FragmentOp, PartitionOp, TiledCopyOp, TiledMmaOp
-from tlc.kir.ops_exec import AsyncCopyOp, CopyOp
+from tlc.kir.ops_decl import (FragmentOp, PartitionOp, SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp,
+                              TiledMmaOp)
+from tlc.kir.ops_exec import AsyncCopyOp, CopyOp, MmaOp
 
 
 def _congruent(shape, stride, leaf) -> bool:
@@ -142,4 +143,47 @@ class AtomAsyncCopyOp(AsyncCopyOp):
         self._need(all(isinstance(n, int) and n > 0 for n in self.rest), f"rest {self.rest} needs positive ints")
 
 
-VIEW_OP_CLASSES = (AtomCopyOp, AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, CopyAtomOp, MmaAtomOp)
+@dataclass(frozen=True, kw_only=True)
+class AtomMmaOp(MmaOp):
+    """An MmaOp on register fragments as cute::gemm's (V,M) × (V,N) → (V,M,N) traversal, spelled out:
+    the `m` × `n` atom calls in CuTe's serpentine order (`n_outer`: columns outer, rows reversed on
+    odd columns; else the transpose), each `mma.call(acc(_, m, n), a(_, m, kb), b(_, n, kb))`."""
+
+    m: int
+    n: int
+    n_outer: bool
+
+    def check(self) -> None:
+        super().check()
+        self._need(isinstance(self.n_outer, bool), "n_outer must be true or false")
+        self._need(all(isinstance(v, int) and v > 0 for v in (self.m, self.n)), "m and n need positive ints")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticSmemLayoutOp(_LayoutFields, SmemLayoutOp):
+    """A shared layout as the static layout tlc computed (the same function as CuTe's
+    tile_to_shape of the swizzled atom): `composition(Swizzle<B,M,S>{}, Layout<…>{})`."""
+
+    layout_shape: tuple
+    layout_stride: tuple
+
+    def check(self) -> None:
+        super().check()
+        self._check_layout(_int_stride, "static")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticTransposeLayoutOp(_LayoutFields, SmemTransposeLayoutOp):
+    """A transposed shared view's layout as the static layout tlc computed, under `swizzle`
+    ((0, 0, 0) where the view strips it)."""
+
+    layout_shape: tuple
+    layout_stride: tuple
+    swizzle: tuple[int, int, int] = (0, 0, 0)
+
+    def check(self) -> None:
+        super().check()
+        self._check_layout(_int_stride, "static")
+
+
+VIEW_OP_CLASSES = (StaticSmemLayoutOp, StaticTransposeLayoutOp, AtomMmaOp, AtomCopyOp, AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, CopyAtomOp, MmaAtomOp)

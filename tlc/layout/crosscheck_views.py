@@ -8,7 +8,8 @@ from pycute import Layout
 
 from tlc.kir import ops as K
 from tlc.kir.expr import Index, Var
-from tlc.kir.ops_views import CoordViewOp, RegisterFragmentOp, RetileViewOp, ThreadViewOp
+from tlc.kir.ops_views import (CoordViewOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp,
+                               StaticTransposeLayoutOp, ThreadViewOp)
 from tlc.layout.crosscheck import CPP_TYPE, CheckProgram, copy_expr, mma_type
 from tlc.layout.kir_tensors import TileLayouts, engine_copy, engine_mma
 from tlc.layout.cpp import layout_type
@@ -86,7 +87,9 @@ class ViewChecks:
 
     def add(self) -> None:
         for op in K.walk(self.kernel):
-            if isinstance(op, (ThreadViewOp, CoordViewOp)):
+            if isinstance(op, (StaticSmemLayoutOp, StaticTransposeLayoutOp)):
+                self._static_layout(op)
+            elif isinstance(op, (ThreadViewOp, CoordViewOp)):
                 self._partition(op)
             elif isinstance(op, RetileViewOp):
                 self._retile(op)
@@ -122,6 +125,18 @@ class ViewChecks:
             else:
                 want = [swizzle(o, sw) for o in offsets]
                 self.check.raw(f"static_assert(tlc_offsets<{tv_t}>({col}, {_arr(want)}), \"{what}\");")
+
+    def _static_layout(self, op) -> None:
+        """The shared layout tlc spells equals CuTe's tile_to_shape (or its transposed composition)."""
+        cute = self._layout_cpp(op.name)
+        mine = Layout(op.layout_shape, op.layout_stride)
+        swizzle = op.swizzle if any(op.swizzle) else None
+        if swizzle is not None:
+            b, m, s = swizzle
+            self.check.raw(f"static_assert(cute::is_same_v<decltype({cute}{{}}.layout_a()), Swizzle<{b}, {m}, {s}>>, "
+                           f"\"{op.name} swizzle\");")
+            cute = f"decltype({cute}{{}}.layout_b())"
+        self.check.same(cute, mine, f"{op.name} layout")
 
     def _retile(self, op: RetileViewOp) -> None:
         owner_t, engine, owner = self._owner(op)

@@ -20,15 +20,19 @@ import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from pycute import Layout
+import math
+
+from pycute import Layout, flatten
 
 from tlc.ir.graph import Graph
 from tlc.kir import ops as K
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
 from tlc.kir.ops_exec import kblock_slice
-from tlc.kir.ops_views import (VIEW_OP_CLASSES, AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp,
+from tlc.kir.ops_views import (VIEW_OP_CLASSES, AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, StaticSmemLayoutOp,
+                               StaticTransposeLayoutOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp,
                                ThreadViewOp)
-from tlc.layout.kir_tensors import TileLayout, TileLayouts, engine_copy, engine_mma
+from tlc.layout.kir_tensors import (TileLayout, TileLayouts, engine_copy, engine_mma, smem_layout,
+                                   transpose_layout)
 from tlc.layout.kir_views import coord_fields, copy_rest, global_strides, nested, offset_expr, swizzled_strides
 from tlc.layout.swizzle import decay
 from tlc.lowering.passes import _KernelPass, _kernel, _state, _with_kernel
@@ -160,18 +164,43 @@ def fold_partitions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
         if op in copies:
             op = CopyAtomOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
             atoms += 1
+        elif type(op) is K.SmemLayoutOp:
+            lay = smem_layout(op)
+            op = StaticSmemLayoutOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)},
+                                    layout_shape=nested(lay.shape), layout_stride=nested(lay.stride))
+        elif type(op) is K.SmemTransposeLayoutOp and type(folder.tiles.defs.get(op.of)) is K.SmemLayoutOp:
+            base = folder.tiles.defs[op.of]
+            lay = transpose_layout(smem_layout(base), op)
+            op = StaticTransposeLayoutOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)},
+                                         layout_shape=nested(lay.shape), layout_stride=nested(lay.stride),
+                                         swizzle=(0, 0, 0) if op.strip_swizzle else base.swizzle)
         elif type(op) is K.TiledMmaOp and op.thread_slice not in left and op.name not in mma_users:
             op = MmaAtomOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
             atoms += 1
         final.append(op)
-    body, loops = _atom_copies(tuple(final), {op.name for op in final if isinstance(op, CopyAtomOp)})
+    body, loops = _atom_copies(tuple(final), {op.name for op in final if isinstance(op, CopyAtomOp)},
+                               {op.name: op for op in final if isinstance(op, MmaAtomOp)})
     notes = [f"fold-partitions: {folder.folded} partitions and fragments as flat views, {atoms} copies and MMAs as atoms, {loops} copies as atom calls",
              *folder.kept]
     return dataclasses.replace(kernel, body=body), notes
 
 
-def _atom_copies(body: tuple[K.Op, ...], atoms: set[str]) -> tuple[tuple[K.Op, ...], int]:
-    """Copies by a bare atom between views: loops over the modes after mode 0 calling the atom."""
+def _atom_mma(op: K.MmaOp, mma: MmaAtomOp, acc: K.Op) -> AtomMmaOp | None:
+    """cute::gemm's traversal for this atom: by its A and B register bytes per call (CuTe's dispatch)."""
+    atom = engine_mma(mma).atom
+    a_bytes, b_bytes = 2 * atom.a_tv[1].size(), 2 * atom.b_tv[1].size()  # bf16/fp16 operands
+    order = {(8, 8): "m_outer", (8, 4): "m_outer", (4, 8): "n_outer"}.get((a_bytes, b_bytes))
+    if order is None and (a_bytes, b_bytes) == (4, 4):
+        return None  # CuTe's kinked serpentine: left to cute::gemm
+    shape = acc.layout_shape
+    m, n = (math.prod(flatten(s)) if isinstance(s, tuple) else s for s in shape[1:3])
+    return AtomMmaOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)}, m=m, n=n,
+                     n_outer=order != "m_outer")
+
+
+def _atom_copies(body: tuple[K.Op, ...], atoms: set[str], mmas: dict) -> tuple[tuple[K.Op, ...], int]:
+    """Copies by a bare atom between views: loops over the modes after mode 0 calling the atom;
+    MMAs by a bare atom on register fragments: cute::gemm's loops spelled out."""
     views = {op.name: op for top in body for op in K.walk(top)
              if isinstance(op, (ThreadViewOp, RetileViewOp, RegisterFragmentOp))}
     count = 0
@@ -180,6 +209,8 @@ def _atom_copies(body: tuple[K.Op, ...], atoms: set[str]) -> tuple[tuple[K.Op, .
         nonlocal count
         out = []
         for op in ops:
+            if type(op) is K.MmaOp and op.mma in mmas and op.acc in views:
+                op = _atom_mma(op, mmas[op.mma], views[op.acc]) or op
             if type(op) in (K.CopyOp, K.AsyncCopyOp) and op.copy in atoms:
                 kb = getattr(op, "kblock", None)
                 src, dst = (kblock_slice(e, kb) if kb is not None else e for e in (op.src, op.dst))
