@@ -21,7 +21,13 @@ overlap-gemms (TMA ring, producer warp group), the H200 sweep of 2026-11-23 (ses
 `TLC_BENCH_SWEEP="128x128x8x2;128x192x8x2;128x128x8x3" python3 bench/bench_attention.py --sweep
 --arch sm_90a --no-baselines`) measured d = 64 128×128 430.5 (380.8 causal) against 358.4 (319.9) for
 128×64 and 436.0 (375.3) for 128×192; d = 128 128×128 587.9, 589.2 with 3 stages; 128×192 is refused
-by check-resources (276 registers).
+by check-resources (276 registers). MLA prefill 192/128 causal (`TLC_BENCH_SWEEP=";"
+TLC_BENCH_WIDE_SWEEP="128x64x8x2;128x96x8x2;128x128x8x2" python3 bench/bench_attention.py --extra
+--sweep --arch sm_90a --no-baselines`, bench/results/2026-11-23-h200-s5-sweep-extra-sm90a.json):
+128×128 on 8 warps 545.9 against 516.0 (128×96), 490.5 (128×64) and 384.9 for the then-default 64×64
+on 4 warps (`SM90A_PAIRS`); d = 256 stays 128×64 (620.3; 128×96 and 128×128 are refused by
+check-resources), and head dims 129-192 of equal Q/K/V take 128×64 on 8 warps, which fits their
+registers (not measured: 64×64 on 4 warps before).
 """
 from __future__ import annotations
 
@@ -30,7 +36,9 @@ DEFAULT_TILES = {64: dict(bm=128, bn=128, warps=4, stages=2), 128: dict(bm=128, 
 
 
 SM90A_TILES = {64: dict(bm=128, bn=128, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
-               192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
+               192: dict(bm=128, bn=64, warps=8, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
+# Head-dim pairs whose tiles differ from their width's row (MLA prefill: V narrower than Q/K leaves registers).
+SM90A_PAIRS = {(192, 128): dict(bm=128, bn=128, warps=8, stages=2)}
 
 
 def default_tiles(d_qk: int, d_v: int, arch: str = "sm_90") -> dict:
@@ -39,7 +47,8 @@ def default_tiles(d_qk: int, d_v: int, arch: str = "sm_90") -> dict:
     table = SM90A_TILES if arch == "sm_90a" else DEFAULT_TILES
     width = -(-max(d_qk, d_v) // 32) * 32
     key = min((k for k in table if k >= width), default=256)
-    tiles = dict(table[key])
+    pair = SM90A_PAIRS.get((d_qk, d_v)) if arch == "sm_90a" else None
+    tiles = dict(pair or table[key])
     # Each copy pass moves 32·warps threads × 16 bytes: tile rows must be whole passes at this width.
     per_pass = 32 * tiles["warps"] // (min(64, width & -width) // 8)
     for k in ("bm", "bn"):
