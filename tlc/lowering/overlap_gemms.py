@@ -110,6 +110,10 @@ class _Loop:
             raise Declined(f"loop {loop.var}: the ops between the GEMMs read what the rescale or P defines")
         if any(g2.acc in _names_read(op) for op in self.softmax):
             raise Declined(f"loop {loop.var}: the ops between the GEMMs read {g2.acc} while the second GEMM writes it")
+        # Rotated, a trip ends with O short of its own P·V (added next trip): nothing else may see O then.
+        outside = [op for op in [*self.head, *self.tail] if not isinstance(op, H.WgmmaFragmentOp)]
+        if any(g2.acc in _names_read(op) | _writes(op) for op in outside):
+            raise Declined(f"loop {loop.var}: {g2.acc} is used outside the two GEMMs and the rescale between them")
 
     @staticmethod
     def _around(body: list[K.Op], i: int, var: str) -> tuple[tuple[int, int], tuple[int, int]]:
