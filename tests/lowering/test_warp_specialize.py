@@ -181,3 +181,16 @@ def test_overlap_keeps_a_loop_that_reads_o_after_its_gemms() -> None:
                      "rescale between them"]
     out, notes = overlap_gemms(kernel)
     assert out != kernel and notes[0].startswith("overlap-gemms: loop n: wgmma_S of trip n overlaps")
+
+
+def test_a_ring_tile_read_after_its_loop_or_written_by_registers_keeps_cp_async() -> None:
+    program = _before_pass()
+    kernel = program.kernels()[0]
+    late_read = K.CopyOp(copy="r2s_copy", src=Var("tOrO"), dst=Var("tOsO"), reads=("sK",))
+    read_after = dataclasses.replace(program, body=tuple(
+        dataclasses.replace(op, body=(*op.body, late_read)) if op is kernel else op for op in program.body))
+    assert "sK is loaded in loop n and read after it" in _declined(read_after)
+    reg_write = K.CopyOp(copy="r2s_copy", src=Var("tOrO"), dst=Var("tOsO"), writes=("sV",))
+    written = dataclasses.replace(program, body=tuple(
+        dataclasses.replace(op, body=(*op.body, reg_write)) if op is kernel else op for op in program.body))
+    assert "registers also write a tile the copies load (sV)" in _declined(written)

@@ -212,6 +212,15 @@ class WarpSpecializer:
         buffers = [ld.buffer for ld in once] + [ld.buffer for _, lds in loops for ld in lds]
         if len(set(buffers)) != len(buffers):
             raise Declined("a shared tile is loaded by more than one copy")
+        for op in K.walk(self.kernel):
+            if not isinstance(op, (K.IfOp, K.ForOp)) and set(buffers) & effects(op)[2]:
+                raise Declined(f"registers also write a tile the copies load ({', '.join(set(buffers) & effects(op)[2])})")
+        for loop, lds in loops:
+            inside = {id(x) for x in K.walk(loop)}
+            for ld in lds:
+                if any(ld.buffer in effects(x)[1] for x in K.walk(self.kernel)
+                       if id(x) not in inside and not isinstance(x, (K.IfOp, K.ForOp))):
+                    raise Declined(f"{ld.buffer} is loaded in loop {loop.var} and read after it")
         return once, loops
 
     def _check_producer_names(self, decls: list[K.Op], once: list[Load], loops) -> None:
