@@ -103,9 +103,12 @@ def decay(thr: Layout, values: Layout, sw: Swz) -> Decayed | None:
     result = Decayed(split, dynamic, sw)
     # Check every thread and value: the decayed form must address exactly what the swizzle does.
     shapes = flatten(split.shape) if is_tuple(split.shape) else (split.shape,)
-    digits = np.array([_digits(i, shapes) for i in range(split.size())], dtype=np.int64).reshape(split.size(), -1)
-    plain = np.array([split(i) for i in range(split.size())], dtype=np.int64)
-    for off in sorted({thr(t) for t in range(thr.size())}):
+    digits = _digits_table(split.size(), shapes)
+    plain = digits @ np.array(flatten(split.stride) if is_tuple(split.stride) else (split.stride,), dtype=np.int64)
+    thr_shapes = flatten(thr.shape) if is_tuple(thr.shape) else (thr.shape,)
+    thr_strides = flatten(thr.stride) if is_tuple(thr.stride) else (thr.stride,)
+    offsets = _digits_table(thr.size(), thr_shapes) @ np.array(thr_strides, dtype=np.int64)
+    for off in sorted(set(offsets.tolist())):
         got = swizzle(off, sw) + digits @ np.array(result.strides_at(off), dtype=np.int64)
         if not np.array_equal(got, _swizzle_array(off + plain, sw)):
             return None
@@ -117,12 +120,14 @@ def _swizzle_array(x: np.ndarray, sw: Swz) -> np.ndarray:
     return x ^ ((x & (((1 << b) - 1) << (m + s))) >> s) if b else x
 
 
-def _digits(i: int, shapes) -> list[int]:
-    out = []
-    for s in shapes:
-        out.append(i % s)
-        i //= s
-    return out
+def _digits_table(n: int, shapes) -> np.ndarray:
+    """Row i: the column-major coordinates of index i over `shapes` (the last one unreduced)."""
+    i = np.arange(n, dtype=np.int64)
+    cols = []
+    for k, s in enumerate(shapes):
+        cols.append(i % s if k < len(shapes) - 1 else i)
+        i = i // s
+    return np.stack(cols, axis=1) if cols else np.zeros((n, 0), dtype=np.int64)
 
 
 def static_decay(layout: Layout, sw: Swz) -> Layout | None:
