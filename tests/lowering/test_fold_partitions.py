@@ -79,6 +79,7 @@ def test_mha_views() -> None:
     # MMAs: cute::gemm's column-serpentine order for m16n8k16 (16-byte A, 8-byte B per call)
     assert "cute::gemm(" not in cute and "tiled_mma.call(d_, tArQ(_, m_s, kb), tBrK(_, n_, kb), d_);" in cute
     # shared layouts: the static layout tlc computed, not CuTe's tile_to_shape
+    assert "local_tile" not in cute and "tlc::ceil_div(int(size<0>(mQ)), 64)" in cute
     assert "tile_to_shape" not in cute and "using sQ_layout = decltype(composition(Swizzle<2, 3, 3>{}, Layout<" in cute
     assert emit_program(program, line_directives=False) == cute  # byte-deterministic
 

@@ -14,7 +14,7 @@ from tlc.kir.base import Op
 from tlc.kir.expr import Expr
 from tlc.kir.expr import Index, Var
 from tlc.kir.ops_exec import kblock_slice
-from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
+from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, GlobalTileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
                                RetileViewOp, ThreadViewOp)
 
 _HANDLERS: dict[type[Op], Callable] = {}
@@ -214,3 +214,12 @@ class ViewEmitter:
     def _static_transpose_layout(self, op: StaticTransposeLayoutOp) -> None:
         self._at(op)
         self._static_smem(op.name, op.swizzle, op.layout_shape, op.layout_stride)
+
+    @_handles(GlobalTileViewOp)
+    def _global_tile_view(self, op: GlobalTileViewOp) -> None:
+        self._at(op)
+        rows, cols = op.tile
+        shape = (f"make_shape(Int<{rows}>{{}}, Int<{cols}>{{}}, tlc::ceil_div(int(size<0>({op.src})), {rows}), "
+                 f"Int<{op.col_tiles}>{{}})")
+        stride = (f"make_stride(stride<0>({op.src}), Int<1>{{}}, {rows} * stride<0>({op.src}), Int<{cols}>{{}})")
+        self.w.line(f"Tensor {op.name} = make_tensor({op.src}.data(), make_layout({shape}, {stride}));")

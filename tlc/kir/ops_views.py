@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tlc.kir.expr import Expr
-from tlc.kir.ops_decl import (FragmentOp, PartitionOp, SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp,
+from tlc.kir.ops_decl import (FragmentOp, GlobalTileOp, PartitionOp, SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp,
                               TiledMmaOp)
 from tlc.kir.ops_exec import AsyncCopyOp, CopyOp, MmaOp
 
@@ -186,4 +186,17 @@ class StaticTransposeLayoutOp(_LayoutFields, SmemTransposeLayoutOp):
         self._check_layout(_int_stride, "static")
 
 
-VIEW_OP_CLASSES = (StaticSmemLayoutOp, StaticTransposeLayoutOp, AtomMmaOp, AtomCopyOp, AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, CopyAtomOp, MmaAtomOp)
+@dataclass(frozen=True, kw_only=True)
+class GlobalTileViewOp(GlobalTileOp):
+    """`local_tile(src, tile, (_, _))` spelled as its layout: (tile rows, tile cols, row tiles, col
+    tiles) with strides (row stride, 1, tile rows · row stride, tile cols); `col_tiles` is static."""
+
+    col_tiles: int
+
+    def check(self) -> None:
+        super().check()
+        self._need(len(self.tile) == 2 and isinstance(self.col_tiles, int) and self.col_tiles > 0,
+                   "a (rows, cols) tile with a positive col_tiles")
+
+
+VIEW_OP_CLASSES = (GlobalTileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, AtomMmaOp, AtomCopyOp, AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, CopyAtomOp, MmaAtomOp)

@@ -8,13 +8,14 @@ from pycute import Layout
 
 from tlc.kir import ops as K
 from tlc.kir.expr import Index, Var
-from tlc.kir.ops_views import (CoordViewOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp,
+from tlc.kir.ops_views import (CoordViewOp, GlobalTileViewOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp,
                                StaticTransposeLayoutOp, ThreadViewOp)
 from tlc.layout.crosscheck import CPP_TYPE, CheckProgram, copy_expr, mma_type
 from tlc.layout.kir_tensors import TileLayouts, engine_copy, engine_mma
 from tlc.layout.cpp import layout_type
 
 GLOBAL_ROW = 1000  # the row stride a global tile gets in the check (NVRTC needs a static one)
+GLOBAL_ROWS = 300  # and its rows: not a multiple of any tile
 
 
 
@@ -89,6 +90,8 @@ class ViewChecks:
         for op in K.walk(self.kernel):
             if isinstance(op, (StaticSmemLayoutOp, StaticTransposeLayoutOp)):
                 self._static_layout(op)
+            elif isinstance(op, GlobalTileViewOp):
+                self._global_tile(op)
             elif isinstance(op, (ThreadViewOp, CoordViewOp)):
                 self._partition(op)
             elif isinstance(op, RetileViewOp):
@@ -137,6 +140,17 @@ class ViewChecks:
                            f"\"{op.name} swizzle\");")
             cute = f"decltype({cute}{{}}.layout_b())"
         self.check.same(cute, mine, f"{op.name} layout")
+
+    def _global_tile(self, op: GlobalTileViewOp) -> None:
+        """local_tile of a (GLOBAL_ROWS, cols) tensor with row stride GLOBAL_ROW equals the spelled layout."""
+        rows, cols = GLOBAL_ROWS, self.defs[op.src].cols
+        tr, tc = op.tile
+        dtype = CPP_TYPE[self.defs[op.src].dtype]
+        tensor = (f"make_tensor(make_gmem_ptr(static_cast<{dtype}*>(nullptr)), make_layout(make_shape(Int<{rows}>{{}}, "
+                  f"Int<{cols}>{{}}), make_stride(Int<{GLOBAL_ROW}>{{}}, Int<1>{{}})))")
+        cute = f"decltype(local_tile({tensor}, Shape<Int<{tr}>, Int<{tc}>>{{}}, make_coord(_, _)).layout())"
+        mine = Layout((tr, tc, -(-rows // tr), op.col_tiles), (GLOBAL_ROW, 1, tr * GLOBAL_ROW, tc))
+        self.check.same(cute, mine, f"{op.name} tile")
 
     def _retile(self, op: RetileViewOp) -> None:
         owner_t, engine, owner = self._owner(op)

@@ -27,8 +27,9 @@ from pycute import Layout, flatten
 from tlc.ir.graph import Graph
 from tlc.kir import ops as K
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
+from tlc.kir.expr import Var
 from tlc.kir.ops_exec import kblock_slice
-from tlc.kir.ops_views import (VIEW_OP_CLASSES, AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, StaticSmemLayoutOp,
+from tlc.kir.ops_views import (VIEW_OP_CLASSES, AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, GlobalTileViewOp, StaticSmemLayoutOp,
                                StaticTransposeLayoutOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp,
                                ThreadViewOp)
 from tlc.layout.kir_tensors import (TileLayout, TileLayouts, engine_copy, engine_mma, smem_layout,
@@ -164,6 +165,10 @@ def fold_partitions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
         if op in copies:
             op = CopyAtomOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
             atoms += 1
+        elif type(op) is K.GlobalTileOp and _whole_tile(op, folder.tiles.defs.get(op.src)):
+            cols = folder.tiles.defs[op.src].cols
+            op = GlobalTileViewOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)},
+                                  col_tiles=-(-cols // op.tile[1]))
         elif type(op) is K.SmemLayoutOp:
             lay = smem_layout(op)
             op = StaticSmemLayoutOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)},
@@ -183,6 +188,12 @@ def fold_partitions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     notes = [f"fold-partitions: {folder.folded} partitions and fragments as flat views, {atoms} copies and MMAs as atoms, {loops} copies as atom calls",
              *folder.kept]
     return dataclasses.replace(kernel, body=body), notes
+
+
+def _whole_tile(op: K.GlobalTileOp, tensor: K.Op | None) -> bool:
+    """A (rows, cols) tile of a row-major global tensor with both tile indices kept (`(_, _)`)."""
+    return (isinstance(tensor, K.GlobalTensorOp) and tensor.cols > 0 and len(op.tile) == 2
+            and all(isinstance(c, Var) and c.name == "_" for c in op.coord))
 
 
 def _atom_mma(op: K.MmaOp, mma: MmaAtomOp, acc: K.Op) -> AtomMmaOp | None:
