@@ -8,12 +8,17 @@ not model threads, treats it as that op); the added fields are what the emitter 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from tlc.kir.expr import Expr
 from tlc.kir.ops_decl import (FragmentOp, GlobalTileOp, PartitionOp, SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp,
                               TiledMmaOp)
 from tlc.kir.ops_exec import AsyncCopyOp, CopyOp, MmaOp
+
+
+def refine(cls: type, op, **extra):
+    """`op` as its view subclass `cls`: every field it had, plus the view's `extra` fields."""
+    return cls(**{f.name: getattr(op, f.name) for f in fields(op)}, **extra)
 
 
 def _congruent(shape, stride, leaf) -> bool:

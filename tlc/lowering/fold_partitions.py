@@ -20,21 +20,18 @@ import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import math
-
-from pycute import Layout, flatten
+from pycute import Layout
 
 from tlc.ir.graph import Graph
 from tlc.kir import ops as K
-from tlc.kir.ops_sm90 import SM90_OP_CLASSES
 from tlc.kir.expr import Var
-from tlc.kir.ops_exec import kblock_slice
-from tlc.kir.ops_views import (VIEW_OP_CLASSES, AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, GlobalTileViewOp, StaticSmemLayoutOp,
-                               StaticTransposeLayoutOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp, RetileViewOp,
-                               ThreadViewOp)
-from tlc.layout.kir_tensors import (TileLayout, TileLayouts, engine_copy, engine_mma, smem_layout,
-                                   transpose_layout)
-from tlc.layout.kir_views import coord_fields, copy_rest, global_strides, nested, offset_expr, swizzled_strides
+from tlc.kir.ops_sm90 import SM90_OP_CLASSES
+from tlc.kir.ops_views import (VIEW_OP_CLASSES, CoordViewOp, CopyAtomOp, GlobalTileViewOp, MmaAtomOp,
+                               RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp,
+                               ThreadViewOp, refine)
+from tlc.layout.kir_atoms import atom_calls
+from tlc.layout.kir_tensors import TileLayout, TileLayouts, engine_copy, engine_mma, smem_layout, transpose_layout
+from tlc.layout.kir_views import coord_fields, global_strides, nested, offset_expr, swizzled_strides
 from tlc.layout.swizzle import decay
 from tlc.lowering.passes import _KernelPass, _kernel, _state, _with_kernel
 from tlc.passes.base import PassContext
@@ -128,7 +125,7 @@ class _Folder:
 
     def _fold(self, cls, op: K.Op, **extra) -> K.Op:
         self.folded += 1
-        return cls(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)}, **extra)
+        return refine(cls, op, **extra)
 
     def _keep(self, op: K.Op, why: str) -> K.Op:
         self.kept.append(f"{op.defined_names()[0]}: kept ({why})")
@@ -154,7 +151,7 @@ def fold_partitions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     body = folder.rewrite(kernel.body)
     # A TiledCopy none of whose partitions is left needs only its atom; so does a TiledMMA no
     # fragment, partition or tiled copy refers to any more.
-    rest = [op for op in K.walk(dataclasses.replace(kernel, body=body))]
+    rest = list(K.walk(dataclasses.replace(kernel, body=body)))
     left = {op.slice for op in rest if type(op) is K.PartitionOp}
     copies = [op for op in body if type(op) is K.TiledCopyOp and op.thread_slice not in left
               and engine_copy(op, folder.mmas.get(op.mma))]
@@ -163,29 +160,27 @@ def fold_partitions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     final, atoms = [], 0
     for op in body:
         if op in copies:
-            op = CopyAtomOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
+            op = refine(CopyAtomOp, op)
             atoms += 1
         elif type(op) is K.GlobalTileOp and _whole_tile(op, folder.tiles.defs.get(op.src)):
             cols = folder.tiles.defs[op.src].cols
-            op = GlobalTileViewOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)},
-                                  col_tiles=-(-cols // op.tile[1]))
+            op = refine(GlobalTileViewOp, op, col_tiles=-(-cols // op.tile[1]))
         elif type(op) is K.SmemLayoutOp:
             lay = smem_layout(op)
-            op = StaticSmemLayoutOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)},
-                                    layout_shape=nested(lay.shape), layout_stride=nested(lay.stride))
+            op = refine(StaticSmemLayoutOp, op, layout_shape=nested(lay.shape), layout_stride=nested(lay.stride))
         elif type(op) is K.SmemTransposeLayoutOp and type(folder.tiles.defs.get(op.of)) is K.SmemLayoutOp:
             base = folder.tiles.defs[op.of]
             lay = transpose_layout(smem_layout(base), op)
-            op = StaticTransposeLayoutOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)},
-                                         layout_shape=nested(lay.shape), layout_stride=nested(lay.stride),
-                                         swizzle=(0, 0, 0) if op.strip_swizzle else base.swizzle)
+            op = refine(StaticTransposeLayoutOp, op, layout_shape=nested(lay.shape), layout_stride=nested(lay.stride),
+                        swizzle=(0, 0, 0) if op.strip_swizzle else base.swizzle)
         elif type(op) is K.TiledMmaOp and op.thread_slice not in left and op.name not in mma_users:
-            op = MmaAtomOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
+            op = refine(MmaAtomOp, op)
             atoms += 1
         final.append(op)
-    body, loops = _atom_copies(tuple(final), {op.name for op in final if isinstance(op, CopyAtomOp)},
-                               {op.name: op for op in final if isinstance(op, MmaAtomOp)})
-    notes = [f"fold-partitions: {folder.folded} partitions and fragments as flat views, {atoms} copies and MMAs as atoms, {loops} copies as atom calls",
+    body, loops = atom_calls(tuple(final), {op.name for op in final if isinstance(op, CopyAtomOp)},
+                             {op.name: op for op in final if isinstance(op, MmaAtomOp)})
+    notes = [f"fold-partitions: {folder.folded} partitions and fragments as flat views, {atoms} copies and MMAs "
+             f"as atoms, {loops} copies and MMAs as atom calls",
              *folder.kept]
     return dataclasses.replace(kernel, body=body), notes
 
@@ -194,47 +189,6 @@ def _whole_tile(op: K.GlobalTileOp, tensor: K.Op | None) -> bool:
     """A (rows, cols) tile of a row-major global tensor with both tile indices kept (`(_, _)`)."""
     return (isinstance(tensor, K.GlobalTensorOp) and tensor.cols > 0 and len(op.tile) == 2
             and all(isinstance(c, Var) and c.name == "_" for c in op.coord))
-
-
-def _atom_mma(op: K.MmaOp, mma: MmaAtomOp, acc: K.Op) -> AtomMmaOp | None:
-    """cute::gemm's traversal for this atom: by its A and B register bytes per call (CuTe's dispatch)."""
-    atom = engine_mma(mma).atom
-    a_bytes, b_bytes = 2 * atom.a_tv[1].size(), 2 * atom.b_tv[1].size()  # bf16/fp16 operands
-    order = {(8, 8): "m_outer", (8, 4): "m_outer", (4, 8): "n_outer"}.get((a_bytes, b_bytes))
-    if order is None and (a_bytes, b_bytes) == (4, 4):
-        return None  # CuTe's kinked serpentine: left to cute::gemm
-    shape = acc.layout_shape
-    m, n = (math.prod(flatten(s)) if isinstance(s, tuple) else s for s in shape[1:3])
-    return AtomMmaOp(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)}, m=m, n=n,
-                     n_outer=order != "m_outer")
-
-
-def _atom_copies(body: tuple[K.Op, ...], atoms: set[str], mmas: dict) -> tuple[tuple[K.Op, ...], int]:
-    """Copies by a bare atom between views: loops over the modes after mode 0 calling the atom;
-    MMAs by a bare atom on register fragments: cute::gemm's loops spelled out."""
-    views = {op.name: op for top in body for op in K.walk(top)
-             if isinstance(op, (ThreadViewOp, RetileViewOp, RegisterFragmentOp))}
-    count = 0
-
-    def rewrite(ops):
-        nonlocal count
-        out = []
-        for op in ops:
-            if type(op) is K.MmaOp and op.mma in mmas and op.acc in views:
-                op = _atom_mma(op, mmas[op.mma], views[op.acc]) or op
-            if type(op) in (K.CopyOp, K.AsyncCopyOp) and op.copy in atoms:
-                kb = getattr(op, "kblock", None)
-                src, dst = (kblock_slice(e, kb) if kb is not None else e for e in (op.src, op.dst))
-                rest, rest_dst = copy_rest(src, views, False), copy_rest(dst, views, True)
-                if rest is not None and rest == rest_dst and (op.col_limit is None or len(rest) == 2):
-                    cls = AtomCopyOp if type(op) is K.CopyOp else AtomAsyncCopyOp
-                    op = cls(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)}, rest=rest)
-                    count += 1
-            if op.regions:
-                op = dataclasses.replace(op, **{r: rewrite(getattr(op, r)) for r in op.regions})
-            out.append(op)
-        return tuple(out)
-    return rewrite(body), count
 
 
 @dataclass(frozen=True)
