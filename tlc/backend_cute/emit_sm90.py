@@ -14,10 +14,11 @@ from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, cpp_expr, static_shape
 from tlc.diagnostics import fail
 from tlc.kir.base import Op
 from tlc.kir.ops_decl import SharedBufferOp
-from tlc.kir.ops_sm90 import (CarryOp, FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierInitOp,
-                              MbarrierOp, MbarrierWaitOp, NamedBarrierOp, Sm90KernelOp, TmaDescriptorOp, TmaLoadOp,
-                              TmaParamsOp, WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp,
-                              WgmmaFragmentOp, WgmmaOp, WgmmaTiledMmaOp, WgmmaWaitOp, WARP_GROUP)
+from tlc.kir.ops_sm90 import (CarryOp, FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp,
+                              MbarrierArriveOp, MbarrierInitOp, MbarrierOp, MbarrierWaitOp, NamedBarrierOp,
+                              Sm90KernelOp, TmaDescriptorOp, TmaLoadOp, TmaParamsOp, TmaStoreOp, TmaStoreWaitOp,
+                              WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp, WgmmaFragmentOp,
+                              WgmmaOp, WgmmaTiledMmaOp, WgmmaWaitOp, WARP_GROUP)
 
 _BARRIER = "cutlass::arch::ClusterBarrier"
 _TX_BARRIER = "cutlass::arch::ClusterTransactionBarrier"
@@ -115,6 +116,24 @@ class Sm90Emitter:
         coords = ", ".join(cpp_expr(c) for c in reversed(op.coord))
         self.w.line(f"SM90_TMA_LOAD_{len(op.coord)}D::copy({op.desc}, &{op.bar}[{cpp_expr(op.stage)}], "
                     f"static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL), &{op.dst}({where}), {coords});")
+
+    @_handles(TmaStoreOp)
+    def _tma_store(self, op: TmaStoreOp) -> None:
+        self._at(op)
+        desc = self._sym(op.desc, TmaDescriptorOp, op)
+        if len(op.coord) != len(desc.box):
+            raise fail(f"emitter: TmaStoreOp gives {len(op.coord)} coordinates for the rank-{len(desc.box)} "
+                       f"descriptor {op.desc}", op.loc)
+        self._sym(op.src, SharedBufferOp, op)
+        row, col = op.src_coord
+        coords = ", ".join(cpp_expr(c) for c in reversed(op.coord))   # innermost first
+        self.w.line(f"SM90_TMA_STORE_{len(op.coord)}D::copy({op.desc}, &{op.src}({row}, {col}), {coords});")
+
+    @_handles(TmaStoreWaitOp)
+    def _tma_store_wait(self, op: TmaStoreWaitOp) -> None:
+        self._at(op)
+        self.w.line("tma_store_arrive();")
+        self.w.line("tma_store_wait<0>();  // the stores have read shared memory")
 
     # ------------------------------------------------------------------ mbarriers
     @_handles(MbarrierOp)

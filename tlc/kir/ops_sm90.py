@@ -213,6 +213,35 @@ class TmaLoadOp(Op):
                    and self.dst_coord[0] % 8 == 0, f"dst_coord {self.dst_coord}: rows must be a multiple of 8")
 
 
+@dataclass(frozen=True, kw_only=True)
+class TmaStoreOp(Op):
+    """One TMA bulk tensor store (`cp.async.bulk.tensor` global ← shared, SM90_TMA_STORE_<rank>D) of the
+    box of `desc` from shared buffer `src` at element (row, col) = `src_coord` to element coordinates
+    `coord` (outermost first); rows and columns past the tensor's end are not written. Issued by one
+    thread once every writer has fenced the async proxy and passed a barrier; `TmaStoreWaitOp` then
+    waits until the stores have read shared memory."""
+
+    desc: str
+    src: str
+    coord: tuple[Expr, ...]
+    src_coord: tuple[int, int] = (0, 0)
+
+    def check(self) -> None:
+        check_ident(self.desc, "TMA descriptor")
+        check_ident(self.src, "shared buffer")
+        self._need(1 <= len(self.coord) <= 5 and all(isinstance(c, Expr) for c in self.coord),
+                   "coord needs 1 to 5 expressions")
+        self._need(len(self.src_coord) == 2 and all(isinstance(c, int) and c >= 0 for c in self.src_coord),
+                   f"src_coord {self.src_coord}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmaStoreWaitOp(Op):
+    """This thread's TMA stores so far form one bulk group; wait until the group has read shared
+    memory (`cp.async.bulk.commit_group`, `cp.async.bulk.wait_group.read 0`), so the tile may be
+    reused or the block may end."""
+
+
 # ----------------------------------------------------------------------------- wgmma
 @dataclass(frozen=True, kw_only=True)
 class WgmmaTiledMmaOp(Op):
@@ -392,7 +421,8 @@ class NamedBarrierOp(Op):
 
 SM90_OP_CLASSES: tuple[type[Op], ...] = (
     TmaParamsOp, Sm90KernelOp, TmaDescriptorOp, GmmaSmemLayoutOp, MbarrierOp, MbarrierInitOp,
-    MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaLoadOp, WgmmaTiledMmaOp, WgmmaFragmentOp,
+    MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaLoadOp, TmaStoreOp, TmaStoreWaitOp,
+    WgmmaTiledMmaOp, WgmmaFragmentOp,
     WgmmaFenceOperandOp, WgmmaArriveOp, WgmmaOp, FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp, CarryOp,
     WarpSpecializeOp, NamedBarrierOp)
 

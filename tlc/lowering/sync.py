@@ -5,7 +5,8 @@ effects require, walking each region in order with the async groups still in fli
 
     read of a buffer an in-flight group writes → cp.async.wait_group N (N = newer groups) + barrier
         (sm_90a: + fence.proxy.async between them when a wgmma reads what the retired groups wrote)
-    read of a buffer written by registers       → barrier (other threads wrote it)
+    read of a buffer written by registers       → barrier (other threads wrote it); fence.proxy.async
+        first when the reader is a TMA store
     write to a buffer read since the last barrier (write-after-read, also across loop trips) → barrier
 
 Buffers overlap when their bytes do (an epilogue staging tile over dead operand tiles). In a
@@ -73,6 +74,8 @@ class _Sync:
             return set(), set(op.reads), set(op.writes)
         if isinstance(op, H.WgmmaOp):
             return set(), set(op.reads), set()
+        if isinstance(op, H.TmaStoreOp):
+            return set(), {op.src}, set()
         if isinstance(op, K.IfOp) or (isinstance(op, K.ForOp) and op.unroll):  # a k-block loop syncs as one op
             acc: tuple[set[str], set[str], set[str]] = (set(), set(), set())
             for child in op.body:
@@ -132,6 +135,8 @@ class _Sync:
             if touched:
                 self._wait_for(touched, st, out, op.loc)
             if any(self._hits(r, st.dirty) for r in reads):
+                if any(isinstance(x, H.TmaStoreOp) for x in K.walk(op)):
+                    out.append(H.FenceProxyAsyncOp(loc=op.loc))   # register writes → the TMA store's async proxy
                 self._barrier(st, out, op.loc)
             if any(self._hits(w, st.read) for w in writes | reg_writes):
                 self._barrier(st, out, op.loc)

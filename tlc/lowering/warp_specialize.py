@@ -98,19 +98,16 @@ class WarpSpecializer:
         self.defs = {name: op for op in K.walk(self.kernel) for name in op.defined_names()}
 
     # ------------------------------------------------------------------ reading the copies
-    def _load(self, group: list[K.AsyncCopyOp]) -> Load:
-        first = group[0]
-        where = f"the copy into {first.buffer}"
-        if len({c.buffer for c in group}) != 1 or len({str(c.src) for c in group}) != 1:
-            raise Declined(f"{where}: one group writes several tiles")
-        src = first.src
-        if not (isinstance(src, Index) and len(src.indices) == 5):
-            raise Declined(f"{where}: its source `{src}` is not a tile of a global tensor")
-        part = self.defs.get(src.base.name)
+    def _global_tile(self, e: Expr, where: str) -> Load:
+        """The tile `e` (`tXgX[_, _, _, row, col]`, a thread's partition of a global tile) names: its
+        tensor, size, tile coordinates and the batch and head coordinates of the tensor's offset."""
+        if not (isinstance(e, Index) and len(e.indices) == 5):
+            raise Declined(f"{where}: `{e}` is not a tile of a global tensor")
+        part = self.defs.get(e.base.name)
         tile = self.defs.get(part.src.name) if isinstance(part, K.PartitionOp) and isinstance(part.src, Var) else None
         tensor = self.defs.get(tile.src) if isinstance(tile, K.GlobalTileOp) else None
         if not isinstance(tensor, K.GlobalTensorOp):
-            raise Declined(f"{where}: its source `{src}` is not a tile of a global tensor")
+            raise Declined(f"{where}: `{e}` is not a tile of a global tensor")
         field = tensor.ptr.name if isinstance(tensor.ptr, Var) else ""
         if not (field.startswith("p.") and field.endswith("_ptr")):
             raise Declined(f"{where}: global tensor {tensor.name} is not a kernel argument")
@@ -121,15 +118,23 @@ class WarpSpecializer:
         if len(terms) != 2 or len(batch) != 1 or len(head) != 1:
             raise Declined(f"{where}: the offset of {tensor.name} (`{tensor.offset}`) is not batch and head strides")
         rows, cols = tile.tile
-        buf = self.defs.get(first.buffer)
-        layout = self.defs.get(buf.layout) if isinstance(buf, K.SharedBufferOp) else None
-        if not (isinstance(layout, H.GmmaSmemLayoutOp) and layout.k_major and layout.swizzle == SWIZZLE
-                and tuple(layout.shape[:2]) == (rows, cols)):
-            raise Declined(f"{where}: its shared layout is not a {rows}×{cols} GMMA K-major 128-byte tile")
         span = SWIZZLE // H.ELEMENT_BYTES[tensor.dtype]
         if cols % span or rows > 256:
             raise Declined(f"{where}: a {rows}×{cols} tile is not whole TMA boxes of at most 256×{span}")
-        return Load(first.buffer, tensor, rows, cols, src.indices[3], src.indices[4], batch[0], head[0], first.loc)
+        return Load("", tensor, rows, cols, e.indices[3], e.indices[4], batch[0], head[0], None)
+
+    def _load(self, group: list[K.AsyncCopyOp]) -> Load:
+        first = group[0]
+        where = f"the copy into {first.buffer}"
+        if len({c.buffer for c in group}) != 1 or len({str(c.src) for c in group}) != 1:
+            raise Declined(f"{where}: one group writes several tiles")
+        tile = self._global_tile(first.src, where)
+        buf = self.defs.get(first.buffer)
+        layout = self.defs.get(buf.layout) if isinstance(buf, K.SharedBufferOp) else None
+        if not (isinstance(layout, H.GmmaSmemLayoutOp) and layout.k_major and layout.swizzle == SWIZZLE
+                and tuple(layout.shape[:2]) == (tile.rows, tile.cols)):
+            raise Declined(f"{where}: its shared layout is not a {tile.rows}×{tile.cols} GMMA K-major 128-byte tile")
+        return dataclasses.replace(tile, buffer=first.buffer, loc=first.loc)
 
     def _groups(self, body: tuple[K.Op, ...]) -> tuple[list[tuple[int, int, Load]], list[int]]:
         """(start, end, load) of each copy group at the top of `body`, and the other ops' indices."""
@@ -173,6 +178,10 @@ class WarpSpecializer:
         bars, inits, end = self._barriers(once, ring, stages, consumers, arrive_per_group)
         consumer = self._consumer(rest, once, loops, stages, rank, arrive_per_group)
         producer = self._producer(rest, once, loops, stages, descriptors, consumers)
+        self._notes: list[str] = []
+        self._relayout: dict[str, K.Op] = {}
+        consumer = self._stores(consumer, descriptors)
+        prefix = tuple(self._relayout.get(getattr(op, "name", None), op) for op in prefix)
         regs = min(MAX_CONSUMER_REGS, (H.REGISTER_FILE - PRODUCER_REGS * WARP_GROUP) // (WARP_GROUP * consumers) // 8 * 8)
         roles = H.WarpSpecializeOp(group="warp_group", producer_regs=PRODUCER_REGS, consumer_regs=regs,
                                    producer=tuple(producer), consumer=tuple(consumer), producer_last=True,
@@ -189,9 +198,13 @@ class WarpSpecializer:
             tma_params if op is params else new_kernel if op is kernel else op for op in self.program.body))
         program.verify()
         loaded = ", ".join([f"{ld.buffer} once" for ld in once] + [f"{b} ({stages} stage(s))" for b in ring])
+        stored = f"; thread 0 stores {', '.join(self._relayout_buffers())} with TMA" if self._relayout else ""
         notes.append(f"warp-specialize: warp group {consumers} loads {loaded} with TMA (one thread); warp groups "
-                     f"0..{consumers - 1} compute; setmaxnreg {PRODUCER_REGS}/{regs}")
-        return program, notes
+                     f"0..{consumers - 1} compute; setmaxnreg {PRODUCER_REGS}/{regs}{stored}")
+        return program, notes + self._notes
+
+    def _relayout_buffers(self) -> list[str]:
+        return [op.name for op in self.kernel.body if isinstance(op, K.SharedBufferOp) and op.layout in self._relayout]
 
     def _plan(self, rest: tuple[K.Op, ...]) -> tuple[list[Load], list[tuple[K.ForOp, list[Load]]]]:
         loads, others = self._groups(rest)
@@ -253,15 +266,63 @@ class WarpSpecializer:
         self.defs = {name: op for op in K.walk(self.kernel) for name in op.defined_names()}
         return self.stages, []
 
+    def _stores(self, consumer: list[K.Op], descriptors: dict[str, H.TmaDescriptorOp]) -> list[K.Op]:
+        """The epilogue's shared→global copies of a staged tile as TMA stores by one thread (after the
+        writers' proxy fence and barrier, which insert-sync places); the staging tile takes the GMMA
+        K-major 128-byte layout the boxes read. A copy this does not cover stays as it is."""
+        out: list[K.Op] = []
+        for op in consumer:
+            try:
+                ld = self._store_of(op)
+            except Declined as why:
+                self._notes.append(f"warp-specialize: the epilogue keeps its copy: {why}")
+                out.append(op)
+                continue
+            if ld is None:
+                out.append(op)
+                continue
+            desc = self._descriptor(ld, descriptors)
+            span = desc.box[-1]
+            row0 = BinOp("*", ld.row, Const(ld.rows))
+            stores = [H.TmaStoreOp(desc=desc.name, src=ld.buffer, src_coord=(0, j * span), loc=op.loc,
+                                   coord=(ld.batch, ld.head, row0,
+                                          BinOp("+", BinOp("*", ld.col, Const(ld.cols)), Const(j * span))))
+                      for j in range(ld.cols // span)]
+            out.append(K.IfOp(cond=BinOp("==", Var("threadIdx.x"), Const(0)), loc=op.loc,
+                              body=(*stores, H.TmaStoreWaitOp(loc=op.loc))))
+            buf = self.defs[ld.buffer]
+            self._relayout[buf.layout] = H.GmmaSmemLayoutOp(name=buf.layout, dtype=buf.dtype, swizzle=SWIZZLE,
+                                                            shape=(ld.rows, ld.cols), k_major=True, loc=buf.loc)
+        return out
+
+    def _store_of(self, op: K.Op) -> Load | None:
+        """The staged tile a shared→global CopyOp stores (None for other ops)."""
+        if not (isinstance(op, K.CopyOp) and len(op.reads) == 1 and not op.writes and isinstance(op.src, Var)):
+            return None
+        buffer = op.reads[0]
+        part = self.defs.get(op.src.name)
+        if not (isinstance(part, K.PartitionOp) and isinstance(part.src, Var) and part.src.name == buffer):
+            return None
+        tile = self._global_tile(op.dst, f"the store of {buffer}")
+        buf = self.defs.get(buffer)
+        layout = self.defs.get(buf.layout) if isinstance(buf, K.SharedBufferOp) else None
+        if buf.offset_bytes % 1024 or getattr(layout, "shape", None) != (tile.rows, tile.cols):
+            raise Declined(f"the store of {buffer}: its tile is not {tile.rows}×{tile.cols} at a 1024-byte boundary")
+        return dataclasses.replace(tile, buffer=buffer, loc=op.loc)
+
+    def _descriptor(self, ld: Load, out: dict[str, H.TmaDescriptorOp]) -> H.TmaDescriptorOp:
+        span = SWIZZLE // H.ELEMENT_BYTES[ld.tensor.dtype]
+        desc = H.TmaDescriptorOp(name=f"tma_{ld.name}", ptr=ld.tensor.ptr, dtype=ld.tensor.dtype,
+                                 box=(1, 1, ld.rows, span), swizzle=SWIZZLE, loc=ld.loc)
+        seen = out.setdefault(desc.name, desc)
+        if seen.box != desc.box:
+            raise Declined(f"tensor {ld.name} is copied in tiles of two sizes")
+        return seen
+
     def _descriptors(self, loads: list[Load]) -> dict[str, H.TmaDescriptorOp]:
         out: dict[str, H.TmaDescriptorOp] = {}
         for ld in loads:
-            span = SWIZZLE // H.ELEMENT_BYTES[ld.tensor.dtype]
-            desc = H.TmaDescriptorOp(name=f"tma_{ld.name}", ptr=ld.tensor.ptr, dtype=ld.tensor.dtype,
-                                     box=(1, 1, ld.rows, span), swizzle=SWIZZLE, loc=ld.loc)
-            seen = out.setdefault(desc.name, desc)
-            if seen.box != desc.box:
-                raise Declined(f"tensor {ld.name} is copied in tiles of two sizes")
+            self._descriptor(ld, out)
         return out
 
     def _wgmma_only(self, buffer: str, loops) -> bool:
