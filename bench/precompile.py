@@ -2,9 +2,10 @@
 the GPU tests build, and/or every kernel bench_attention.py times, each built from its shipped
 `.tl` spec through `tlc.build` exactly as the tests and the benchmark build it.
 
-    python3 bench/precompile.py --jobs 16 [--set tests|bench|bar|all] [--arch sm_90|sm_90a]
+    python3 bench/precompile.py --jobs 16 [--set tests|bench|bar|hopper|all] [--arch sm_90|sm_90a]
 
-`--set bar` is what `bench_attention.py --bar --arch ARCH` times (its BAR_ROWS with the target's tiles).
+`--set bar` is what `bench_attention.py --bar --arch ARCH` times (its BAR_ROWS with the target's tiles);
+`--set hopper` every sm_90a kernel of the GPU tests and of `--bar --arch sm_90a` (a Hopper-only change).
 """
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ def bar_builds(arch: str = "sm_90") -> list[Job]:
 def job_set(name: str, arch: str) -> list[Job]:
     """The jobs of `--set name` for `--arch arch`, deduplicated (one per cache entry)."""
     tests = lambda: gpu_test_builds() + (hopper_attention_builds() if arch == "sm_90" else [])  # noqa: E731
-    jobs = {"tests": tests, "bench": lambda: bench_builds(arch), "bar": lambda: bar_builds(arch),
+    hopper = lambda: ([j for j in gpu_test_builds() if len(j) > 3 and j[3] == "sm_90a"]  # noqa: E731
+                      + hopper_attention_builds() + bar_builds("sm_90a"))
+    jobs = {"tests": tests, "bench": lambda: bench_builds(arch), "bar": lambda: bar_builds(arch), "hopper": hopper,
             "all": lambda: tests() + bench_builds(arch) + bar_builds(arch)}[name]()
     return list({_key(j): j for j in jobs}.values())
 
@@ -109,7 +112,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--set", default="all", choices=["tests", "bench", "bar", "all"])
+    ap.add_argument("--set", default="all", choices=["tests", "bench", "bar", "hopper", "all"])
     a = ap.parse_args()
     jobs = job_set(a.set, a.arch)
     print(f"precompiling {len(jobs)} kernel(s) for {a.arch} with {a.jobs} job(s)", flush=True)
