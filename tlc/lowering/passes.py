@@ -138,7 +138,8 @@ class _ScheduleListingPass(Pass):
 class WarpSpecializePass(_ScheduleListingPass):
     """sm_90a: TMA loads, mbarrier rings and producer/consumer warp groups (tlc.lowering.warp_specialize).
     Stages: this option, else Param Stages, else 2 where shared memory allows. `Param WarpSpecialize =
-    false` keeps the cp.async schedule; other targets and programs it does not cover keep it too."""
+    false` keeps the cp.async schedule; other targets and programs it does not cover keep it too.
+    `Param TmaStore = true` stores the epilogue's tile with TMA (off by default: not yet run on a GPU)."""
 
     name: ClassVar[str] = "warp-specialize"
     stages: int = 0
@@ -147,15 +148,16 @@ class WarpSpecializePass(_ScheduleListingPass):
         from tlc.lowering.warp_specialize import warp_specialize
 
         state = _state(ctx, self.name)
-        wanted = graph.params.get("WarpSpecialize", True)
-        if not isinstance(wanted, bool):
-            raise fail(f"Param WarpSpecialize = {wanted!r}: use true or false")
+        wanted, store = graph.params.get("WarpSpecialize", True), graph.params.get("TmaStore", False)
+        for param, value in (("WarpSpecialize", wanted), ("TmaStore", store)):
+            if not isinstance(value, bool):
+                raise fail(f"Param {param} = {value!r}: use true or false")
         if not wanted or not state.arch.name.endswith("a"):
             return
         stages = self.stages or graph.params.get("Stages", 2)
         if not isinstance(stages, int) or isinstance(stages, bool) or not 1 <= stages <= 4:
             raise fail(f"Param Stages = {stages!r}: the TMA ring takes 1 to 4 stages")
-        state.kir, notes = warp_specialize(state.kir, stages, state.arch.smem_per_block)
+        state.kir, notes = warp_specialize(state.kir, stages, state.arch.smem_per_block, tma_store=store)
         state.schedule = list(state.schedule) + notes
         state.kir.verify()
 

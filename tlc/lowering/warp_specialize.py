@@ -12,6 +12,9 @@ When every global→shared copy can be a TMA load of a GMMA 128-byte-swizzled ti
         empty[stage] (parity phase ^ 1), arrive_expect_tx(full[stage], bytes), one TMA box per 64
         columns (128 bytes: the swizzle span)
 
+With `tma_store` (`Param TmaStore = true`; off by default until it has run on a GPU) the epilogue's
+staged tile is stored by thread 0 with TMA boxes instead of the consumers' predicated copy.
+
 A tile loaded in a loop gets `stages` ring slots (its shared layout a stage mode); one loaded once
 gets one barrier. The consumers keep thread indices 0.. (the producer is the last warp group), so
 every thread slice and the epilogue's copies are unchanged; the CTA grows by one warp group. TMA
@@ -92,8 +95,8 @@ def _coefficient(term: Expr, stride: str) -> Expr | None:
 
 
 class WarpSpecializer:
-    def __init__(self, program: K.ProgramOp, stages: int, smem_limit: int) -> None:
-        self.program, self.stages, self.limit = program, stages, smem_limit
+    def __init__(self, program: K.ProgramOp, stages: int, smem_limit: int, tma_store: bool = False) -> None:
+        self.program, self.stages, self.limit, self.tma_store = program, stages, smem_limit, tma_store
         self.kernel: H.Sm90KernelOp = program.kernels()[0]
         self.defs = {name: op for op in K.walk(self.kernel) for name in op.defined_names()}
 
@@ -180,7 +183,8 @@ class WarpSpecializer:
         producer = self._producer(rest, once, loops, stages, descriptors, consumers)
         self._notes: list[str] = []
         self._relayout: dict[str, K.Op] = {}
-        consumer = self._stores(consumer, descriptors)
+        if self.tma_store:
+            consumer = self._stores(consumer, descriptors)
         prefix = tuple(self._relayout.get(getattr(op, "name", None), op) for op in prefix)
         regs = min(MAX_CONSUMER_REGS, (H.REGISTER_FILE - PRODUCER_REGS * WARP_GROUP) // (WARP_GROUP * consumers) // 8 * 8)
         roles = H.WarpSpecializeOp(group="warp_group", producer_regs=PRODUCER_REGS, consumer_regs=regs,
@@ -455,12 +459,13 @@ def _live(decls, users) -> list[K.Op]:
         decls = keep
 
 
-def warp_specialize(program: K.ProgramOp, stages: int, smem_limit: int) -> tuple[K.ProgramOp, list[str]]:
+def warp_specialize(program: K.ProgramOp, stages: int, smem_limit: int,
+                    tma_store: bool = False) -> tuple[K.ProgramOp, list[str]]:
     """The program with its kernel warp-specialised, or unchanged with the reason in the notes."""
     kernels = program.kernels()
     if len(kernels) != 1 or not isinstance(kernels[0], H.Sm90KernelOp):
         return program, []
     try:
-        return WarpSpecializer(program, stages, smem_limit).run()
+        return WarpSpecializer(program, stages, smem_limit, tma_store).run()
     except Declined as why:
         return program, [f"warp-specialize: kept the cp.async schedule: {why}"]
