@@ -66,6 +66,14 @@ def normal_defines(defines: Mapping[str, Any] | None) -> dict[str, str]:
     return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
 
 
+# Environment switches that change what the lowering emits: part of every build key.
+LOWERING_SWITCHES = ("TLC_FOLD_PARTITIONS",)
+
+
+def _switches() -> str:
+    return ";".join(f"{k}={os.environ.get(k, '')}" for k in LOWERING_SWITCHES)
+
+
 def _build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str, lse: bool) -> str:
     """Key of the build index: everything that decides the emitted source and how NVRTC compiles it."""
     from tlc.backend_cute import cache
@@ -79,7 +87,7 @@ def _build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str
         nvrtc = nvrtc_version()
     defines = "\0".join(f"{k}={v}" for k, v in sorted(defs.items()))
     return cache.build_key(data, name, defines, arch, str(lse), nvrtc, repr(sorted(found.items())),
-                           repr(include_dirs()))
+                           repr(include_dirs()), _switches())
 
 
 def compile_spec(path_or_text: str | Path, *, arch: str, defines: Mapping[str, Any] | None = None,
@@ -126,7 +134,7 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
     data, name = _read(path_or_text)
     defs = normal_defines(defines)
     arch = arch or device_arch()
-    key = (data, name, tuple(sorted(defs.items())), arch, lse)
+    key = (data, name, tuple(sorted(defs.items())), arch, lse, _switches())
     if key in _DISPATCH:
         return _DISPATCH[key]
     compiled, abi = compile_spec(path_or_text, arch=arch, defines=defs, lse=lse)
