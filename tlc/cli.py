@@ -107,8 +107,11 @@ def _replace_keeping_mode(path: Path, text: str) -> None:
         raise TlcError(_err(f"cannot rewrite {path} ({exc.strerror or exc}); left as it was")) from None
 
 
-_LOWERING = {"lower-tile-ops", "infer-layouts", "insert-sync", "pipeline", "prefetch-operands", "defer-reductions",
-             "check-resources"}
+def _lowering_passes() -> set[str]:
+    """The lowering passes' names (a --print-after of one of them runs the lowering)."""
+    from tlc.passes.pipeline import LOWERING_PIPELINE
+
+    return set(LOWERING_PIPELINE)
 
 
 def cmd_show(args) -> int:
@@ -128,7 +131,7 @@ def cmd_show(args) -> int:
         sys.stdout.write(print_graph(graph, with_locs=not args.no_locs))
         return 0
     pipeline = args.pipeline
-    if pipeline is None and (args.arch or args.print_after_all or set(args.print_after or []) & _LOWERING):
+    if pipeline is None and (args.arch or args.print_after_all or set(args.print_after or []) & _lowering_passes()):
         from tlc.lowering.passes import full_pipeline  # the TL passes, then the lowering for the target
 
         pipeline = ",".join(full_pipeline(args.arch))
