@@ -16,7 +16,7 @@ from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, CoordView
                                RetileViewOp, ThreadViewOp)
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.emit_text import kernel_ir
-from tlc.lowering.fold_partitions import FoldPartitionsPass, fold_partitions, register_with_the_evaluator
+from tlc.lowering.fold_partitions import FoldPartitionsPass, fold_partitions
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 SMALL = {"HeadDim": "32", "BM": "64", "BN": "32"}
@@ -30,7 +30,6 @@ def folded(program: K.ProgramOp) -> tuple[K.ProgramOp, list[str]]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_folded_kernel_ir_equals_the_interpreter(case: str) -> None:
-    register_with_the_evaluator()
     _, kir, _ = lowered(case)
     program, notes = folded(kir)
     program.verify()

@@ -200,7 +200,8 @@ class Block:
 
     def run(self, ops: tuple[K.Op, ...]) -> None:
         for op in ops:
-            handler = HANDLERS.get(type(op))
+            # The nearest class with a handler: a fold-partitions view is read as the op it replaced.
+            handler = next((HANDLERS[c] for c in type(op).__mro__ if c in HANDLERS), None)
             if handler is None:
                 raise TileEvalError(f"{type(op).__name__} has no tile-level meaning here (the evaluator knows "
                                     f"{', '.join(sorted(c.__name__ for c in HANDLERS))})", op.loc)

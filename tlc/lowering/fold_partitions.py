@@ -26,7 +26,7 @@ from tlc.ir.graph import Graph
 from tlc.kir import ops as K
 from tlc.kir.expr import Var
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
-from tlc.kir.ops_views import (VIEW_OP_CLASSES, CoordViewOp, CopyAtomOp, GlobalTileViewOp, MmaAtomOp,
+from tlc.kir.ops_views import (CoordViewOp, CopyAtomOp, GlobalTileViewOp, MmaAtomOp,
                                RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp,
                                ThreadViewOp, refine)
 from tlc.layout.kir_atoms import atom_calls
@@ -207,7 +207,6 @@ class FoldPartitionsPass(_KernelPass):
         kernel, notes = fold_partitions(kernel)
         state.schedule = list(state.schedule) + notes
         _with_kernel(state, kernel)
-        register_with_the_evaluator()
 
     def print_state(self, ctx: PassContext) -> str:
         from tlc.lowering.state import get_state
@@ -215,16 +214,3 @@ class FoldPartitionsPass(_KernelPass):
         notes = [n for n in (state.schedule if state else []) if n.startswith(("fold-partitions", "  "))
                  or ": kept (" in n]
         return "".join(f"// {n}\n" for n in notes) + super().print_state(ctx)
-
-
-def register_with_the_evaluator() -> None:
-    """The tile evaluator, where loaded, reads each view as the op it replaced (it models no threads)."""
-    import sys
-    if "tlc.kir.tile_eval_state" in sys.modules:
-        from tlc.kir.tile_eval_state import HANDLERS
-        for cls in VIEW_OP_CLASSES:
-            base = cls.__mro__[next(i for i, c in enumerate(cls.__mro__[1:], 1) if c in HANDLERS)]
-            HANDLERS.setdefault(cls, HANDLERS[base])
-
-
-
