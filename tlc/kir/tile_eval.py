@@ -27,7 +27,8 @@ __all__ = ["TileEvalError", "evaluate_program", "known_ops"]
 
 
 def known_ops() -> list[str]:
-    return sorted(cls.__name__ for cls in HANDLERS)
+    """Kernel-IR op classes the evaluator reads: a handler of their own or of the op they specialise."""
+    return sorted(name for name, cls in K.OP_CLASSES.items() if any(b in HANDLERS for b in cls.__mro__))
 
 
 def _rows(arg: TensorArg, env: Mapping[str, object]) -> int:
