@@ -8,9 +8,9 @@ from __future__ import annotations
 import functools
 import string
 from importlib import resources
-from typing import Callable
 
 from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, cpp_expr, static_shape
+from tlc.backend_cute.handler_table import HandlerTable
 from tlc.diagnostics import fail
 from tlc.kir.base import Op
 from tlc.kir.ops_decl import SharedBufferOp
@@ -24,15 +24,8 @@ _BARRIER = "cutlass::arch::ClusterBarrier"
 _TX_BARRIER = "cutlass::arch::ClusterTransactionBarrier"
 _SWIZZLE_ATOM = {0: "INTER", 32: "SW32", 64: "SW64", 128: "SW128"}
 
-# op class → handler; filled by @_handles below, registered on the subclass's dispatcher.
-_HANDLERS: dict[type[Op], Callable] = {}
-
-
-def _handles(cls: type[Op]) -> Callable[[Callable], Callable]:
-    def register(fn: Callable) -> Callable:
-        _HANDLERS[cls] = fn
-        return fn
-    return register
+_TABLE = HandlerTable("Sm90Emitter")
+_handles = _TABLE.handles
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,16 +37,9 @@ def _major(k_major: bool) -> str:
     return "GMMA::Major::K" if k_major else "GMMA::Major::MN"
 
 
-class Sm90Emitter:
+class Sm90Emitter(_TABLE.mixin_base()):
     """Mixin of `CuteEmitter` (it provides `w`, `symbols`, `_at` and the `emit` dispatcher)."""
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        dispatcher = cls.__dict__.get("emit")
-        if not isinstance(dispatcher, functools.singledispatchmethod):
-            raise TypeError(f"{cls.__name__} inherits Sm90Emitter but defines no singledispatchmethod `emit`")
-        for op_cls, handler in _HANDLERS.items():
-            dispatcher.register(op_cls, handler)
 
     def _sm90_headers(self) -> None:
         """The Hopper includes, once, at file scope before the first sm_90a struct or kernel."""

@@ -6,25 +6,17 @@ layout the op carries, so NVRTC builds one `Layout<…>` per view instead of CuT
 from __future__ import annotations
 
 import contextlib
-import functools
-from typing import Callable
 
 from tlc.backend_cute.cpp import CPP_DTYPE, cpp_expr
-from tlc.kir.base import Op
-from tlc.kir.expr import Expr
-from tlc.kir.expr import Index, Var
+from tlc.backend_cute.handler_table import HandlerTable
+from tlc.kir.expr import Expr, Index, Var
 from tlc.kir.ops_exec import kblock_slice
-from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, GlobalTileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
-                               RetileViewOp, ThreadViewOp)
+from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, CoordViewOp, CopyAtomOp, GlobalTileViewOp,
+                               MmaAtomOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp,
+                               StaticTransposeLayoutOp, ThreadViewOp)
 
-_HANDLERS: dict[type[Op], Callable] = {}
-
-
-def _handles(cls: type[Op]) -> Callable[[Callable], Callable]:
-    def register(fn: Callable) -> Callable:
-        _HANDLERS[cls] = fn
-        return fn
-    return register
+_TABLE = HandlerTable("ViewEmitter")
+_handles = _TABLE.handles
 
 
 def _static(kind: str, value) -> str:
@@ -67,16 +59,9 @@ def _is_static(value) -> bool:
     return all(_is_static(v) for v in value) if isinstance(value, tuple) else not isinstance(value, Expr)
 
 
-class ViewEmitter:
+class ViewEmitter(_TABLE.mixin_base()):
     """Mixin of `CuteEmitter` (it provides `w`, `_at` and the `emit` dispatcher)."""
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        dispatcher = cls.__dict__.get("emit")
-        if not isinstance(dispatcher, functools.singledispatchmethod):
-            raise TypeError(f"{cls.__name__} inherits ViewEmitter but defines no singledispatchmethod `emit`")
-        for op_cls, handler in _HANDLERS.items():
-            dispatcher.register(op_cls, handler)
 
     @_handles(ThreadViewOp)
     def _thread_view(self, op: ThreadViewOp) -> None:
