@@ -48,8 +48,8 @@ def _kernel(state: LoweringState) -> KernelOp:
     return state.kir.kernels()[0]
 
 
-LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "warp-specialize", "insert-sync", "pipeline", "prefetch-operands", "defer-reductions",
-                  "overlap-gemms", "check-resources")
+LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "warp-specialize", "insert-sync", "pipeline", "prefetch-operands",
+                  "defer-reductions", "overlap-gemms", "check-resources")
 
 
 @dataclass(frozen=True)
