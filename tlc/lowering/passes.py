@@ -163,7 +163,7 @@ class WarpSpecializePass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
-class OverlapGemmsPass(_ScheduleRewritePass):
+class OverlapGemmsPass(_ScheduleListingPass, _ScheduleRewritePass):
     """sm_90a, warp-specialised loops: the next tile's first GEMM and this tile's second overlap the
     softmax, and the consumer warp groups take turns issuing (tlc.lowering.overlap_gemms).
     `Param Overlap = false` keeps each trip's order; `Param PingPong = false` lets the groups issue freely."""
