@@ -41,6 +41,14 @@ class _LayoutFields:
                        f"congruent ({what} strides)")
 
 
+class _StaticLayout(_LayoutFields):
+    """A view whose layout is all static (int strides)."""
+
+    def check(self) -> None:
+        super().check()
+        self._check_layout(_int_stride, "static")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ThreadViewOp(_LayoutFields, PartitionOp):
     """A thread's share of a shared or global tile: `make_tensor(src.data() + offset, layout)`; for
@@ -89,28 +97,20 @@ class CoordViewOp(_LayoutFields, PartitionOp):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RetileViewOp(_LayoutFields, PartitionOp):
+class RetileViewOp(_StaticLayout, PartitionOp):
     """retile_S/D: the same registers as `src` in the copy's value order, `make_tensor(src.data(), layout)`."""
 
     layout_shape: tuple
     layout_stride: tuple
 
-    def check(self) -> None:
-        super().check()
-        self._check_layout(_int_stride, "static")
-
 
 @dataclass(frozen=True, kw_only=True)
-class RegisterFragmentOp(_LayoutFields, FragmentOp):
+class RegisterFragmentOp(_StaticLayout, FragmentOp):
     """A register fragment with the layout CuTe's partition_fragment_A/B/C would give it:
     `make_tensor<T>(layout)`."""
 
     layout_shape: tuple
     layout_stride: tuple
-
-    def check(self) -> None:
-        super().check()
-        self._check_layout(_int_stride, "static")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,30 +165,22 @@ class AtomMmaOp(MmaOp):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StaticSmemLayoutOp(_LayoutFields, SmemLayoutOp):
+class StaticSmemLayoutOp(_StaticLayout, SmemLayoutOp):
     """A shared layout as the static layout tlc computed (the same function as CuTe's
     tile_to_shape of the swizzled atom): `composition(Swizzle<B,M,S>{}, Layout<…>{})`."""
 
     layout_shape: tuple
     layout_stride: tuple
 
-    def check(self) -> None:
-        super().check()
-        self._check_layout(_int_stride, "static")
-
 
 @dataclass(frozen=True, kw_only=True)
-class StaticTransposeLayoutOp(_LayoutFields, SmemTransposeLayoutOp):
+class StaticTransposeLayoutOp(_StaticLayout, SmemTransposeLayoutOp):
     """A transposed shared view's layout as the static layout tlc computed, under `swizzle`
     ((0, 0, 0) where the view strips it)."""
 
     layout_shape: tuple
     layout_stride: tuple
     swizzle: tuple[int, int, int] = (0, 0, 0)
-
-    def check(self) -> None:
-        super().check()
-        self._check_layout(_int_stride, "static")
 
 
 @dataclass(frozen=True, kw_only=True)
