@@ -27,6 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tlc  # noqa: E402
+from bench import require_cuda  # noqa: E402
 from tlc.runtime import attention_spec  # noqa: E402
 from tlc.tuning import default_tiles  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
@@ -271,6 +272,7 @@ def main() -> int:
     ap.add_argument("--arch", default="sm_90", choices=("sm_90", "sm_90a"),
                     help="tlc's target: sm_90 (mma.sync, the default) or sm_90a (wgmma; tiles get 4 warps per 64 rows)")
     a = ap.parse_args()
+    require_cuda("bench/bench_attention.py")
     global ARCH
     ARCH = a.arch
     torch.manual_seed(0)

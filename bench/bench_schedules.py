@@ -16,6 +16,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import require_cuda  # noqa: E402
+
 ARCH = "sm_90a"
 SCHEDULES = {  # name → Params appended to the spec (each must be a Param the lowering reads)
     "cp.async (no warp-specialize)": {"WarpSpecialize": "false"},
@@ -54,6 +56,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
+    require_cuda("bench/bench_schedules.py")
     jobs = [(row, name) for row in ROWS for name in SCHEDULES]
     with ProcessPoolExecutor(a.jobs) as pool:
         failures = [f for f in pool.map(build, jobs) if f]

@@ -25,6 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tlc  # noqa: E402
+from bench import require_cuda  # noqa: E402
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -42,6 +43,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=300)
     a = ap.parse_args()
+    require_cuda("bench/launch_overhead.py")
     q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     rows = {}
     for target in ("sm_90a", "sm_90"):

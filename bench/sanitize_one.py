@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import tlc  # noqa: E402
+from bench import require_cuda  # noqa: E402
 from tlc.runtime import attention_spec  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
 
@@ -42,6 +43,7 @@ if "--build-only" in sys.argv:   # fill the cache in parallel first (NVRTC), out
     with ProcessPoolExecutor(len(CASES)) as pool:
         list(pool.map(warm, CASES))
     sys.exit(0)
+require_cuda("bench/sanitize_one.py")
 for case in CASES:
     d, causal, align, stages, B, Hq, Hkv, Sq, Sk = case
     kern = build(case)
