@@ -102,9 +102,13 @@ def test_other_targets_and_the_param_keep_cp_async() -> None:
 @pytest.mark.parametrize("param,message", [("WarpSpecialize = 3", "Param WarpSpecialize = 3: use true or false"),
                                            ("Stages = 5", "Param Stages = 5: the TMA ring takes 1 to 4 stages")])
 def test_bad_params_are_one_line_errors(param: str, message: str) -> None:
-    graph, _ = compile_graph((SPEC.read_text() + f"\nParam {param}").encode(), str(SPEC))
-    with pytest.raises(TlcError, match=re.escape(message)):
+    """Refused at the Param's own line."""
+    text = SPEC.read_text() + f"\nParam {param}"
+    graph, _ = compile_graph(text.encode(), str(SPEC))
+    with pytest.raises(TlcError, match=re.escape(message)) as exc:
         run_lowering(graph, "sm_90a", name="mha_fwd")
+    (diag,) = exc.value.diagnostics
+    assert diag.loc is not None and diag.loc.line == len(text.splitlines())
 
 
 @pytest.mark.parametrize("consumers,bn,regs", [(1, 64, 240), (2, 64, 240), (3, 96, 160), (4, 64, 120)])

@@ -206,7 +206,7 @@ class Lowerer:
                     else f"'{value}' is not an element type")
             self.err(f"Param dtype = {value}: {what}; write one of {dtype_spellings(MEMORY_DTYPES)}", s.loc)
         self.graph.params[s.name] = value
-        self.param_locs[s.name] = s.loc
+        self.param_locs[s.name] = self.graph.param_locs[s.name] = s.loc
 
     def define_value(self, s: A.ParamStmt) -> Any:
         """The value `-D NAME=…` binds, checked against what the Param was declared as."""

@@ -24,6 +24,7 @@ class Graph:
         self.file = file
         self.parent = parent
         self.params: dict[str, Any] = {}
+        self.param_locs: dict[str, Any] = {}  # Param name → its statement's Loc, for errors about its value
         self.inputs: dict[str, str] = {}
         self._order: list[Op] = []
         self._nx: nx.DiGraph | None = None  # nodes are positions in _order

@@ -80,6 +80,23 @@ class LowerTileOpsPass(Pass):
         return print_kir(state.kir) if state and state.kir else "// lower-tile-ops: no kernel IR\n"
 
 
+def _schedule_param(graph: Graph, name: str, default, ok, want: str):
+    """A schedule Param's value (or `default`), refused at its `Param` line unless `ok(value)`."""
+    value = graph.params.get(name, default)
+    if not ok(value):
+        raise fail(f"Param {name} = {value!r}: {want}", graph.param_locs.get(name))
+    return value
+
+
+def _bool_param(graph: Graph, name: str, default: bool) -> bool:
+    return _schedule_param(graph, name, default, lambda v: isinstance(v, bool), "use true or false")
+
+
+def _stages(graph: Graph, option: int, most: int, what: str) -> int:
+    return option or _schedule_param(graph, "Stages", 2, lambda v: isinstance(v, int) and not isinstance(v, bool)
+                                     and 1 <= v <= most, what)
+
+
 @dataclass(frozen=True)
 class InferLayoutsPass(Pass):
     """Swizzled shared layouts from how each tile is read (tlc.lowering.layouts)."""
@@ -148,15 +165,10 @@ class WarpSpecializePass(_ScheduleListingPass):
         from tlc.lowering.warp_specialize import warp_specialize
 
         state = _state(ctx, self.name)
-        wanted, store = graph.params.get("WarpSpecialize", True), graph.params.get("TmaStore", False)
-        for param, value in (("WarpSpecialize", wanted), ("TmaStore", store)):
-            if not isinstance(value, bool):
-                raise fail(f"Param {param} = {value!r}: use true or false")
+        wanted, store = _bool_param(graph, "WarpSpecialize", True), _bool_param(graph, "TmaStore", False)
         if not wanted or not state.arch.name.endswith("a"):
             return
-        stages = self.stages or graph.params.get("Stages", 2)
-        if not isinstance(stages, int) or isinstance(stages, bool) or not 1 <= stages <= 4:
-            raise fail(f"Param Stages = {stages!r}: the TMA ring takes 1 to 4 stages")
+        stages = _stages(graph, self.stages, 4, "the TMA ring takes 1 to 4 stages")
         state.kir, notes = warp_specialize(state.kir, stages, state.arch.smem_per_block, tma_store=store)
         state.schedule = list(state.schedule) + notes
         state.kir.verify()
@@ -172,12 +184,9 @@ class OverlapGemmsPass(_ScheduleListingPass, _ScheduleRewritePass):
     pingpong: bool = True
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        wanted = {p: graph.params.get(p, True) for p in ("Overlap", "PingPong")}
-        for param, value in wanted.items():
-            if not isinstance(value, bool):
-                raise fail(f"Param {param} = {value!r}: use true or false")
-        if wanted["Overlap"]:
-            object.__setattr__(self, "pingpong", wanted["PingPong"])
+        overlap, pingpong = _bool_param(graph, "Overlap", True), _bool_param(graph, "PingPong", True)
+        if overlap:
+            object.__setattr__(self, "pingpong", pingpong)
             super().apply(ctx, graph)
 
     def rewrite(self, kernel):
@@ -214,9 +223,7 @@ class PipelinePass(_ScheduleListingPass):
         if any(isinstance(op, WarpSpecializeOp) for op in walk(_kernel(state))):
             state.stages = max((op.stages for op in walk(_kernel(state)) if isinstance(op, ForOp)), default=1)
             return   # warp-specialize built the TMA ring: nothing is left for cp.async stages
-        stages = self.stages or graph.params.get("Stages", 2)
-        if not isinstance(stages, int) or isinstance(stages, bool) or stages not in (1, 2):
-            raise fail(f"Param Stages = {stages!r}: the sm_80 pipeline runs 1 or 2 stages")
+        stages = _stages(graph, self.stages, 2, "the sm_80 pipeline runs 1 or 2 stages")
         kernel, reports = pipeline_kernel(_kernel(state), stages, state.arch.smem_per_block)
         state.schedule = list(state.schedule) + reports
         _with_kernel(state, kernel)
