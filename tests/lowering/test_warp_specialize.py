@@ -16,7 +16,7 @@ from tlc.api import compile_graph
 from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import Var
+from tlc.kir.expr import BinOp, Const, Var
 from tlc.lowering.passes import run_lowering
 from tlc.lowering.state import start_state
 from tlc.lowering.warp_specialize import warp_specialize
@@ -201,3 +201,9 @@ def test_a_ring_tile_read_after_its_loop_or_written_by_registers_keeps_cp_async(
     written = dataclasses.replace(program, body=tuple(
         dataclasses.replace(op, body=(*op.body, reg_write)) if op is kernel else op for op in program.body))
     assert "registers also write a tile the copies load (sV)" in _declined(written)
+
+
+def test_a_tensor_whose_rows_are_an_expression_keeps_cp_async() -> None:
+    program = _replace(_before_pass(), lambda op: isinstance(op, K.GlobalTensorOp) and op.name == "mK",
+                       lambda op: dataclasses.replace(op, rows=BinOp("-", Var("p.seqlen_k"), Const(1))))
+    assert "mK has `p.seqlen_k - 1` rows, not a launch input or a constant" in _declined(program)

@@ -114,6 +114,9 @@ class WarpSpecializer:
         field = tensor.ptr.name if isinstance(tensor.ptr, Var) else ""
         if not (field.startswith("p.") and field.endswith("_ptr")):
             raise Declined(f"{where}: global tensor {tensor.name} is not a kernel argument")
+        if not (isinstance(tensor.rows, Const) or (isinstance(tensor.rows, Var) and tensor.rows.name.startswith("p."))):
+            # TMA zero-fills past the tensor's own rows: they must be the rows the kernel bounds its tiles by
+            raise Declined(f"{where}: {tensor.name} has `{tensor.rows}` rows, not a launch input or a constant")
         base = field[:-4]
         terms = _terms(tensor.offset)
         batch = [c for t in terms if (c := _coefficient(t, f"{base}_batch_stride")) is not None]
