@@ -86,33 +86,32 @@ class Sm90Emitter(_TABLE.mixin_base()):
         atom = f"GMMA::Layout_{'K' if op.k_major else 'MN'}_{_SWIZZLE_ATOM[op.swizzle]}_Atom<{CPP_DTYPE[op.dtype]}>"
         self.w.line(f"using {op.name} = decltype(tile_to_shape({atom}{{}}, {static_shape(op.shape)}{{}}));")
 
+    def _tma_coords(self, op: TmaLoadOp | TmaStoreOp) -> str:
+        """A TMA copy's coordinates as the TMA unit takes them, innermost first (one per box mode)."""
+        desc = self._sym(op.desc, TmaDescriptorOp, op)
+        if len(op.coord) != len(desc.box):
+            raise fail(f"emitter: {type(op).__name__} gives {len(op.coord)} coordinates for the rank-{len(desc.box)} "
+                       f"descriptor {op.desc}", op.loc)
+        return ", ".join(cpp_expr(c) for c in reversed(op.coord))
+
     @_handles(TmaLoadOp)
     def _tma_load(self, op: TmaLoadOp) -> None:
         self._at(op)
-        desc = self._sym(op.desc, TmaDescriptorOp, op)
-        if len(op.coord) != len(desc.box):
-            raise fail(f"emitter: TmaLoadOp gives {len(op.coord)} coordinates for the rank-{len(desc.box)} "
-                       f"descriptor {op.desc}", op.loc)
+        coords = self._tma_coords(op)
         buffer = self._sym(op.dst, SharedBufferOp, op)
         layout = self.symbols.get(buffer.layout)
         rank = len(getattr(layout, "shape", ()))
         row, col = op.dst_coord
         where = f"{row}, {col}" + (f", {cpp_expr(op.stage)}" if rank == 3 else "")
-        # The TMA unit takes coordinates innermost first.
-        coords = ", ".join(cpp_expr(c) for c in reversed(op.coord))
         self.w.line(f"SM90_TMA_LOAD_{len(op.coord)}D::copy({op.desc}, &{op.bar}[{cpp_expr(op.stage)}], "
                     f"static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL), &{op.dst}({where}), {coords});")
 
     @_handles(TmaStoreOp)
     def _tma_store(self, op: TmaStoreOp) -> None:
         self._at(op)
-        desc = self._sym(op.desc, TmaDescriptorOp, op)
-        if len(op.coord) != len(desc.box):
-            raise fail(f"emitter: TmaStoreOp gives {len(op.coord)} coordinates for the rank-{len(desc.box)} "
-                       f"descriptor {op.desc}", op.loc)
+        coords = self._tma_coords(op)
         self._sym(op.src, SharedBufferOp, op)
         row, col = op.src_coord
-        coords = ", ".join(cpp_expr(c) for c in reversed(op.coord))   # innermost first
         self.w.line(f"SM90_TMA_STORE_{len(op.coord)}D::copy({op.desc}, &{op.src}({row}, {col}), {coords});")
 
     @_handles(TmaStoreWaitOp)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import ClassVar, Iterator
 
 from tlc.diagnostics import Loc, fail
-from tlc.kir.expr import check_ident
+from tlc.kir.expr import Expr, check_ident, free_names
 
 DTYPES = ("bf16", "fp16", "fp32")
 SCALAR_TYPES = ("i32", "i64", "f32", "bool")
@@ -50,6 +50,21 @@ class Op:
 
     def defined_names(self) -> list[str]:
         return [getattr(self, n) for n in self.defines]
+
+    def used_names(self) -> set[str]:
+        """Names this op itself reads: its expressions' free names and its name-valued fields (not the
+        names it defines, not its regions)."""
+        out: set[str] = set()
+        for f in fields(self):
+            if f.name in self.regions or f.name in self.defines or f.name == "loc":
+                continue
+            value = getattr(self, f.name)
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, Expr):
+                    out |= free_names(item)
+                elif isinstance(item, str):
+                    out.add(item)
+        return out
 
     def _need(self, cond: bool, msg: str) -> None:
         if not cond:

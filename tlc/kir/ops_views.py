@@ -125,27 +125,27 @@ class MmaAtomOp(TiledMmaOp):
     this MMA was folded, and cute::gemm over those fragments needs only the atom."""
 
 
+class _RestModes:
+    """Checks the `rest` mode extents an atom-call copy loops over."""
+
+    def check(self) -> None:
+        super().check()
+        self._need(all(isinstance(n, int) and n > 0 for n in self.rest), f"rest {self.rest} needs positive ints")
+
+
 @dataclass(frozen=True, kw_only=True)
-class AtomCopyOp(CopyOp):
+class AtomCopyOp(_RestModes, CopyOp):
     """A CopyOp between views, as loops over the `rest` modes (after mode 0, once sliced) calling
     the atom on each mode-0 slice: what cute::copy does, without its generic layout algebra."""
 
     rest: tuple[int, ...]
 
-    def check(self) -> None:
-        super().check()
-        self._need(all(isinstance(n, int) and n > 0 for n in self.rest), f"rest {self.rest} needs positive ints")
-
 
 @dataclass(frozen=True, kw_only=True)
-class AtomAsyncCopyOp(AsyncCopyOp):
+class AtomAsyncCopyOp(_RestModes, AsyncCopyOp):
     """An AsyncCopyOp (cp.async) between views, as AtomCopyOp's loops over the `rest` modes."""
 
     rest: tuple[int, ...]
-
-    def check(self) -> None:
-        super().check()
-        self._need(all(isinstance(n, int) and n > 0 for n in self.rest), f"rest {self.rest} needs positive ints")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ import dataclasses
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import BinOp, Const, Expr, Var, free_names, substitute
+from tlc.kir.expr import BinOp, Const, Expr, Var, substitute
 
 _ISSUE = (H.WgmmaFenceOperandOp, H.WgmmaArriveOp)
 
@@ -51,18 +51,7 @@ def _subst(op: K.Op, name: str, value: Expr) -> K.Op:
 
 
 def _names_read(op: K.Op) -> set[str]:
-    out: set[str] = set()
-    for x in K.walk(op):
-        for f in dataclasses.fields(x):
-            v = getattr(x, f.name)
-            if f.name in x.defines or f.name in x.regions or f.name == "loc":
-                continue
-            for item in v if isinstance(v, tuple) else (v,):
-                if isinstance(item, Expr):
-                    out |= free_names(item)
-                elif isinstance(item, str):
-                    out.add(item)
-    return out
+    return {n for x in K.walk(op) for n in x.used_names()}
 
 
 def _writes(op: K.Op) -> set[str]:

@@ -437,25 +437,11 @@ class WarpSpecializer:
 _DEAD_IF_UNUSED = (K.TiledCopyOp, K.PartitionOp, K.GlobalTileOp, K.IdentityTileOp, K.GlobalTensorOp)
 
 
-def _uses(op: K.Op) -> set[str]:
-    """Names `op` itself reads: expression operands and name-valued fields (not the names it defines)."""
-    out: set[str] = set()
-    for f in dataclasses.fields(op):
-        if f.name in op.regions or f.name in op.defines or f.name == "loc":
-            continue
-        for v in (getattr(op, f.name),) if not isinstance(getattr(op, f.name), tuple) else getattr(op, f.name):
-            if isinstance(v, Expr):
-                out |= free_names(v)
-            elif isinstance(v, str):
-                out.add(v)
-    return out
-
-
 def _live(decls, users) -> list[K.Op]:
     """`decls` less the copy-only declarations nothing else reads."""
     decls = list(decls)
     while True:
-        used = {n for op in [*decls, *users] for x in K.walk(op) for n in _uses(x)}
+        used = {n for op in [*decls, *users] for x in K.walk(op) for n in x.used_names()}
         keep = [op for op in decls if not isinstance(op, _DEAD_IF_UNUSED) or set(op.defined_names()) & used]
         if len(keep) == len(decls):
             return keep
