@@ -16,7 +16,8 @@ from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, CoordView
                                RetileViewOp, ThreadViewOp)
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.emit_text import kernel_ir
-from tlc.lowering.fold_partitions import FoldPartitionsPass, fold_partitions
+from tlc.lowering.fold_partitions import fold_partitions
+from tlc.lowering.passes import FoldPartitionsPass
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 SMALL = {"HeadDim": "32", "BM": "64", "BN": "32"}

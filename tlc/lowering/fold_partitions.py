@@ -16,16 +16,11 @@ left alone. Off unless `fold-partitions{enable=true}` or TLC_FOLD_PARTITIONS=1.
 from __future__ import annotations
 
 import dataclasses
-import os
-from dataclasses import dataclass, field
-from typing import ClassVar
 
 from pycute import Layout
 
-from tlc.ir.graph import Graph
 from tlc.kir import ops as K
 from tlc.kir.expr import Var
-from tlc.kir.ops_sm90 import SM90_OP_CLASSES
 from tlc.kir.ops_views import (CoordViewOp, CopyAtomOp, GlobalTileViewOp, MmaAtomOp,
                                RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp,
                                ThreadViewOp, refine)
@@ -33,12 +28,6 @@ from tlc.layout.kir_atoms import atom_calls
 from tlc.layout.kir_tensors import TileLayout, TileLayouts, engine_copy, engine_mma, smem_layout, transpose_layout
 from tlc.layout.kir_views import coord_fields, global_strides, nested, offset_expr, swizzled_strides
 from tlc.layout.swizzle import decay
-from tlc.lowering.passes import _KernelPass, _kernel, _state, _with_kernel
-from tlc.passes.base import PassContext
-
-
-def _enabled() -> bool:
-    return os.environ.get("TLC_FOLD_PARTITIONS", "0") == "1"
 
 
 class _Folder:
@@ -189,28 +178,3 @@ def _whole_tile(op: K.GlobalTileOp, tensor: K.Op | None) -> bool:
     """A (rows, cols) tile of a row-major global tensor with both tile indices kept (`(_, _)`)."""
     return (isinstance(tensor, K.GlobalTensorOp) and tensor.cols > 0 and len(op.tile) == 2
             and all(isinstance(c, Var) and c.name == "_" for c in op.coord))
-
-
-@dataclass(frozen=True)
-class FoldPartitionsPass(_KernelPass):
-    """Partitions, fragments and tiled copies as flat layouts computed by tlc/layout."""
-
-    name: ClassVar[str] = "fold-partitions"
-    enable: bool = field(default_factory=_enabled)
-
-    def apply(self, ctx: PassContext, graph: Graph) -> None:
-        state = _state(ctx, self.name)
-        kernel = _kernel(state)
-        if not self.enable or state.arch.name == "sm_90a" or any(
-                isinstance(op, SM90_OP_CLASSES) for op in K.walk(kernel)):
-            return
-        kernel, notes = fold_partitions(kernel)
-        state.schedule = list(state.schedule) + notes
-        _with_kernel(state, kernel)
-
-    def print_state(self, ctx: PassContext) -> str:
-        from tlc.lowering.state import get_state
-        state = get_state(ctx)
-        notes = [n for n in (state.schedule if state else []) if n.startswith(("fold-partitions", "  "))
-                 or ": kept (" in n]
-        return "".join(f"// {n}\n" for n in notes) + super().print_state(ctx)

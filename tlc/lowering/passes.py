@@ -14,14 +14,15 @@ PassContext (`LoweringState`) and `--print-after` shows the kernel IR after each
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
 from tlc.kir.ops import ForOp, KernelOp, MmaOp, walk
-from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
+from tlc.kir.ops_sm90 import SM90_OP_CLASSES, WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
 from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
@@ -331,6 +332,37 @@ class CheckResourcesPass(Pass):
     def print_state(self, ctx: PassContext) -> str:
         state = get_state(ctx)
         return state.resources.describe() + "\n" if state and state.resources else "// check-resources: no report\n"
+
+
+def _fold_enabled() -> bool:
+    return os.environ.get("TLC_FOLD_PARTITIONS", "0") == "1"
+
+
+@dataclass(frozen=True)
+class FoldPartitionsPass(_KernelPass):
+    """Partitions, fragments and tiled copies as flat layouts computed by tlc/layout
+    (tlc.lowering.fold_partitions, imported only when the pass is on)."""
+
+    name: ClassVar[str] = "fold-partitions"
+    enable: bool = field(default_factory=_fold_enabled)
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        state = _state(ctx, self.name)
+        kernel = _kernel(state)
+        if not self.enable or state.arch.name == "sm_90a" or any(
+                isinstance(op, SM90_OP_CLASSES) for op in walk(kernel)):
+            return
+        from tlc.lowering.fold_partitions import fold_partitions
+
+        kernel, notes = fold_partitions(kernel)
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+    def print_state(self, ctx: PassContext) -> str:
+        state = get_state(ctx)
+        notes = [n for n in (state.schedule if state else []) if n.startswith(("fold-partitions", "  "))
+                 or ": kept (" in n]
+        return "".join(f"// {n}\n" for n in notes) + super().print_state(ctx)
 
 
 def lowering_pipeline(arch: str | None = None) -> list[str]:

@@ -34,7 +34,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),
     "defer-reductions": _lazy("tlc.lowering.passes:DeferReductionsPass"),
     "check-resources": _lazy("tlc.lowering.passes:CheckResourcesPass"),
-    "fold-partitions": _lazy("tlc.lowering.fold_partitions:FoldPartitionsPass"),
+    "fold-partitions": _lazy("tlc.lowering.passes:FoldPartitionsPass"),
 }
 
 
