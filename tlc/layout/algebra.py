@@ -40,14 +40,20 @@ def _upcast_leaf(shape: int, stride: int, n: int) -> tuple[int, int]:
     return -(-shape // per), sign * -(-a // n)
 
 
-def upcast(layout: Layout, n: int) -> Layout:
-    """CuTe's `upcast<N>`: N values become one (strides divided by N, stride-1 shapes shrink)."""
+def map_leaves(layout: Layout, leaf) -> Layout:
+    """`layout` with each (shape, stride) leaf replaced by `leaf(shape, stride)` (a new pair, which
+    may itself be nested), the nesting kept."""
     def walk(shape, stride):
         if is_tuple(shape):
             pairs = [walk(s, d) for s, d in zip(shape, stride)]
             return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
-        return _upcast_leaf(shape, stride, n)
+        return leaf(shape, stride)
     return Layout(*walk(layout.shape, layout.stride))
+
+
+def upcast(layout: Layout, n: int) -> Layout:
+    """CuTe's `upcast<N>`: N values become one (strides divided by N, stride-1 shapes shrink)."""
+    return map_leaves(layout, lambda shape, stride: _upcast_leaf(shape, stride, n))
 
 
 def _leaf_pairs(shape, order):

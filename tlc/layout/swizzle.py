@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 from pycute import Layout, flatten, is_tuple
 
+from tlc.layout.algebra import map_leaves
+
 Swz = tuple[int, int, int]
 
 
@@ -49,13 +51,7 @@ def _split_leaf(shape: int, stride: int, special: set[int]):
 def split_bits(layout: Layout, sw: Swz) -> Layout:
     z, y = swizzle_bits(sw)
     special = set(z) | set(y)
-
-    def walk(shape, stride):
-        if is_tuple(shape):
-            pairs = [walk(s, d) for s, d in zip(shape, stride)]
-            return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
-        return _split_leaf(shape, stride, special)
-    return Layout(*walk(layout.shape, layout.stride))
+    return map_leaves(layout, lambda shape, stride: _split_leaf(shape, stride, special))
 
 
 @dataclass(frozen=True)
