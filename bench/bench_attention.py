@@ -1,10 +1,11 @@
 """tlc forward attention vs torch SDPA (FlashAttention-2 backend, asserted) and cuDNN, same run.
 
     python bench/bench_attention.py                # the README's MHA rows with the default tiles
-    python bench/bench_attention.py --sweep        # also time tile/warp/stage variants (regs, spills)
+    python bench/bench_attention.py --sweep        # also time (and check) tile/warp/stage variants
+    TLC_BENCH_DEFINES="TmaStore=true" python bench/bench_attention.py --bar --arch sm_90a   # a schedule knob on every row
     python bench/bench_attention.py --bar --arch sm_90a   # issue 12's bar table (BAR_ROWS), B·S = 16k everywhere
 
-Checks tlc's output (and each baseline's) against the tolerance rule of docs/correctness.md on a (batch 0,
+Checks tlc's output (every swept variant's too, and each baseline's) against the tolerance rule of docs/correctness.md on a (batch 0,
 first and last query head) slice of every timed problem, times with triton.testing.do_bench (median),
 prints a table last and writes JSON under $OUT. GQA/MQA rows give SDPA enable_gqa=True under each
 backend; a backend that refuses it (or answers wrongly) is timed on K/V heads expanded once with
@@ -78,6 +79,8 @@ if os.environ.get("TLC_BENCH_WIDE_SWEEP"):  # the same format, for the --extra r
 if os.environ.get("TLC_BENCH_SWEEP"):  # e.g. "128x48x4x2;128x64x4x1": BMxBNxWARPSxSTAGES, replaces the list
     SWEEP = [dict(zip(("bm", "bn", "warps", "stages"), map(int, v.split("x"))))
              for v in os.environ["TLC_BENCH_SWEEP"].split(";") if v]
+# e.g. "TmaStore=true;Stages=3": -D bindings added to every row (schedule knobs need no Param in the spec)
+EXTRA_DEFINES = dict(kv.split("=", 1) for kv in os.environ.get("TLC_BENCH_DEFINES", "").split(";") if "=" in kv)
 
 
 ARCH = "sm_90"  # --arch: sm_90 (the sm_80-family kernels an H100/H200 runs) or sm_90a (wgmma)
@@ -94,6 +97,7 @@ def row_build(row, tiles, arch: str) -> tuple:
     d, dv = row["d"], row.get("d_v", row["d"])
     spec, defines = attention_spec(row.get("dtype", "bf16"), d, dv, row["causal"], arch)
     defines.update(_tile_defines(spec, tiles))  # swept tiles replace attention_spec's defaults
+    defines.update(EXTRA_DEFINES)
     return spec, defines
 
 
@@ -292,11 +296,11 @@ def main() -> int:
     if a.sweep:
         for row, tiles in sweeps:
             try:
-                res, _ = run_row(row, tiles, check=False)
+                res, _ = run_row(row, tiles)
                 report["sweep"].append(res)
                 print(f"sweep {row['name']:18s} {res['config']:58s} {res['tlc_tflops']:6.1f} TFLOP/s "
-                      f"regs={res['attributes'].get('registers')} local={res['attributes'].get('local_bytes')}",
-                      flush=True)
+                      f"regs={res['attributes'].get('registers')} local={res['attributes'].get('local_bytes')} "
+                      f"{'PASS' if res['check_passed'] else 'FAIL ' + res['check']}", flush=True)
             except Exception as exc:  # one failing variant must not hide the others
                 print(f"sweep {row['name']} {tiles}: ERROR {str(exc)[:300]}", flush=True)
     for row in rows:

@@ -268,3 +268,13 @@ def test_unknown_operation_is_named_with_the_closest_one(original: str, typo: st
     found = [(line, col, m) for line, col, m in errors(text) if "unknown operation" in m]
     assert [(line, col) for line, col, _ in found] == [(line_of(text, typo.strip()), 11)]
     assert f"unknown operation '{word}'; did you mean '{suggestion}'?" in found[0][2]
+
+
+@pytest.mark.parametrize("define,needs", [("TmaStore=maybe", "needs a bool"), ("Stages=0", "needs a positive integer"),
+                                          ("PingPong=", "needs a bool")])
+def test_a_schedule_define_of_the_wrong_kind_is_one_error(define: str, needs: str) -> None:
+    """Schedule knobs bind by -D without a Param; a wrong value is still one located error."""
+    name, value = define.split("=")
+    res = check_source(MHA, "p.tl", defines={name: value})
+    assert not res.ok and f"-D {define}: the schedule option {name} {needs}" in res.rendered
+    assert errors(MHA, defines={"Stages": "3", "TmaStore": "true", "Overlap": "false"}) == []

@@ -15,7 +15,7 @@ from typing import Any
 from tlc.diagnostics import DiagnosticSink, Loc, Note
 from tlc.frontend import ast as A
 from tlc.frontend.names import BUILTINS, identifier_problem, unknown_operation
-from tlc.frontend.params import bind_define
+from tlc.frontend.params import SCHEDULE_PARAMS, bind_define, bind_schedule_define
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         ScalarOp, SoftmaxOp)
@@ -172,7 +172,9 @@ class Lowerer:
             if isinstance(stmt, A.ParamStmt):
                 self.param(stmt)
         for name in self.defines:
-            if name not in self.graph.params:
+            if name not in self.graph.params and name in SCHEDULE_PARAMS:
+                self.schedule_define(name)
+            elif name not in self.graph.params:
                 self.err(f"-D {name}: the program has no 'Param {name}'; known: "
                          f"{', '.join(sorted(self.graph.params)) or 'none'}", Loc(self.program.file, 0, 0))
         for name, value in self.graph.params.items():
@@ -207,6 +209,16 @@ class Lowerer:
             self.err(f"Param dtype = {value}: {what}; write one of {dtype_spellings(MEMORY_DTYPES)}", s.loc)
         self.graph.params[s.name] = value
         self.param_locs[s.name] = self.graph.param_locs[s.name] = s.loc
+
+    def schedule_define(self, name: str) -> None:
+        """`-D Stages=3` and the other schedule knobs bind without a Param (located at the file)."""
+        loc = Loc(self.program.file, 0, 0)
+        value, problem = bind_schedule_define(name, self.defines[name])
+        if problem:
+            self.err(problem, loc)
+            return
+        self.graph.params[name] = value
+        self.param_locs[name] = self.graph.param_locs[name] = loc
 
     def define_value(self, s: A.ParamStmt) -> Any:
         """The value `-D NAME=…` binds, checked against what the Param was declared as."""

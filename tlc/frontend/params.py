@@ -12,6 +12,10 @@ POSITIVE = "a positive integer"
 NUMBER = "a number"
 WORD = "an identifier"
 
+# Schedule knobs the kernel-IR passes read (tlc.lowering.passes): `-D` may set them on a program that does
+# not declare them, like a launch option; the pass that reads one checks its value at the Param (or -D).
+SCHEDULE_PARAMS = {"Stages": POSITIVE, "WarpSpecialize": BOOL, "TmaStore": BOOL, "Overlap": BOOL, "PingPong": BOOL}
+
 
 def parse_define(value: str) -> Any:
     low = value.strip().lower()
@@ -63,3 +67,13 @@ def bind_define(name: str, declared: Any, raw: str) -> tuple[Any, str | None]:
     problem = f"not {raw.strip()!r}" if raw.strip() else "but it gives nothing"
     return None, (f"-D {name}={raw.strip()}: Param '{name}' is {what}, so -D {name} needs {kind or 'a value'}, "
                   f"{problem}; write e.g. -D {name}={declared if kind else '…'}")
+
+
+def bind_schedule_define(name: str, raw: str) -> tuple[Any, str | None]:
+    """(value, None), or (None, why) for `-D name=raw` naming a schedule knob the program does not declare."""
+    kind = SCHEDULE_PARAMS[name]
+    value = parse_define(raw) if raw.strip() else None
+    if value is not None and fits(kind, value):
+        return value, None
+    example = "2" if kind == POSITIVE else "true"
+    return None, f"-D {name}={raw.strip()}: the schedule option {name} needs {kind}; write e.g. -D {name}={example}"
