@@ -273,6 +273,7 @@ def main() -> int:
     ap.add_argument("--bar", action="store_true",
                     help="issue 12's bar table instead of the README rows: BAR_ROWS (MHA d=64/128/256, GQA 32/8, "
                     "MQA 32/1, MLA prefill, fp16, S=1k and 16k; B·S = 16k)")
+    ap.add_argument("--rows", metavar="REGEX", help="only the rows whose name matches (e.g. 'S=1k|d=64 causal')")
     ap.add_argument("--arch", default="sm_90", choices=("sm_90", "sm_90a"),
                     help="tlc's target: sm_90 (mma.sync, the default) or sm_90a (wgmma; tiles get 4 warps per 64 rows)")
     a = ap.parse_args()
@@ -282,9 +283,12 @@ def main() -> int:
     torch.manual_seed(0)
     from concurrent.futures import ProcessPoolExecutor
     rows = BAR_ROWS if a.bar else ROWS + (EXTRA_ROWS if a.extra else [])
+    if a.rows:
+        rows = [r for r in rows if re.search(a.rows, r["name"])]
     todo = [(r, row_tiles(r)) for r in rows]
     sweeps = [(r, t) for r in ROWS for t in SWEEP] if a.sweep else []
     sweeps += [(r, t) for r in EXTRA_ROWS for t in WIDE_SWEEP] if a.sweep and a.extra else []
+    sweeps = [(r, t) for r, t in sweeps if not a.rows or re.search(a.rows, r["name"])]
     todo += sweeps
     todo = list({_build_key(*row_build(r, t, ARCH)): (r, t) for r, t in todo}.values())  # one build per kernel
     with ProcessPoolExecutor(max_workers=min(16, len(todo))) as pool:

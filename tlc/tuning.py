@@ -25,10 +25,12 @@ by check-resources (276 registers). MLA prefill 192/128 causal (`TLC_BENCH_SWEEP
 TLC_BENCH_WIDE_SWEEP="128x64x8x2;128x96x8x2;128x128x8x2" python3 bench/bench_attention.py --extra
 --sweep --arch sm_90a --no-baselines`, bench/results/2026-11-23-h200-s5-sweep-extra-sm90a.json):
 128×128 on 8 warps 545.9 against 516.0 (128×96), 490.5 (128×64) and 384.9 for the then-default 64×64
-on 4 warps — timed only (a sweep does not check outputs), so it is not the default yet: the
-candidate entry is `SM90A_PAIRS[(192, 128)] = dict(bm=128, bn=128, warps=8, stages=2)` once a GPU
-run checks it (e.g. `python3 bench/bench_attention.py --bar --arch sm_90a` checks every row before
-timing it). d = 256 stays 128×64 (620.3; 128×96 and 128×128 are refused by check-resources).
+on 4 warps (timed only). Checked and timed again on the H200 (session 6, 2026-11-23, sweeps now
+check each variant's output; `TLC_BENCH_SWEEP=";" TLC_BENCH_WIDE_SWEEP="128x128x8x2;128x96x8x2"
+python3 bench/bench_attention.py --extra --sweep --arch sm_90a --no-baselines`,
+bench/results/2026-11-23-h200-s6-mla-sweep.txt): 128×128 on 8 warps 546.9 (PASS) against 514.3 for
+128×96 and 386.9 for 64×64 in the same process; cuDNN ran this row at 522.1 in the run before it.
+So MLA prefill (192/128) takes 128×128 on 8 warps (SM90A_PAIRS). d = 256 stays 128×64 (620.3; 128×96 and 128×128 are refused by check-resources).
 """
 from __future__ import annotations
 
@@ -38,8 +40,8 @@ DEFAULT_TILES = {64: dict(bm=128, bn=128, warps=4, stages=2), 128: dict(bm=128, 
 
 SM90A_TILES = {64: dict(bm=128, bn=128, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
                192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
-# Head-dim pairs whose tiles differ from their width's row; empty until a GPU run checks the candidate below.
-SM90A_PAIRS: dict[tuple[int, int], dict] = {}
+# Head-dim pairs whose tiles differ from their width's row (MLA prefill: two consumer warp groups, ping-pong).
+SM90A_PAIRS: dict[tuple[int, int], dict] = {(192, 128): dict(bm=128, bn=128, warps=8, stages=2)}
 
 
 def default_tiles(d_qk: int, d_v: int, arch: str = "sm_90") -> dict:
