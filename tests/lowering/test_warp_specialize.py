@@ -222,3 +222,36 @@ def test_a_tensor_whose_rows_are_an_expression_keeps_cp_async() -> None:
     program = _replace(_before_pass(), lambda op: isinstance(op, K.GlobalTensorOp) and op.name == "mK",
                        lambda op: dataclasses.replace(op, rows=BinOp("-", Var("p.seqlen_k"), Const(1))))
     assert "mK has `p.seqlen_k - 1` rows, not a launch input or a constant" in _declined(program)
+
+
+GQA = SPEC.parent / "gqa_fwd.tl"
+
+
+def _lower_gqa(arch: str, **defines: str):
+    graph, _ = compile_graph(GQA.read_bytes(), str(GQA), defines=defines)
+    return run_lowering(graph, arch, name="gqa_fwd")[0]
+
+
+def test_tile_rows_that_are_not_whole_cp_async_passes_build_only_with_tma() -> None:
+    """80 K/V rows on 256 threads (32 rows a pass): TMA boxes take them on sm_90a; cp.async refuses them
+    at the copy's line, on sm_90 and on sm_90a when warp-specialize is off."""
+    state = _lower_gqa("sm_90a", HeadDim="256", BN="80", Warps="8")
+    assert any(isinstance(op, H.TmaLoadOp) for op in K.walk(state.kir))
+    assert not any(isinstance(op, K.AsyncCopyOp) for op in K.walk(state.kir))
+    for arch, extra, tail in (("sm_90a", {"WarpSpecialize": "false"}, "(the copies stay cp.async: WarpSpecialize is false)"),
+                              ("sm_90", {}, "make the tile rows a multiple of 32")):
+        with pytest.raises(TlcError, match=re.escape("a 80-row tile cannot be copied by 256 threads")) as exc:
+            _lower_gqa(arch, HeadDim="256", BN="80", Warps="8", **extra)
+        (diag,) = exc.value.diagnostics
+        assert diag.message.endswith(tail) and diag.loc is not None and diag.loc.line == 40
+
+
+def test_the_carried_p_counts_at_its_converted_width() -> None:
+    """overlap-gemms' P (`rP_keep`, bf16) is half its fp32 template's registers: d = 256 fits 128×96 in
+    the consumers' 240 registers (rO 128 + P 24 + S 48 + statistics), not 128×128."""
+    state = _lower_gqa("sm_90a", HeadDim="256", BN="96", Warps="8")
+    regs = {a.name: a.bytes for a in state.resources.regs}
+    assert regs.get("rP_keep") == 24 and "acc_S_like" not in regs and state.resources.regs_peak <= 240
+    with pytest.raises(TlcError, match=re.escape("needs 244 registers per thread")) as exc:
+        _lower_gqa("sm_90a", HeadDim="256", BN="128", Warps="8")
+    assert "rP_keep 32 registers" in str(exc.value)

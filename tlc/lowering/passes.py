@@ -71,6 +71,7 @@ class LowerTileOpsPass(Pass):
             raise fail("tlc build: the log-sum-exp output is not lowered from TL programs yet; build without lse")
         lowering = TileOpLowering(graph, state.arch, state.name)
         state.kir, state.abi = lowering.run(), lowering.abi
+        state.partial_copies = list(lowering.partial_copies)
         state.tl_allocs = {b.name: (f"Allocate {b.tl_name} in shared", b.loc) for b in lowering.buffers.values()
                            if not b.reuse}
         state.tl_allocs.update(lowering.register_allocs)
@@ -169,11 +170,21 @@ class WarpSpecializePass(_ScheduleListingPass):
         state = _state(ctx, self.name)
         wanted, store = _bool_param(graph, "WarpSpecialize", True), _bool_param(graph, "TmaStore", True)
         if not wanted or not state.arch.name.endswith("a"):
+            refuse_partial_copies(state, "WarpSpecialize is false" if not wanted else "")
             return
         stages = _stages(graph, self.stages, 4, "the TMA ring takes 1 to 4 stages")
         state.kir, notes = warp_specialize(state.kir, stages, state.arch.smem_per_block, tma_store=store)
         state.schedule = list(state.schedule) + notes
         state.kir.verify()
+        refuse_partial_copies(state, "; ".join(n for n in notes if "keep" in n or "cp.async" in n))
+
+
+def refuse_partial_copies(state: LoweringState, why_kept: str) -> None:
+    """A cp.async tiled copy lower-tile-ops allowed only for TMA to replace, still in use: its error."""
+    used = {n for op in walk(state.kir) for n in op.used_names()} if state.partial_copies else set()
+    for name, why, loc in state.partial_copies:
+        if name in used:
+            raise fail(why + (f" (the copies stay cp.async: {why_kept})" if why_kept else ""), loc)
 
 
 @dataclass(frozen=True)
@@ -265,6 +276,7 @@ class CheckResourcesPass(Pass):
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         state = _state(ctx, self.name)
+        refuse_partial_copies(state, "")   # a pipeline without warp-specialize
         arch, where = state.arch, state.loc
         tl_gemms = [op for _, op in graph.walk() if isinstance(op, GemmOp)]
         for kernel in state.kir.kernels():

@@ -101,10 +101,23 @@ def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
     # A fragment only named as a row vector's layout holds no data (nvcc drops it).
     used = {n for op in walk(kernel) if not isinstance(op, (FragmentOp, WgmmaFragmentOp, RowVectorOp))
             and not op.regions for n in re.findall(r"[A-Za-z_]\w*", repr(op))}
+    # An accumulator no MMA writes, only converted (overlap-gemms' `acc_S_like` → the carried P): its
+    # fp32 registers die at the conversion; the converted fragments are what stays live.
+    written = {op.acc for op in walk(kernel) if isinstance(op, (MmaOp, WgmmaOp))}
+    converts: dict[str, list[ConvertOp]] = {}
+    for op in walk(kernel):
+        if isinstance(op, ConvertOp):
+            converts.setdefault(op.src, []).append(op)
     frags: list[Fragment] = []
     resident = 0
     for op in walk(kernel):
         if is_acc(op) and op.name not in used:
+            continue
+        if is_acc(op) and op.name not in written and op.name in converts:
+            for conv in converts[op.name]:
+                regs, top = acc_regs(op) * BYTES[conv.dtype] // 4, conv.name not in in_loop
+                frags.append(Fragment(conv.name, regs, "accumulator", top))
+                resident += regs if top else 0
             continue
         if is_acc(op):
             top = op.name not in in_loop

@@ -56,6 +56,7 @@ class LoweringState:
     tl_allocs: dict[str, tuple[str, Loc | None]] = field(default_factory=dict)  # shared buffer → (statement, loc)
     layout_notes: list[str] = field(default_factory=list)
     schedule: list[str] = field(default_factory=list)
+    partial_copies: list[tuple[str, str, Loc | None]] = field(default_factory=list)  # tile_ops.partial_copies
     stages: int = 0
     resources: ResourceReport | None = None
 

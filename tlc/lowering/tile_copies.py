@@ -82,8 +82,11 @@ class CopyRules:
         name = self.memo[key]
         per_pass = 32 * self.warps // (kblock(cols) // 8)
         if rows % per_pass:
-            raise fail(f"tlc build: a {rows}-row tile cannot be copied by {32 * self.warps} threads moving "
-                       f"{per_pass} rows per pass; make the tile rows a multiple of {per_pass}", loc)
+            why = (f"tlc build: a {rows}-row tile cannot be copied by {32 * self.warps} threads moving "
+                   f"{per_pass} rows per pass; make the tile rows a multiple of {per_pass}")
+            if not self.hopper:
+                raise fail(why, loc)
+            self.partial_copies.append((name, why, loc))   # TMA boxes (warp-specialize) take any rows
         return name, f"{name}_thr"
 
     def _partition(self, key: tuple, base: str, slice_: str, method: str, src: Expr) -> str:

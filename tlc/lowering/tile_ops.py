@@ -75,6 +75,9 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
         self.col_unit = 64 if self.hopper else 32   # tile widths pad to this (tile_copies.padded)
         self.mma_decls: list[K.Op] = []            # sm_90a: the wgmma TiledMMAs, declared by the GEMM rule
         self.gmma_major: dict[str, str] = {}       # sm_90a: operand buffer → "k" | "mn" (its GMMA layout)
+        # sm_90a: tiled copies whose tile rows are not whole passes, (name, why, loc): legal only if
+        # warp-specialize replaces every copy through them with TMA (checked after it, passes.py)
+        self.partial_copies: list[tuple[str, str, Loc | None]] = []
 
     # ------------------------------------------------------------------ driver
     def run(self) -> K.ProgramOp:
