@@ -30,7 +30,13 @@ check each variant's output; `TLC_BENCH_SWEEP=";" TLC_BENCH_WIDE_SWEEP="128x128x
 python3 bench/bench_attention.py --extra --sweep --arch sm_90a --no-baselines`,
 bench/results/2026-11-23-h200-s6-mla-sweep.txt): 128×128 on 8 warps 546.9 (PASS) against 514.3 for
 128×96 and 386.9 for 64×64 in the same process; cuDNN ran this row at 522.1 in the run before it.
-So MLA prefill (192/128) takes 128×128 on 8 warps (SM90A_PAIRS). d = 256 stays 128×64 (620.3; 128×96 and 128×128 are refused by check-resources).
+So MLA prefill (192/128) takes 128×128 on 8 warps (SM90A_PAIRS). Once check-resources counted the
+carried P at bf16 and TMA took tile rows that are not whole cp.async passes, the same session's sweep
+(bench/results/2026-11-23-h200-s6-tile-sweep-sm90a.txt, outputs checked) measured d = 64 192×128 on
+12 warps (three consumer warp groups, FlashAttention-3's hd64 tile) 469.8 (379.1 causal) against
+428.5 (376.7) for 128×128, so d ≤ 64 takes it; d = 128 128×192 598.2 (506.9 causal) against 587.8
+(509.3) and 128×176 455.5: 128×128 stays (a 192-row K/V tile is a partial last tile at S = 1k);
+d = 256 128×80 463.2, 128×96 505.4, 128×112 373.7 against 620.4 for 128×64. d = 256 stays 128×64 (620.3; 128×96 and 128×128 are refused by check-resources).
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ DEFAULT_TILES = {64: dict(bm=128, bn=128, warps=4, stages=2), 128: dict(bm=128, 
                  192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
 
 
-SM90A_TILES = {64: dict(bm=128, bn=128, warps=8, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
+SM90A_TILES = {64: dict(bm=192, bn=128, warps=12, stages=2), 128: dict(bm=128, bn=128, warps=8, stages=2),
                192: dict(bm=64, bn=64, warps=4, stages=2), 256: dict(bm=128, bn=64, warps=8, stages=2)}
 # Head-dim pairs whose tiles differ from their width's row (MLA prefill: two consumer warp groups, ping-pong).
 SM90A_PAIRS: dict[tuple[int, int], dict] = {(192, 128): dict(bm=128, bn=128, warps=8, stages=2)}
@@ -52,6 +58,8 @@ def default_tiles(d_qk: int, d_v: int, arch: str = "sm_90") -> dict:
     key = min((k for k in table if k >= width), default=256)
     pair = SM90A_PAIRS.get((d_qk, d_v)) if arch == "sm_90a" else None
     tiles = dict(pair or table[key])
+    if arch == "sm_90a":   # TMA boxes take any rows (warp-specialize)
+        return tiles
     # Each copy pass moves 32·warps threads × 16 bytes: tile rows must be whole passes at this width.
     per_pass = 32 * tiles["warps"] // (min(64, width & -width) // 8)
     for k in ("bm", "bn"):

@@ -40,8 +40,8 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha128_no_overlap": ("mha_fwd", {"Overlap": "false"}),              # each trip's GEMMs in order
     "mha128_causal_no_pingpong": ("mha_fwd", {"Causal": "true", "PingPong": "false"}),
     "mha128_cpasync": ("mha_fwd", {"WarpSpecialize": "false"}),          # the cp.async schedule
-    "mha128_copy_store": ("mha_fwd", {"TmaStore": "false"}),             # the epilogue's predicated copy
-    "mha_d40_causal_copy_store": ("mha_fwd", {"HeadDim": "40", "Causal": "true", "TmaStore": "false"}),
+    "mha128_tma_store": ("mha_fwd", {"TmaStore": "true"}),               # the epilogue stored with TMA
+    "mha_d40_causal_tma_store": ("mha_fwd", {"HeadDim": "40", "Causal": "true", "TmaStore": "true"}),
     "mha128_causal_cpasync": ("mha_fwd", {"Causal": "true", "WarpSpecialize": "false"}),
 }
 

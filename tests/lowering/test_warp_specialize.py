@@ -101,13 +101,13 @@ def test_other_targets_and_the_param_keep_cp_async() -> None:
 
 
 def test_a_schedule_knob_binds_by_define_without_a_param() -> None:
-    """`-D TmaStore=false` / `-D WarpSpecialize=false` act like the Param (spec files do not declare them)."""
+    """`-D TmaStore=true` / `-D WarpSpecialize=false` act like the Param (spec files do not declare them)."""
     def ops(defines: dict) -> set:
         graph, _ = compile_graph(SPEC.read_bytes(), str(SPEC), defines=defines)
         state, _ = run_lowering(graph, "sm_90a", name="mha_fwd")
         return {type(op) for op in K.walk(state.kir)}
 
-    assert H.TmaStoreOp in ops({}) and H.TmaStoreOp not in ops({"TmaStore": "false"})
+    assert H.TmaStoreOp not in ops({}) and H.TmaStoreOp in ops({"TmaStore": "true"})
     assert H.WarpSpecializeOp not in ops({"WarpSpecialize": "false"})
     graph, _ = compile_graph(SPEC.read_bytes(), str(SPEC), defines={"Stages": "7"})
     with pytest.raises(TlcError, match=re.escape("Param Stages = 7: the TMA ring takes 1 to 4 stages")):

@@ -43,7 +43,7 @@ def test_shapes_map_to_attention_specializations(monkeypatch) -> None:
     assert len(set(jobs)) == 3  # batch, heads and lengths do not choose the kernel
     two = attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_80", "sm_90"], "s.txt")
     assert [j.arch for j in two] == ["sm_80", "sm_90a"] and two[0].fallback is None
-    assert dict(two[1].defines)["Warps"] == "8" and dict(two[1].fallback.defines)["Warps"] == "4"
+    assert dict(two[1].defines)["Warps"] == "12" and dict(two[1].fallback.defines)["Warps"] == "4"
     monkeypatch.setenv("TLC_ATTENTION_ARCH", "sm_90")  # a Hopper GPU kept on the mma.sync kernels
     assert attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_90"], "s.txt") == [
         Job.make(*attention_spec("bf16", 64, 64, False), "sm_90")]

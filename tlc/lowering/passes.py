@@ -158,8 +158,8 @@ class WarpSpecializePass(_ScheduleListingPass):
     """sm_90a: TMA loads, mbarrier rings and producer/consumer warp groups (tlc.lowering.warp_specialize).
     Stages: this option, else Param Stages, else 2 where shared memory allows. `Param WarpSpecialize =
     false` keeps the cp.async schedule; other targets and programs it does not cover keep it too.
-    The epilogue's tile is stored with TMA unless `Param TmaStore = false` (then the consumers' predicated
-    copy stores it): as fast on an H200 and a third less NVRTC time (docs/hopper.md)."""
+    `Param TmaStore = true` stores the epilogue's tile with TMA (a fifth less NVRTC time, 1-2 % slower
+    on short sequences on an H200: off by default, docs/hopper.md)."""
 
     name: ClassVar[str] = "warp-specialize"
     stages: int = 0
@@ -168,7 +168,7 @@ class WarpSpecializePass(_ScheduleListingPass):
         from tlc.lowering.warp_specialize import warp_specialize
 
         state = _state(ctx, self.name)
-        wanted, store = _bool_param(graph, "WarpSpecialize", True), _bool_param(graph, "TmaStore", True)
+        wanted, store = _bool_param(graph, "WarpSpecialize", True), _bool_param(graph, "TmaStore", False)
         if not wanted or not state.arch.name.endswith("a"):
             refuse_partial_copies(state, "WarpSpecialize is false" if not wanted else "")
             return
