@@ -1,0 +1,78 @@
+"""Two builds of one spec, the second under an environment switch (e.g. TLC_FOLD_PARTITIONS=1): their
+SASS opcode counts side by side, biggest differences first, and both listings under $OUT.
+
+    python3 bench/sass_compare.py specs/gqa_fwd.tl --switch TLC_FOLD_PARTITIONS=1 [-D NAME=VALUE ...] [--arch sm_90]
+
+Where a lowering change costs time, the opcode counts say which instructions it added (address
+arithmetic, spills, barriers) before anyone reads the listings.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def sass(cubin: bytes) -> str:
+    exe = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        return subprocess.run([exe, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+
+
+def opcodes(listing: str) -> collections.Counter:
+    out: collections.Counter = collections.Counter()
+    for line in listing.splitlines():
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m:
+            out[m.group(1)] += 1
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("spec")
+    ap.add_argument("--switch", required=True, help="NAME=VALUE set for the second build")
+    ap.add_argument("-D", dest="defines", action="append", default=[])
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--top", type=int, default=30)
+    a = ap.parse_args()
+    import tlc
+
+    name, _, value = a.switch.partition("=")
+    defines = dict(d.split("=", 1) for d in a.defines)
+    builds = {}
+    for label, env in (("default", None), (a.switch, value)):
+        if env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = env
+        kern = tlc.build(a.spec, arch=a.arch, defines=defines)
+        builds[label] = (sass(kern.compiled.cubin), kern.compiled.metadata.get("ptxas", {}))
+    out_dir = Path(os.environ.get("OUT") or ".")
+    counts = {}
+    for i, (label, (listing, ptxas)) in enumerate(builds.items()):
+        (out_dir / f"sass_{i}.txt").write_text(listing)
+        counts[label] = opcodes(listing)
+        print(f"{label}: {sum(counts[label].values())} instructions, ptxas {ptxas}")
+    a_c, b_c = counts.values()
+    keys = sorted(set(a_c) | set(b_c), key=lambda k: -abs(b_c[k] - a_c[k]))
+    print(f"{'opcode':28s} {'default':>8s} {'switched':>9s} {'diff':>6s}")
+    for k in keys[:a.top]:
+        print(f"{k:28s} {a_c[k]:8d} {b_c[k]:9d} {b_c[k] - a_c[k]:+6d}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
