@@ -139,6 +139,15 @@ def test_the_kernel_computes_what_the_interpreter_computes(e: Expr, bound: bool,
     _agree(e, bound, n, seqlen_k)
 
 
+@pytest.mark.parametrize("text", ["-(BM / min(n, 3.0))", "BM / max(n, 3.0)", "min(n, 3.0) % 2"])
+def test_min_and_max_of_an_int_and_a_float_are_floats_as_in_cpp(text: str) -> None:
+    """min(3, 3.0) is 3.0 on both sides (Python's min would give the int 3 and a rounding `/`)."""
+    assert eval_expr(parse_expr("min(n, 3.0)"), {"n": 3}) == 3.0 and isinstance(
+        eval_expr(parse_expr("min(n, 3.0)"), {"n": 3}), float)
+    for bound in (False, True):
+        _agree(parse_expr(text), bound, 3, 0)
+
+
 @pytest.mark.parametrize("text", [
     "-n % BM", "n % BM", "(n - BM) % 7", "n % -3", "seqlen_k % (0 - BM)", "(seqlen_k - 1000) % BM + 1",
     "-7 % 2", "7 % -2", "head_idx % 3", "(head_idx - 6) % 4", "cdiv(seqlen_k, BM) % n", "seqlen_k / BM % 3",

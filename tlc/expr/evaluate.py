@@ -88,9 +88,18 @@ def _floor_mod_checked(a: Number, b: Number) -> Number:
     return a % b  # Python's `%` floors: the result has the divisor's sign
 
 
+def _extremum(pick: Callable[..., Number]) -> Callable[..., Number]:
+    """min/max with C++'s common type: one float argument makes the result a float (Python's min(3, 3.0)
+    would return the int 3, and a `/` on it would then round where the kernel divides exactly)."""
+    def call(*args: Number) -> Number:
+        value = pick(args)
+        return float(value) if any(isinstance(a, float) for a in args) else value
+    return call
+
+
 _FUNCS: dict[str, Callable[..., Number]] = {
     "cdiv": _ceil_div_checked, "ceil_div": _ceil_div_checked, "floor_div": _floor_div_checked,
-    "floor_mod": _floor_mod_checked, "min": lambda *a: min(a), "max": lambda *a: max(a),
+    "floor_mod": _floor_mod_checked, "min": _extremum(min), "max": _extremum(max),
     "select": lambda c, a, b: a if c else b,
     "exp2": lambda x: 2.0 ** x, "exp": math.exp, "sqrt": math.sqrt, "log": math.log, "tanh": math.tanh,
     "abs": abs, "isnan": math.isnan}
