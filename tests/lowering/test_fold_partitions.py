@@ -12,7 +12,7 @@ import pytest
 from tests.lowering.test_tile_eval import CASES, lowered, mismatch
 from tlc.backend_cute.emit import emit_program
 from tlc.kir import ops as K
-from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
+from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
                                RetileViewOp, ThreadViewOp)
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.emit_text import kernel_ir
@@ -41,15 +41,21 @@ def test_the_folded_kernel_ir_equals_the_interpreter(case: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_partition_of_the_shipped_kernels_folds(case: str) -> None:
+    """All but the ldmatrix sources (kept for speed) and the copies and MMA they need."""
     _, kir, _ = lowered(case)
     program, notes = folded(kir)
-    left = [op.name for op in K.walk(program)
-            if type(op) in (K.PartitionOp, K.FragmentOp, K.TiledCopyOp, K.TiledMmaOp)]
-    assert left == [], notes
+    ops = list(K.walk(program))
+    ldsm = {op.name for op in ops if type(op) is K.TiledCopyOp and op.kind in ("A", "B")}
+    left = [op for op in ops if type(op) in (K.PartitionOp, K.FragmentOp, K.TiledCopyOp, K.TiledMmaOp)]
+    kept = [op for op in left if type(op) is K.PartitionOp and op.method == "partition_S"
+            and op.slice in {f"{c}_thr" for c in ldsm}]
+    assert kept and all(f"{op.name}: kept (an ldmatrix source" in "\n".join(notes) for op in kept)
+    others = [op.name for op in left if op not in kept and op.name not in ldsm and type(op) is not K.TiledMmaOp]
+    assert others == [], notes
+    assert not any(type(op) is K.FragmentOp for op in ops), notes
     assert print_kir(parse_kir(print_kir(program))) == print_kir(program)
-    copies = [op for op in K.walk(program) if isinstance(op, (K.CopyOp, K.AsyncCopyOp))]
-    assert copies and all(isinstance(op, (AtomCopyOp, AtomAsyncCopyOp)) for op in copies), notes
-    assert all(isinstance(op, AtomMmaOp) for op in K.walk(program) if isinstance(op, K.MmaOp)), notes
+    copies = [op for op in ops if isinstance(op, (K.CopyOp, K.AsyncCopyOp))]
+    assert copies and all(isinstance(op, (AtomCopyOp, AtomAsyncCopyOp)) or op.copy in ldsm for op in copies), notes
 
 
 def test_mha_views() -> None:
@@ -64,20 +70,24 @@ def test_mha_views() -> None:
     # the same threads' shared side: 32 bf16 = 4 chunks per row, Swizzle<2,3,3>, base swizzle(offset)
     s = ops["tQsQ"]
     assert s.swizzle == (2, 3, 3) and str(s.offset) == "threadIdx.x * 8" and s.layout_stride == ((1, 0), 1024, 0)
-    assert isinstance(ops["gmem_copy_32"], CopyAtomOp) and isinstance(ops["tiled_mma"], MmaAtomOp)
+    assert isinstance(ops["gmem_copy_32"], CopyAtomOp) and "tiled_mma" not in ops   # the TiledMMA stays
     c = ops["tSc64x32"]  # accumulator values: +1 column, +8 rows; then 4 n8 atoms
     assert str(c.row) == "threadIdx.x / 4 % 8 + threadIdx.x / 32 * 16" and str(c.col) == "threadIdx.x % 4 * 2"
     assert c.layout_stride == (((1, 1), (0, 8)), (0, 0), (1, 8))
     assert ops["rO"].layout_shape == ((2, 2), 1, 4) and ops["rO"].layout_stride == ((1, 2), 4, 4)
     cute = emit_program(program, line_directives=False)
-    assert "partition_S(" not in cute and "make_tiled_copy" not in cute and "partition_fragment" not in cute
-    assert "TiledMMA" not in cute and "using tiled_mma_t = MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>;" in cute
+    assert "partition_fragment" not in cute and "make_tiled_copy(" not in cute   # the cp.async copy is an atom
+    # the ldmatrix sources stay CuTe's partitions, so their tiled copies and the TiledMMA stay too
+    assert "Tensor tAsQ = s2r_A_thr.partition_S(sQ);" in cute and "make_tiled_copy_A(" in cute
+    assert "TiledMMA<MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>" in cute
     assert "Swizzle<" in cute and "make_inttuple_iter(make_coord(" in cute
-    # copies between views: loops calling the atom, the first rest mode fastest as in cute::copy
-    assert "cute::copy(" not in cute and "gmem_copy_32.call(tQgQ(_, i0_, i1_, block_idx, 0), tQsQ(_, i0_, i1_));" in cute
+    # copies between views: loops calling the atom, the first rest mode fastest as in cute::copy; the
+    # ldmatrix copies and the MMAs stay cute::copy / cute::gemm on the kept tiled copies and TiledMMA
+    assert "gmem_copy_32.call(tQgQ(_, i0_, i1_, block_idx, 0), tQsQ(_, i0_, i1_));" in cute
     assert cute.index("for (int i1_ = 0; i1_ < 1; ++i1_)") < cute.index("for (int i0_ = 0; i0_ < 2; ++i0_)")
-    # MMAs: cute::gemm's column-serpentine order for m16n8k16 (16-byte A, 8-byte B per call)
-    assert "cute::gemm(" not in cute and "tiled_mma.call(d_, tArQ(_, m_s, kb), tBrK(_, n_, kb), d_);" in cute
+    assert {line.split("(")[1].split(",")[0] for line in cute.splitlines() if "cute::copy(" in line} == {"s2r_A", "s2r_B",
+                                                                                                     "s2r_B_trans"}
+    assert "cute::gemm(tiled_mma, tArQ(_, _, kb), tBrK(_, _, kb), acc_S);" in cute
     # shared layouts: the static layout tlc computed, not CuTe's tile_to_shape
     assert "local_tile" not in cute and "tlc::ceil_div(int(size<0>(mQ)), 64)" in cute
     assert "tile_to_shape" not in cute and "using sQ_layout = decltype(composition(Swizzle<2, 3, 3>{}, Layout<" in cute

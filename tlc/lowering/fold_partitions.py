@@ -10,8 +10,10 @@ register tensor with CuTe's layout, and a TiledCopy (TiledMMA) all of whose part
                          offset=`threadIdx.x * 8`, layout_shape=((8, 1), 8, 2),
                          layout_stride=((1, 0), 1024, 8192), swizzle=(3, 3, 3), keep=0)
 
-What the engine does not model stays as it was (notes name it); the sm_90a (wgmma) kernels are
-left alone. Off unless `fold-partitions{enable=true}` or TLC_FOLD_PARTITIONS=1.
+What the engine does not model stays as it was (notes name it), and so do the ldmatrix sources
+(shared→register partitions of an MMA operand copy): folded, their per-thread decayed strides took
+registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). The sm_90a (wgmma)
+kernels are left alone. Off unless `fold-partitions{enable=true}` or TLC_FOLD_PARTITIONS=1.
 """
 from __future__ import annotations
 
@@ -90,6 +92,10 @@ class _Folder:
                               layout_stride=nested(layout.stride))
         if tile.space == "registers":
             return self._keep(op, "a partition of registers")
+        if isinstance(owner, K.TiledCopyOp) and owner.kind in ("A", "B") and tile.space == "shared":
+            # measured on an H200: the decayed-stride views of ldmatrix sources cost registers, spills
+            # and 5 % of the kernel's speed; CuTe's own partitions address them with immediates
+            return self._keep(op, "an ldmatrix source: CuTe's partition addresses it more cheaply")
         thr, values = engine.partition(side, tile.layout)
         index = self._index(mma if isinstance(owner, K.TiledMmaOp) or owner.kind != "threads" else None)
         if tile.space == "coords":
