@@ -150,10 +150,10 @@ def main() -> int:
     ap.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--out", help="write the JSON here")
-    ap.add_argument("--fold", action="store_true", help="lower with fold-partitions (TLC_FOLD_PARTITIONS=1)")
+    ap.add_argument("--no-fold", action="store_true", help="lower without fold-partitions (TLC_FOLD_PARTITIONS=0)")
     a = ap.parse_args()
-    if a.fold:
-        os.environ["TLC_FOLD_PARTITIONS"] = "1"
+    if a.no_fold:
+        os.environ["TLC_FOLD_PARTITIONS"] = "0"
     from tlc.backend_cute.emit import emit_program
     from tlc.builder import lower_to_kernel_ir
     from tlc.names import kernel_name

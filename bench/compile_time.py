@@ -249,12 +249,12 @@ def main() -> int:
     ap.add_argument("--experiment", action="append", default=[], metavar="OPTIONS",
                     help="NVRTC options to try on the first kernel, written --experiment=OPTIONS "
                     "('~OPT' drops a default); repeatable")
-    ap.add_argument("--fold", action="store_true",
-                    help="lower with fold-partitions (TLC_FOLD_PARTITIONS=1, inherited by the child processes)")
+    ap.add_argument("--no-fold", action="store_true",
+                    help="lower without fold-partitions (TLC_FOLD_PARTITIONS=0, inherited by the child processes)")
     ap.add_argument("--child", choices=("cold", "warm", "experiment"), help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.fold:
-        os.environ["TLC_FOLD_PARTITIONS"] = "1"
+    if a.no_fold:
+        os.environ["TLC_FOLD_PARTITIONS"] = "0"
     if a.child == "experiment":
         print(json.dumps(_experiment_child(a.kernels, a.arch, a.experiment[0] if a.experiment else "")))
         return 0
@@ -266,7 +266,7 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(kernels())}")
     report: dict = {"machine": _machine(), "arch": a.arch,
-                    "fold_partitions": os.environ.get("TLC_FOLD_PARTITIONS", "0") == "1"}
+                    "fold_partitions": os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() != "0"}
     if a.experiment:
         report["experiments"] = {"kernel": names[0], "rows": experiments(names[0], a.arch, a.experiment)}
     else:

@@ -1,7 +1,7 @@
-"""Two builds of one spec, the second under an environment switch (e.g. TLC_FOLD_PARTITIONS=1): their
+"""Two builds of one spec, the second under an environment switch (e.g. TLC_FOLD_PARTITIONS=0): their
 SASS opcode counts side by side, biggest differences first, and both listings under $OUT.
 
-    python3 bench/sass_compare.py specs/gqa_fwd.tl --switch TLC_FOLD_PARTITIONS=1 [-D NAME=VALUE ...] [--arch sm_90]
+    python3 bench/sass_compare.py specs/gqa_fwd.tl --switch TLC_FOLD_PARTITIONS=0 [-D NAME=VALUE ...] [--arch sm_90]
 
 Where a lowering change costs time, the opcode counts say which instructions it added (address
 arithmetic, spills, barriers) before anyone reads the listings.

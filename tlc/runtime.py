@@ -66,12 +66,14 @@ def normal_defines(defines: Mapping[str, Any] | None) -> dict[str, str]:
     return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
 
 
-# Environment switches that change what the lowering emits: part of every build key.
+# Environment switches that change what the lowering emits: part of every build key, each as the
+# lowering reads it (TLC_FOLD_PARTITIONS: unset, '' and '1' all mean on; only '0' is off).
 LOWERING_SWITCHES = ("TLC_FOLD_PARTITIONS",)
 
 
 def _switches() -> str:
-    return ";".join(f"{k}={os.environ.get(k, '')}" for k in LOWERING_SWITCHES)
+    fold = "off" if os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() == "0" else "on"
+    return f"TLC_FOLD_PARTITIONS={fold}"
 
 
 def _build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str, lse: bool) -> str:

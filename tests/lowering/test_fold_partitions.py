@@ -1,5 +1,5 @@
-"""fold-partitions: partitions, fragments and tiled copies become flat views (tlc/layout), off by
-default (TLC_FOLD_PARTITIONS=1 or fold-partitions{enable=true}). The folded kernel IR computes
+"""fold-partitions: partitions, fragments and tiled copies become flat views (tlc/layout), on by
+default (TLC_FOLD_PARTITIONS=0 or fold-partitions{enable=false} turn it off). The folded kernel IR computes
 what the interpreter says (tile evaluator, every case of test_tile_eval), prints and parses back,
 and emits views instead of CuTe's partitioning; CuTe checks the views themselves in
 tests/nvrtc/test_layout_engine_nvrtc.py."""
@@ -94,15 +94,15 @@ def test_mha_views() -> None:
     assert emit_program(program, line_directives=False) == cute  # byte-deterministic
 
 
-def test_the_pass_is_off_by_default(monkeypatch) -> None:
+def test_the_pass_is_on_by_default_and_zero_turns_it_off(monkeypatch) -> None:
     monkeypatch.delenv("TLC_FOLD_PARTITIONS", raising=False)
-    assert FoldPartitionsPass().enable is False
-    program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90", SMALL)
-    assert not any(isinstance(op, ThreadViewOp) for op in K.walk(program))
-    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "1")
     assert FoldPartitionsPass().enable is True
     program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90", SMALL)
     assert any(isinstance(op, ThreadViewOp) for op in K.walk(program))
+    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
+    assert FoldPartitionsPass().enable is False
+    program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90", SMALL)
+    assert not any(isinstance(op, ThreadViewOp) for op in K.walk(program))
 
 
 def test_sm90a_kernels_are_left_alone(monkeypatch) -> None:

@@ -41,7 +41,10 @@ def filecheck(check_text: str, output: str, tmp_path: Path) -> int:
 
 
 @pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.name)
-def test_emit_goldens(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_emit_goldens(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    run = path.read_text().splitlines()[0]
+    if "TLC_FOLD_PARTITIONS=0" in run:   # the RUN line's environment
+        monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
     for i, case in enumerate(SEPARATOR.split(path.read_text())):
         if "CHECK" not in case:
             continue
@@ -62,9 +65,13 @@ def _mma_and_layouts(src: str) -> list[str]:
 
 @pytest.mark.parametrize("change", [dict(bm=64), dict(bn=32), dict(warps=8), dict(stages=2)],
                          ids=lambda c: next(iter(c)))
-def test_tile_parameters_change_emitted_mma_and_layouts(change):
-    """Tiles live in the kernel IR: each knob changes the TiledMMA or the layouts."""
+def test_tile_parameters_change_emitted_mma_and_layouts(change, monkeypatch):
+    """Tiles live in the kernel IR: each knob changes the TiledMMA or the layouts (CuTe's partitions;
+    folded, the whole source changes too)."""
     base = dict(d=128, bm=128, bn=64, warps=4, stages=1)
+    folded = [emit_program(attention_kir(**kw), line_directives=False) for kw in (base, {**base, **change})]
+    assert folded[0] != folded[1]
+    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
     a = emit_program(attention_kir(**base), line_directives=False)
     b = emit_program(attention_kir(**{**base, **change}), line_directives=False)
     assert _mma_and_layouts(a) != _mma_and_layouts(b)

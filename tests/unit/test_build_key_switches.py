@@ -7,10 +7,11 @@ from tlc import runtime
 
 def test_fold_partitions_switch_changes_the_build_key(monkeypatch) -> None:
     args = (b"Param BM = 64\n", "x.tl", {"BM": "64"}, "sm_90", False)
-    monkeypatch.delenv("TLC_FOLD_PARTITIONS", raising=False)
+    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
     off = runtime._build_inputs_key(*args)
-    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "1")
+    monkeypatch.delenv("TLC_FOLD_PARTITIONS", raising=False)
     on = runtime._build_inputs_key(*args)
     assert on != off and "TLC_FOLD_PARTITIONS" in runtime.LOWERING_SWITCHES
-    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "")
-    assert runtime._build_inputs_key(*args) == off   # set but empty is off, as unset
+    for same in ("", "1", " 1"):   # the pass is on for each: one cache entry
+        monkeypatch.setenv("TLC_FOLD_PARTITIONS", same)
+        assert runtime._build_inputs_key(*args) == on

@@ -348,7 +348,8 @@ class CheckResourcesPass(Pass):
 
 
 def _fold_enabled() -> bool:
-    return os.environ.get("TLC_FOLD_PARTITIONS", "0") == "1"
+    """On unless TLC_FOLD_PARTITIONS=0 (then the kernel keeps CuTe's partitions: a slower compile)."""
+    return os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() != "0"
 
 
 @dataclass(frozen=True)

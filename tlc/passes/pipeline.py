@@ -36,7 +36,7 @@ LOWERING_PIPELINE = [
     "defer-reductions",   # after the schedule is fixed: moves cross-lane sums out of the loop
     "overlap-gemms",      # sm_90a: after defer-reductions (the peeled first trip keeps per-lane sums too)
     "check-resources",    # needs the final buffers and fragments: shared bytes and registers
-    "fold-partitions",    # last: partitions of the final tiles and schedule as flat views (TLC_FOLD_PARTITIONS=1)
+    "fold-partitions",    # last: partitions of the final tiles and schedule as flat views (TLC_FOLD_PARTITIONS=0: off)
 ]
 
 _ITEM = re.compile(r"\s*([a-z0-9-]+)\s*(?:\{([^}]*)\})?\s*(?:,|$)")
