@@ -80,7 +80,10 @@ if os.environ.get("TLC_BENCH_SWEEP"):  # e.g. "128x48x4x2;128x64x4x1": BMxBNxWAR
     SWEEP = [dict(zip(("bm", "bn", "warps", "stages"), map(int, v.split("x"))))
              for v in os.environ["TLC_BENCH_SWEEP"].split(";") if v]
 # e.g. "TmaStore=true;Stages=3": -D bindings added to every row (schedule knobs need no Param in the spec)
-EXTRA_DEFINES = dict(kv.split("=", 1) for kv in os.environ.get("TLC_BENCH_DEFINES", "").split(";") if "=" in kv)
+_DEFINES = [kv for kv in os.environ.get("TLC_BENCH_DEFINES", "").split(";") if kv.strip()]
+if any("=" not in kv for kv in _DEFINES):
+    sys.exit(f"TLC_BENCH_DEFINES={os.environ['TLC_BENCH_DEFINES']!r}: write NAME=VALUE;NAME=VALUE")
+EXTRA_DEFINES = dict(kv.split("=", 1) for kv in _DEFINES)
 
 
 ARCH = "sm_90"  # --arch: sm_90 (the sm_80-family kernels an H100/H200 runs) or sm_90a (wgmma)
@@ -265,6 +268,13 @@ def _warm(args) -> str:
         return f"build failed {row['name']} {tiles}: {exc}"
 
 
+def _regex(text: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") from None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sweep", action="store_true")
@@ -273,7 +283,7 @@ def main() -> int:
     ap.add_argument("--bar", action="store_true",
                     help="issue 12's bar table instead of the README rows: BAR_ROWS (MHA d=64/128/256, GQA 32/8, "
                     "MQA 32/1, MLA prefill, fp16, S=1k and 16k; B·S = 16k)")
-    ap.add_argument("--rows", metavar="REGEX", help="only the rows whose name matches (e.g. 'S=1k|d=64 causal')")
+    ap.add_argument("--rows", metavar="REGEX", type=_regex, help="only the rows whose name matches (e.g. 'S=1k|d=64 causal')")
     ap.add_argument("--arch", default="sm_90", choices=("sm_90", "sm_90a"),
                     help="tlc's target: sm_90 (mma.sync, the default) or sm_90a (wgmma; tiles get 4 warps per 64 rows)")
     a = ap.parse_args()
@@ -284,11 +294,11 @@ def main() -> int:
     from concurrent.futures import ProcessPoolExecutor
     rows = BAR_ROWS if a.bar else ROWS + (EXTRA_ROWS if a.extra else [])
     if a.rows:
-        rows = [r for r in rows if re.search(a.rows, r["name"])]
+        rows = [r for r in rows if a.rows.search(r["name"])]
     todo = [(r, row_tiles(r)) for r in rows]
     sweeps = [(r, t) for r in ROWS for t in SWEEP] if a.sweep else []
     sweeps += [(r, t) for r in EXTRA_ROWS for t in WIDE_SWEEP] if a.sweep and a.extra else []
-    sweeps = [(r, t) for r, t in sweeps if not a.rows or re.search(a.rows, r["name"])]
+    sweeps = [(r, t) for r, t in sweeps if not a.rows or a.rows.search(r["name"])]
     todo += sweeps
     todo = list({_build_key(*row_build(r, t, ARCH)): (r, t) for r, t in todo}.values())  # one build per kernel
     with ProcessPoolExecutor(max_workers=min(16, len(todo))) as pool:

@@ -1,38 +1,53 @@
-"""SASS instruction counts of a cubin (cuobjdump): the instructions a kernel was meant to use, and spills."""
+"""SASS of a cubin (cuobjdump): its opcodes, and the counts of the instructions a kernel was meant to use."""
 from __future__ import annotations
 
+import collections
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+
+_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+def sass_listing(cubin: bytes) -> str:
+    """`cuobjdump -sass` of the cubin; SystemExit with one line where cuobjdump is missing or fails."""
+    exe = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    if not os.path.exists(exe):
+        raise SystemExit("cuobjdump not found (it comes with the CUDA toolkit on the GPU machine); put it on PATH")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        done = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if done.returncode:
+        raise SystemExit(f"cuobjdump -sass failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+    return done.stdout
+
+
+def opcodes(listing: str) -> collections.Counter:
+    """Each instruction's opcode with its modifiers (predicates dropped), counted."""
+    return collections.Counter(m.group(1) for m in map(_OPCODE.search, listing.splitlines()) if m)
 
 
 def sass_summary(cubin: bytes) -> dict:
     """Counts of the instructions the recipe needs (HMMA or HGMMA, LDGSTS or UTMALDG, LDSM, LDSM.T, USETMAXREG)
     and spills (LDL/STL)."""
-    import re
-    exe = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(cubin)
-    out = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
     counts = {"HMMA": 0, "HMMA.16816.F32.BF16": 0, "LDGSTS": 0, "LDSM": 0, "LDSM.T": 0, "LDL": 0, "STL": 0,
               "MUFU.EX2": 0, "BAR.SYNC": 0, "HGMMA": 0, "UTMALDG": 0, "USETMAXREG": 0}
-    for line in out.splitlines():
-        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
-        if not m:
-            continue
-        op = m.group(1)
+    for op, n in opcodes(sass_listing(cubin)).items():
         base = op.split(".")[0]
         if base == "HMMA":
-            counts["HMMA"] += 1
-            counts["HMMA.16816.F32.BF16"] += op.startswith("HMMA.16816.F32.BF16")
+            counts["HMMA"] += n
+            counts["HMMA.16816.F32.BF16"] += n * op.startswith("HMMA.16816.F32.BF16")
         elif base in ("HGMMA", "UTMALDG", "USETMAXREG"):
-            counts[base] += 1
+            counts[base] += n
         elif base == "LDSM":
-            counts["LDSM.T" if ".MT88" in op else "LDSM"] += 1
+            counts["LDSM.T" if ".MT88" in op else "LDSM"] += n
         elif base in ("LDGSTS", "LDL", "STL", "BAR"):
-            counts["BAR.SYNC" if base == "BAR" else base] += 1
+            counts["BAR.SYNC" if base == "BAR" else base] += n
         elif op.startswith("MUFU.EX2"):
-            counts["MUFU.EX2"] += 1
+            counts["MUFU.EX2"] += n
     return counts

@@ -9,35 +9,11 @@ arithmetic, spills, barriers) before anyone reads the listings.
 from __future__ import annotations
 
 import argparse
-import collections
 import os
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def sass(cubin: bytes) -> str:
-    exe = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(cubin)
-    try:
-        return subprocess.run([exe, "-sass", f.name], capture_output=True, text=True, check=True).stdout
-    finally:
-        os.unlink(f.name)
-
-
-def opcodes(listing: str) -> collections.Counter:
-    out: collections.Counter = collections.Counter()
-    for line in listing.splitlines():
-        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
-        if m:
-            out[m.group(1)] += 1
-    return out
 
 
 def main() -> int:
@@ -49,8 +25,12 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()
     import tlc
+    from bench.sass import opcodes, sass_listing
+    from tlc.diagnostics import TlcError
 
     name, _, value = a.switch.partition("=")
+    if not name or any("=" not in d for d in a.defines):
+        ap.error("--switch and -D take NAME=VALUE")
     defines = dict(d.split("=", 1) for d in a.defines)
     builds = {}
     for label, env in (("default", None), (a.switch, value)):
@@ -58,8 +38,12 @@ def main() -> int:
             os.environ.pop(name, None)
         else:
             os.environ[name] = env
-        kern = tlc.build(a.spec, arch=a.arch, defines=defines)
-        builds[label] = (sass(kern.compiled.cubin), kern.compiled.metadata.get("ptxas", {}))
+        try:
+            kern = tlc.build(a.spec, arch=a.arch, defines=defines)
+        except TlcError as exc:   # a bad spec or -D, a failed compile: tlc's located message
+            print(f"bench/sass_compare.py ({label}): {exc}", file=sys.stderr)
+            return 1
+        builds[label] = (sass_listing(kern.compiled.cubin), kern.compiled.metadata.get("ptxas", {}))
     out_dir = Path(os.environ.get("OUT") or ".")
     counts = {}
     for i, (label, (listing, ptxas)) in enumerate(builds.items()):

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from tlc.diagnostics import Note, TlcError, fail
+# The environment switches that change what the lowering emits are part of every build key.
+from tlc.lowering.switches import LOWERING_SWITCHES  # noqa: F401 - re-exported
+from tlc.lowering.switches import switches_key as _switches
 from tlc.names import kernel_name
 
 _DISPATCH: dict[tuple, Any] = {}
@@ -64,16 +67,6 @@ def device_arch(device=None) -> str:
 def normal_defines(defines: Mapping[str, Any] | None) -> dict[str, str]:
     """-D bindings as the lowering reads them (bools as true/false): one spelling, one cache entry."""
     return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
-
-
-# Environment switches that change what the lowering emits: part of every build key, each as the
-# lowering reads it (TLC_FOLD_PARTITIONS: unset, '' and '1' all mean on; only '0' is off).
-LOWERING_SWITCHES = ("TLC_FOLD_PARTITIONS",)
-
-
-def _switches() -> str:
-    fold = "off" if os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() == "0" else "on"
-    return f"TLC_FOLD_PARTITIONS={fold}"
 
 
 def _build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str, lse: bool) -> str:

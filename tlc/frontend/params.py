@@ -57,11 +57,17 @@ def fits(kind: str | None, value: Any) -> bool:
     return True
 
 
+def _parsed_as(kind: str | None, raw: str) -> Any:
+    """`raw` parsed, or None when it is empty or not `kind`."""
+    value = parse_define(raw) if raw.strip() else None
+    return value if value is not None and fits(kind, value) else None
+
+
 def bind_define(name: str, declared: Any, raw: str) -> tuple[Any, str | None]:
     """(value, None), or (None, why) when `-D name=raw` does not fit `Param name = declared`."""
     kind = value_kind(declared)
-    value = parse_define(raw) if raw.strip() else None
-    if value is not None and fits(kind, value):
+    value = _parsed_as(kind, raw)
+    if value is not None:
         return value, None
     what = f"declared as {kind} (Param {name} = {declared})" if kind else "declared without a value"
     problem = f"not {raw.strip()!r}" if raw.strip() else "but it gives nothing"
@@ -72,8 +78,8 @@ def bind_define(name: str, declared: Any, raw: str) -> tuple[Any, str | None]:
 def bind_schedule_define(name: str, raw: str) -> tuple[Any, str | None]:
     """(value, None), or (None, why) for `-D name=raw` naming a schedule knob the program does not declare."""
     kind = SCHEDULE_PARAMS[name]
-    value = parse_define(raw) if raw.strip() else None
-    if value is not None and fits(kind, value):
+    value = _parsed_as(kind, raw)
+    if value is not None:
         return value, None
     example = "2" if kind == POSITIVE else "true"
     return None, f"-D {name}={raw.strip()}: the schedule option {name} needs {kind}; write e.g. -D {name}={example}"

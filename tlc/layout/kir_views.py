@@ -11,7 +11,7 @@ from pycute import Layout, flatten, is_tuple
 from tlc.kir.expr import Expr, Index, Var, parse_expr, print_expr
 from tlc.layout.cpp import index_expr
 from tlc.layout.kir_tensors import ROW
-from tlc.layout.swizzle import Decayed, swizzle_bits
+from tlc.layout.swizzle import Decayed
 
 
 def nested(value) -> tuple:
@@ -56,20 +56,10 @@ def global_strides(values: Layout, row_stride: Expr | None) -> tuple:
 
 
 def swizzled_strides(found: Decayed, offset: Expr) -> tuple:
-    """The decayed slice's strides: a Z-bit stride is negated where the thread's Y partner bit is
-    set; a Y-bit stride adds or subtracts its Z partner as the thread's Z bit is clear or set."""
-    zbits, ybits = swizzle_bits(found.sw)
+    """The decayed slice's strides (Decayed.stride_terms) as expressions of the thread's offset."""
     off = print_expr(offset)
-    flat = []
-    for k, d in enumerate(flatten(found.values.stride)):
-        kind = found.dynamic.get(k)
-        if kind is None:
-            flat.append(d)
-        elif kind[0] == "z":
-            flat.append(parse_expr(f"{d} - {2 * d} * (({off}) / {1 << ybits[kind[1]]} % 2)"))
-        else:
-            zb = 1 << zbits[kind[1]]
-            flat.append(parse_expr(f"{d + zb} - {2 * zb} * (({off}) / {zb} % 2)"))
+    flat = [base if bit is None else parse_expr(f"{base} - {step} * (({off}) / {1 << bit} % 2)")
+            for base, step, bit in found.stride_terms()]
     return nested(unflatten(flat, found.values.shape))
 
 

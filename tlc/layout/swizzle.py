@@ -63,19 +63,25 @@ class Decayed:
     dynamic: dict[int, tuple[str, int]]
     sw: Swz
 
-    def strides_at(self, offset: int) -> list[int]:
+    def stride_terms(self) -> list[tuple[int, int, int | None]]:
+        """Per flat leaf (base, step, bit): its stride is base − step · (the thread offset's bit `bit`),
+        or base where bit is None. A Z leaf flips sign with its Y partner bit (d − 2d·y); a Y leaf adds
+        or subtracts its Z partner as the thread's Z bit is clear or set (d + z − 2z·zbit)."""
         z, y = swizzle_bits(self.sw)
-        out = []
+        out: list[tuple[int, int, int | None]] = []
         for k, d in enumerate(flatten(self.values.stride)):
             kind = self.dynamic.get(k)
             if kind is None:
-                out.append(d)
+                out.append((d, 0, None))
             elif kind[0] == "z":
-                out.append(-d if offset >> y[kind[1]] & 1 else d)
+                out.append((d, 2 * d, y[kind[1]]))
             else:
                 zb = 1 << z[kind[1]]
-                out.append(d - zb if offset >> z[kind[1]] & 1 else d + zb)
+                out.append((d + zb, 2 * zb, z[kind[1]]))
         return out
+
+    def strides_at(self, offset: int) -> list[int]:
+        return [base if bit is None else base - step * (offset >> bit & 1) for base, step, bit in self.stride_terms()]
 
 
 def decay(thr: Layout, values: Layout, sw: Swz) -> Decayed | None:

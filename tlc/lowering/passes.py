@@ -14,7 +14,6 @@ PassContext (`LoweringState`) and `--print-after` shows the kernel IR after each
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -26,6 +25,7 @@ from tlc.kir.ops_sm90 import SM90_OP_CLASSES, WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
 from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
+from tlc.lowering.switches import fold_partitions_enabled
 from tlc.lowering.state import DEFAULT_ARCH, Allocation, LoweringState, ResourceReport, get_state, start_state
 from tlc.names import kernel_name
 from tlc.passes.base import Pass, PassContext
@@ -176,15 +176,20 @@ class WarpSpecializePass(_ScheduleListingPass):
         state.kir, notes = warp_specialize(state.kir, stages, state.arch.smem_per_block, tma_store=store)
         state.schedule = list(state.schedule) + notes
         state.kir.verify()
-        refuse_partial_copies(state, "; ".join(n for n in notes if "keep" in n or "cp.async" in n))
+        refuse_partial_copies(state, "; ".join(n.split(": ", 1)[1] for n in notes
+                                               if "kept the cp.async" in n or "keeps its copy" in n))
 
 
 def refuse_partial_copies(state: LoweringState, why_kept: str) -> None:
-    """A cp.async tiled copy lower-tile-ops allowed only for TMA to replace, still in use: its error."""
-    used = {n for op in walk(state.kir) for n in op.used_names()} if state.partial_copies else set()
+    """A cp.async tiled copy lower-tile-ops allowed only for TMA to replace, still in use: its error.
+    Checked once: after warp-specialize, or by check-resources in a pipeline without it."""
+    if not state.partial_copies:
+        return
+    used = {n for op in walk(state.kir) for n in op.used_names()}
     for name, why, loc in state.partial_copies:
         if name in used:
             raise fail(why + (f" (the copies stay cp.async: {why_kept})" if why_kept else ""), loc)
+    state.partial_copies = []
 
 
 @dataclass(frozen=True)
@@ -347,18 +352,13 @@ class CheckResourcesPass(Pass):
         return state.resources.describe() + "\n" if state and state.resources else "// check-resources: no report\n"
 
 
-def _fold_enabled() -> bool:
-    """On unless TLC_FOLD_PARTITIONS=0 (then the kernel keeps CuTe's partitions: a slower compile)."""
-    return os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() != "0"
-
-
 @dataclass(frozen=True)
 class FoldPartitionsPass(_KernelPass):
     """Partitions, fragments and tiled copies as flat layouts computed by tlc/layout
     (tlc.lowering.fold_partitions, imported only when the pass is on)."""
 
     name: ClassVar[str] = "fold-partitions"
-    enable: bool = field(default_factory=_fold_enabled)
+    enable: bool = field(default_factory=fold_partitions_enabled)   # TLC_FOLD_PARTITIONS=0: off
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         state = _state(ctx, self.name)

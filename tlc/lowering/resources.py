@@ -103,10 +103,12 @@ def register_fragments(kernel: KernelOp) -> tuple[list[Fragment], int, int]:
             and not op.regions for n in re.findall(r"[A-Za-z_]\w*", repr(op))}
     # An accumulator no MMA writes, only converted (overlap-gemms' `acc_S_like` → the carried P): its
     # fp32 registers die at the conversion; the converted fragments are what stays live.
-    written = {op.acc for op in walk(kernel) if isinstance(op, (MmaOp, WgmmaOp))}
+    written: set[str] = set()
     converts: dict[str, list[ConvertOp]] = {}
     for op in walk(kernel):
-        if isinstance(op, ConvertOp):
+        if isinstance(op, (MmaOp, WgmmaOp)):
+            written.add(op.acc)
+        elif isinstance(op, ConvertOp):
             converts.setdefault(op.src, []).append(op)
     frags: list[Fragment] = []
     resident = 0
