@@ -4,7 +4,8 @@
     compute-sanitizer --tool racecheck --report-api-errors no python3 bench/sanitize_one.py [--arch sm_90a]
 
 `--arch sm_90a`: the kernels tlc.attention runs on Hopper (warp-specialised TMA ring, overlapped wgmma,
-ping-pong), with a 3-stage ring case besides.
+ping-pong), with a 3-stage ring case and one of 400 tiles (several per CTA of a persistent kernel) besides.
+`-D NAME=VALUE` (repeatable) binds a schedule knob on every case, e.g. `-D Persistent=true`.
 """
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ CASES = [(128, True, "bottom_right", 2, 1, 2, 1, 77, 333), (64, False, "top_left
          (128, True, "top_left", 1, 1, 2, 1, 333, 77), (40, True, "top_left", 2, 1, 4, 2, 130, 200)]
 ARCH = sys.argv[sys.argv.index("--arch") + 1] if "--arch" in sys.argv else "sm_90"
 if ARCH == "sm_90a":
-    CASES.append((128, False, "top_left", 3, 2, 4, 2, 1000, 1000))
+    CASES += [(128, False, "top_left", 3, 2, 4, 2, 1000, 1000), (128, True, "top_left", 2, 2, 40, 8, 555, 555)]
+DEFINES = dict(sys.argv[i + 1].split("=", 1) for i, a in enumerate(sys.argv[:-1]) if a == "-D" and "=" in sys.argv[i + 1])
 
 
 def build(case):
     d, causal, align, stages = case[:4]
     spec, defines = attention_spec("bf16", d, d, causal, arch=ARCH)
-    return tlc.build(spec, arch=ARCH, defines=dict(defines, Align=align, Stages=stages))
+    return tlc.build(spec, arch=ARCH, defines=dict(defines, Align=align, Stages=stages, **DEFINES))
 
 
 def warm(case) -> None:

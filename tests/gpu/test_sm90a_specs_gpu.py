@@ -43,6 +43,14 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha128_tma_store": ("mha_fwd", {"TmaStore": "true"}),               # the epilogue stored with TMA
     "mha_d40_causal_tma_store": ("mha_fwd", {"HeadDim": "40", "Causal": "true", "TmaStore": "true"}),
     "mha128_causal_cpasync": ("mha_fwd", {"Causal": "true", "WarpSpecialize": "false"}),
+    # persistent: a CTA loops over tiles (the rings' position carried, Q re-armed per tile)
+    "mha128_persistent": ("mha_fwd", {"Persistent": "true"}),
+    "mha128_causal_persistent": ("mha_fwd", {"Causal": "true", "Persistent": "true"}),   # trips vary per tile
+    "gqa128_3stage_causal_persistent": ("gqa_fwd", {"Warps": "8", "Stages": "3", "Causal": "true",
+                                                    "Persistent": "true"}),
+    "mha_d40_causal_tma_store_persistent": ("mha_fwd", {"HeadDim": "40", "Causal": "true", "TmaStore": "true",
+                                                        "Persistent": "true"}),
+    "mha_d256_persistent": ("mha_fwd", {"HeadDim": "256", "Persistent": "true"}),   # O staged over Q's bytes
 }
 
 
@@ -84,6 +92,14 @@ def test_sm90a_kernel_equals_interpreter(case: str, sq: int, sk: int) -> None:
 
 def test_sm90a_grouped_heads_and_batches() -> None:
     run_case("gqa64", 77, 333, B=2, H=8, Hkv=2)
+
+
+@pytest.mark.parametrize("case,hkv", [("mha128_persistent", None), ("mha128_causal_persistent", None),
+                                      ("gqa128_3stage_causal_persistent", 6), ("mha_d256_persistent", None)])
+def test_sm90a_persistent_many_tiles_per_cta(case: str, hkv: int | None) -> None:
+    """7 × 72 = 504 tiles: every CTA of a 132-SM grid runs three or four, so the carried ring
+    position, the Q re-arm and (causal) tiles of different lengths in one CTA are exercised."""
+    run_case(case, 777, 555, B=3, H=24, Hkv=hkv)
 
 
 

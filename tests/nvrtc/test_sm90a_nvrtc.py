@@ -22,6 +22,7 @@ BUILDS = {  # name → (spec, -D bindings, (SS wgmma shape, RS wgmma shape) as P
     "gqa_d64": ("gqa_fwd", {"HeadDim": "64", "Warps": "8"}, ("m64n64k16", "m64n64k16")),
     "mha_d128_cpasync": ("mha_fwd", {"WarpSpecialize": "false"}, ("m64n64k16", "m64n128k16")),
     "mha_d128_tma_store": ("mha_fwd", {"TmaStore": "true"}, ("m64n64k16", "m64n128k16")),
+    "mha_d128_causal_persistent": ("mha_fwd", {"Causal": "true", "Persistent": "true"}, ("m64n64k16", "m64n128k16")),
 }
 
 

@@ -125,6 +125,7 @@ class _Loaded:
             attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             (err,) = driver.cuFuncSetAttribute(self.function, attr, kernel.smem_bytes)
             _check(err, f"cuFuncSetAttribute(max dynamic smem = {kernel.smem_bytes} bytes)")
+        self.resident_ctas = self._resident_ctas(driver, kernel, device_index)
         self.attributes = {}
         for key, attr in (("registers", "CU_FUNC_ATTRIBUTE_NUM_REGS"),
                           ("local_bytes", "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
@@ -132,6 +133,19 @@ class _Loaded:
             err, value = driver.cuFuncGetAttribute(getattr(driver.CUfunction_attribute, attr), self.function)
             if err == driver.CUresult.CUDA_SUCCESS:
                 self.attributes[key] = value
+
+    def _resident_ctas(self, driver, kernel: KernelOp, device_index: int) -> int:
+        """How many CTAs of this kernel the GPU holds at once (SMs × occupancy): a persistent
+        kernel's grid (`launch.ctas` in the kernel IR's grid formula)."""
+        err, per_sm = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, kernel.threads,
+                                                                          kernel.smem_bytes)
+        _check(err, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        err, dev = driver.cuDeviceGet(device_index)
+        _check(err, "cuDeviceGet")
+        attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        err, sms = driver.cuDeviceGetAttribute(attr, dev)
+        _check(err, "cuDeviceGetAttribute(multiprocessor count)")
+        return max(1, int(per_sm)) * int(sms)
 
 
 class Kernel:
@@ -321,12 +335,13 @@ class Kernel:
             raise fail(f"launch: no value for parameter field(s) {', '.join(missing)}")
         params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
         env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}
-        grid = self.grid(env)
-        if grid[1] > 65535 or grid[2] > 65535:
-            raise fail(f"grid {grid} exceeds 65535 in y/z: too many heads or batches for one launch")
         import torch
         with torch.cuda.device(device):
             loaded = self._module(device.index if device.index is not None else torch.cuda.current_device())
+            env["launch.ctas"] = loaded.resident_ctas
+            grid = self.grid(env)
+            if grid[1] > 65535 or grid[2] > 65535:
+                raise fail(f"grid {grid} exceeds 65535 in y/z: too many heads or batches for one launch")
             self._fill_descriptors(params, values, tensors or {})   # after the module load: the driver is up
             arg = (ctypes.c_void_p * 1)(ctypes.addressof(params))
             (err,) = driver.cuLaunchKernel(loaded.function, *grid, self.kernel.threads, 1, 1, self.kernel.smem_bytes,

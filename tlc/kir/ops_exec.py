@@ -284,3 +284,24 @@ class IfOp(Op):
     cond: Expr
     body: tuple[Op, ...]
     regions = ("body",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterOp(Op):
+    """`int name = init;` — a scalar that `CounterAddOp`s advance: what a persistent kernel carries
+    from one tile to the next (its mbarrier rings' position)."""
+
+    name: str
+    init: Expr
+    defines = ("name",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterAddOp(Op):
+    """`counter += value;` on a `CounterOp`'s scalar."""
+
+    counter: str
+    value: Expr
+
+    def check(self) -> None:
+        check_ident(self.counter, "counter")

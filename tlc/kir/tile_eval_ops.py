@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from tlc.kir import ops as K
+from tlc.kir.expr import Var
 from tlc.kir.tile_eval_expr import TileFault, eval_tensor_expr, round_to
 from tlc.kir.tile_eval_state import (Block, Coords, Frag, GlobalView, OperandFrag, SharedRef, Window, handles,
                                      read_window, write_window)
@@ -278,3 +279,13 @@ def _for(blk: Block, op: K.ForOp) -> None:
         blk.scalars[op.var] = var
         blk.run(op.body)
         var += op.step
+
+
+@handles(K.CounterOp)
+def _counter(blk: Block, op: K.CounterOp) -> None:
+    blk.scalars[op.name] = blk.integer(op.init)
+
+
+@handles(K.CounterAddOp)
+def _counter_add(blk: Block, op: K.CounterAddOp) -> None:
+    blk.scalars[op.counter] = blk.integer(Var(op.counter)) + blk.integer(op.value)

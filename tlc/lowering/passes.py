@@ -214,6 +214,30 @@ class OverlapGemmsPass(_ScheduleListingPass, _ScheduleRewritePass):
 
 
 @dataclass(frozen=True)
+class PersistentPass(_ScheduleListingPass):
+    """sm_90a, warp-specialised kernels: a CTA per resident slot loops over the output tiles, the
+    producer loading the next tile while the consumers finish this one (tlc.lowering.persistent).
+    `Param Persistent = true` turns it on (off by default)."""
+
+    name: ClassVar[str] = "persistent"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.persistent import make_persistent
+
+        if not _bool_param(graph, "Persistent", False):
+            return
+        state = _state(ctx, self.name)
+        kernel = _kernel(state)
+        if not any(isinstance(op, WarpSpecializeOp) for op in walk(kernel)):
+            state.schedule = list(state.schedule) + ["persistent: kept one tile per CTA: the kernel is not "
+                                                     "warp-specialised"]
+            return
+        kernel, notes = make_persistent(kernel, state.arch.smem_per_block)
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
 class InsertSyncPass(_KernelPass):
     """cp.async waits and barriers from the shared-memory effects (tlc.lowering.sync)."""
 

@@ -35,6 +35,7 @@ LOWERING_PIPELINE = [
     "prefetch-operands",  # after sync: each GEMM's operand loads one k-block ahead of its MMAs
     "defer-reductions",   # after the schedule is fixed: moves cross-lane sums out of the loop
     "overlap-gemms",      # sm_90a: after defer-reductions (the peeled first trip keeps per-lane sums too)
+    "persistent",         # sm_90a, Param Persistent: after overlap-gemms (loops over whole tile bodies)
     "check-resources",    # needs the final buffers and fragments: shared bytes and registers
     "fold-partitions",    # last: partitions of the final tiles and schedule as flat views (TLC_FOLD_PARTITIONS=0: off)
 ]

@@ -29,6 +29,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "infer-layouts": _lazy("tlc.lowering.passes:InferLayoutsPass"),
     "warp-specialize": _lazy("tlc.lowering.passes:WarpSpecializePass"),
     "overlap-gemms": _lazy("tlc.lowering.passes:OverlapGemmsPass"),
+    "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
     "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
     "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),

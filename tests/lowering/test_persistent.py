@@ -1,0 +1,126 @@
+"""`persistent` (sm_90a, `Param Persistent = true`): the warp-specialised kernel loops over its output
+tiles. Structure of the kernel IR it leaves (grid, tile loops in both roles, the once-tile's release
+and re-arm, the rings' carried position), what it declines and why. NVRTC: tests/nvrtc/test_sm90a_nvrtc.py;
+GPU (several tiles per CTA, causal, GQA): tests/gpu/test_sm90a_specs_gpu.py.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tlc.api import compile_graph
+from tlc.diagnostics import TlcError
+from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
+from tlc.kir.expr import free_names
+from tlc.kir.text import parse_kir, print_kir
+from tlc.lowering.passes import run_lowering
+from tlc.lowering.resources import shared_buffers
+from tlc.lowering.sync import effects
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+
+
+def _lower(spec: str = "mha_fwd", arch: str = "sm_90a", **defines: str):
+    path = SPECS / f"{spec}.tl"
+    graph, _ = compile_graph(path.read_bytes(), str(path), defines={"Persistent": "true", **defines})
+    return run_lowering(graph, arch, name=spec)[0]
+
+
+def _roles(kernel) -> H.WarpSpecializeOp:
+    return kernel.body[-1]
+
+
+def _tile_loop(ops) -> K.ForOp:
+    (loop,) = [op for op in ops if isinstance(op, K.ForOp) and op.var == "tile_iter"]
+    return loop
+
+
+@pytest.mark.parametrize("defines", [{}, {"Causal": "true"}, {"HeadDim": "64"}, {"TmaStore": "true"},
+                                     {"Stages": "3", "BN": "64", "HeadDim": "64"}])
+def test_both_roles_loop_over_the_tiles_with_the_rings_carried(defines: dict) -> None:
+    state = _lower(**defines)
+    kernel = state.kir.kernels()[0]
+    assert str(kernel.grid[0]).startswith("min(") and "launch.ctas" in str(kernel.grid[0])
+    assert [str(g) for g in kernel.grid[1:]] == ["1", "1"]
+    roles = _roles(kernel)
+    producer = _tile_loop(roles.producer[0].body)
+    consumer = _tile_loop(roles.consumer)
+    for loop in (producer, consumer):
+        lets = {op.name: str(op.value) for op in loop.body if isinstance(op, K.LetOp)}
+        assert lets["tile"] == "blockIdx.x + tile_iter * gridDim.x"
+        assert "blockIdx" not in lets["block_idx"] and "tile" in lets["block_idx"]
+        # every ring position reads the carried counter; the counter advances by the ring loop's trips
+        positions = [op for op in K.walk(loop) if isinstance(op, K.LetOp) and re.match(r"n_(stage|phase)", op.name)]
+        assert positions and all("ring" in free_names(op.value) for op in positions)
+        assert isinstance(loop.body[-1], K.CounterAddOp) and loop.body[-1].counter == "ring"
+    assert producer.body[-1].value == consumer.body[-1].value
+    # nothing outside the tile loops reads the grid coordinates
+    outside = [op for op in kernel.body[:-1] if op.used_names() & {"blockIdx.x", "blockIdx.y", "blockIdx.z"}]
+    assert not outside
+    # the producer re-arms Q only once the consumers released it (parity of the tile flipped)
+    body = list(producer.body)
+    wait = next(i for i, op in enumerate(body) if isinstance(op, H.MbarrierWaitOp) and op.bar == "empty_sQ")
+    assert isinstance(body[wait + 1], H.MbarrierArriveExpectTxOp) and body[wait + 1].bar == "full_sQ"
+    assert str(body[wait].phase) == "1 - tile_iter % 2"
+    full = [op for op in consumer.body if isinstance(op, H.MbarrierWaitOp) and op.bar == "full_sQ"]
+    assert [str(op.phase) for op in full] == ["tile_iter % 2"]
+    assert "persistent: a CTA per resident slot" in "\n".join(state.schedule)
+    assert print_kir(parse_kir(print_kir(state.kir))) == print_kir(state.kir)
+
+
+def _release_index(consumer: K.ForOp) -> int:
+    return next(i for i, op in enumerate(consumer.body) if isinstance(op, H.MbarrierArriveOp) and op.bar == "empty_sQ")
+
+
+def test_the_staging_tile_gets_its_own_bytes_and_q_is_released_after_its_last_gemm() -> None:
+    state = _lower()
+    kernel = state.kir.kernels()[0]
+    buffers = {b.name: b for b in shared_buffers(kernel)}
+    q, o = buffers["sQ"], buffers["sO_out"]
+    assert o.offset >= q.offset + q.bytes and o.offset % 1024 == 0 and kernel.smem_bytes >= o.offset + o.bytes
+    consumer = _tile_loop(_roles(kernel).consumer)
+    release = _release_index(consumer)
+    assert isinstance(consumer.body[release - 1], H.WgmmaWaitOp) and consumer.body[release - 1].pending == 0
+    touches = [i for i, op in enumerate(consumer.body) if any("sQ" in effects(x)[1] for x in K.walk(op))]
+    assert touches and max(touches) < release
+    later = consumer.body[release + 1:]
+    assert any(isinstance(x, K.CopyOp) and "sO_out" in x.writes for op in later for x in K.walk(op))  # the epilogue
+
+
+def test_where_the_staging_tile_cannot_move_q_is_released_after_the_store() -> None:
+    state = _lower(HeadDim="256", BN="64")            # 64 KB of Q + 2 × (32 + 32) KB of K/V: no room for 64 KB of O
+    kernel = state.kir.kernels()[0]
+    buffers = {b.name: b for b in shared_buffers(kernel)}
+    assert buffers["sO_out"].offset == buffers["sQ"].offset
+    assert "its tile is released after the store" in "\n".join(state.schedule)
+    consumer = _tile_loop(_roles(kernel).consumer)
+    release = _release_index(consumer)
+    store = max(i for i, op in enumerate(consumer.body) if "sO_out" in effects(op)[1])
+    assert store < release
+
+
+@pytest.mark.parametrize("arch,defines,why", [
+    ("sm_90", {}, "the kernel is not warp-specialised"),
+    ("sm_90a", {"WarpSpecialize": "false"}, "the kernel is not warp-specialised"),
+])
+def test_kernels_it_does_not_cover_keep_one_tile_per_cta(arch: str, defines: dict, why: str) -> None:
+    state = _lower(arch=arch, **defines)
+    assert f"persistent: kept one tile per CTA: {why}" in state.schedule
+    assert not any(isinstance(op, K.CounterOp) for op in K.walk(state.kir))
+    assert "launch.ctas" not in str(state.kir.kernels()[0].grid[0])
+
+
+def test_off_by_default_and_a_bad_value_is_one_located_error() -> None:
+    path = SPECS / "mha_fwd.tl"
+    graph, _ = compile_graph(path.read_bytes(), str(path))
+    state, _ = run_lowering(graph, "sm_90a", name="mha_fwd")
+    assert not any(isinstance(op, K.CounterOp) for op in K.walk(state.kir))
+    text = path.read_text() + "\nParam Persistent = 2"
+    graph, _ = compile_graph(text.encode(), str(path))
+    with pytest.raises(TlcError, match=re.escape("Param Persistent = 2: use true or false")) as exc:
+        run_lowering(graph, "sm_90a", name="mha_fwd")
+    (diag,) = exc.value.diagnostics
+    assert diag.loc is not None and diag.loc.line == len(text.splitlines())
