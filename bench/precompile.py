@@ -73,7 +73,7 @@ def bar_builds(arch: str = "sm_90") -> list[Job]:
     """What `bench_attention.py --bar --arch ARCH` builds: every BAR_ROWS row with `arch`'s tiles."""
     from bench.bench_attention import BAR_ROWS, row_build, row_tiles
 
-    return [row_build(row, row_tiles(row, arch), arch) for row in BAR_ROWS]
+    return [(*row_build(row, row_tiles(row, arch), arch), row.get("name", ""), arch) for row in BAR_ROWS]
 
 
 def job_set(name: str, arch: str) -> list[Job]:
