@@ -124,3 +124,20 @@ def test_off_by_default_and_a_bad_value_is_one_located_error() -> None:
         run_lowering(graph, "sm_90a", name="mha_fwd")
     (diag,) = exc.value.diagnostics
     assert diag.loc is not None and diag.loc.line == len(text.splitlines())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiles_of_uneven_length_are_ordered_query_tile_slowest(causal: bool) -> None:
+    """Causal trips depend on the query tile: every head's tile at one query index comes before the
+    next index, so each CTA's k-th tile is about as long as every other CTA's (a static round robin
+    over x-fastest tiles gave CTAs runs of long or short tiles). Otherwise x stays fastest."""
+    state = _lower(Causal=str(causal).lower())
+    consumer = _tile_loop(_roles(state.kir.kernels()[0]).consumer)
+    lets = {op.name: str(op.value) for op in consumer.body if isinstance(op, K.LetOp)}
+    if causal:
+        assert lets["block_idx"] == "ceil_div(p.seqlen_q, 128) - 1 - tile / (p.heads * p.batch)"
+        assert lets["head_idx"] == "tile % p.heads"
+        assert "query tile slowest" in "\n".join(state.schedule)
+    else:
+        assert lets["block_idx"] == "tile % ceil_div(p.seqlen_q, 128)"
+        assert "query tile fastest" in "\n".join(state.schedule)

@@ -83,8 +83,13 @@ class Persistent:
 
         grid = dict(zip(("x", "y", "z"), (gx, gy, gz)))
         tile = Var(TILE)
-        coords = {"blockIdx.x": BinOp("%", tile, gx), "blockIdx.y": BinOp("%", BinOp("/", tile, gx), gy),
-                  "blockIdx.z": BinOp("/", tile, BinOp("*", gx, gy))}
+        uneven = trips is not None and bool(free_names(trips) & self._x_names(moved))
+        if uneven:      # tiles of every head and batch at one x, the x in launch order: longest first where reversed
+            coords = {"blockIdx.x": BinOp("/", tile, BinOp("*", gy, gz)), "blockIdx.y": BinOp("%", tile, gy),
+                      "blockIdx.z": BinOp("%", BinOp("/", tile, gy), gz)}
+        else:           # x fastest, as the hardware launches a grid: CTAs at work share their K/V in L2
+            coords = {"blockIdx.x": BinOp("%", tile, gx), "blockIdx.y": BinOp("%", BinOp("/", tile, gx), gy),
+                      "blockIdx.z": BinOp("/", tile, BinOp("*", gx, gy))}
         coords.update({f"gridDim.{a}": e for a, e in grid.items()})
         tile_lets = [self._retarget(op, coords) for op in moved]
         count = BinOp("*", BinOp("*", gx, gy), gz)
@@ -120,8 +125,10 @@ class Persistent:
             self.kernel, grid=(Call("min", (count, Var(RESIDENT_CTAS))), Const(1), Const(1)), smem_bytes=smem,
             body=(*stay, new_roles))
         once = ", ".join(b[len("full_"):] for b in once_bars)
+        order = ("query tile slowest (their KV trips differ: each CTA's k-th tile is about as long as the "
+                 "others')" if uneven else "query tile fastest")
         self.notes.append(f"persistent: a CTA per resident slot loops over the tiles (grid min(tiles, "
-                          f"{RESIDENT_CTAS})); {once or 'no tile'} released per tile through "
+                          f"{RESIDENT_CTAS}); {order}); {once or 'no tile'} released per tile through "
                           f"{', '.join(b.name for b in empties) or 'no barrier'}"
                           + ("; the rings' position carried across tiles" if trips is not None else ""))
         return kernel, self.notes
@@ -140,6 +147,15 @@ class Persistent:
         if any(x.used_names() & GRID_NAMES for x in K.walk(roles)):
             raise Declined("the roles read blockIdx or gridDim themselves")
         return moved
+
+    @staticmethod
+    def _x_names(moved: list[K.Op]) -> set[str]:
+        """The declarations that read the grid's x coordinate (the query tile), directly or not."""
+        names = {"blockIdx.x", "gridDim.x"}
+        for op in moved:
+            if op.used_names() & names:
+                names |= set(op.defined_names())
+        return names
 
     @staticmethod
     def _producer_body(roles: H.WarpSpecializeOp) -> tuple[K.Op, ...]:
