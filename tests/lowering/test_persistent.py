@@ -9,11 +9,14 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tlc.api import compile_graph
 from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
+from tlc.kir.evaluate import evaluate
 from tlc.kir.expr import free_names
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.passes import run_lowering
@@ -134,10 +137,42 @@ def test_tiles_of_uneven_length_are_ordered_query_tile_slowest(causal: bool) -> 
     state = _lower(Causal=str(causal).lower())
     consumer = _tile_loop(_roles(state.kir.kernels()[0]).consumer)
     lets = {op.name: str(op.value) for op in consumer.body if isinstance(op, K.LetOp)}
+    assert lets["head_idx"] == "tile_y" and lets["batch_idx"] == "tile_z"
     if causal:
-        assert lets["block_idx"] == "ceil_div(p.seqlen_q, 128) - 1 - tile / (p.heads * p.batch)"
-        assert lets["head_idx"] == "tile % p.heads"
-        assert "query tile slowest" in "\n".join(state.schedule)
+        assert lets["block_idx"] == "ceil_div(p.seqlen_q, 128) - 1 - tile_x"
+        assert lets["tile_x"] == "tile_in_section / tile_heads_here"
+        assert "query tile slowest within sections" in "\n".join(state.schedule)
     else:
-        assert lets["block_idx"] == "tile % ceil_div(p.seqlen_q, 128)"
+        assert lets["tile_x"] == "tile % ceil_div(p.seqlen_q, 128)"
         assert "query tile fastest" in "\n".join(state.schedule)
+
+
+_LOOPS: dict = {}
+
+
+def _tile_lets(causal: bool) -> list[K.LetOp]:
+    if causal not in _LOOPS:
+        loop = _tile_loop(_roles(_lower(Causal=str(causal).lower()).kir.kernels()[0]).consumer)
+        _LOOPS[causal] = [op for op in loop.body if isinstance(op, K.LetOp) and op.name.startswith("tile")]
+    return _LOOPS[causal]
+
+
+@settings(max_examples=60, deadline=None)
+@given(causal=st.booleans(), sq=st.integers(1, 2000), sk=st.integers(0, 300_000), heads=st.integers(1, 40),
+       batch=st.integers(1, 5), ctas=st.integers(1, 300))
+def test_every_tile_is_run_once_by_exactly_one_cta(causal, sq, sk, heads, batch, ctas) -> None:
+    """The tile loops' coordinates, evaluated as the kernel would for every CTA of the grid, cover the
+    one-tile-per-CTA grid exactly once (both orders, sections of any size, a partial last section)."""
+    p = {"p.seqlen_q": sq, "p.seqlen_k": sk, "p.heads": heads, "p.batch": batch}
+    gx = -(-sq // 128)
+    count = gx * heads * batch
+    grid = min(count, ctas)
+    seen = []
+    for cta in range(grid):
+        for it in range(-(-(count - cta) // grid)):
+            env = dict(p, **{"blockIdx.x": cta, "gridDim.x": grid, "tile_iter": it})
+            for op in _tile_lets(causal):
+                env[op.name] = evaluate(op.value, env)
+            assert 0 <= env["tile_x"] < gx and 0 <= env["tile_y"] < heads and 0 <= env["tile_z"] < batch
+            seen.append((env["tile_x"], env["tile_y"], env["tile_z"]))
+    assert len(seen) == count and len(set(seen)) == count

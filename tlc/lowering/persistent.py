@@ -34,6 +34,10 @@ from tlc.lowering.warp_specialize import _live
 GRID_NAMES = {f"{g}.{a}" for g in ("blockIdx", "gridDim") for a in "xyz"}
 RESIDENT_CTAS = "launch.ctas"      # filled by the launcher: SMs × the occupancy of this kernel
 ITER, TILE, RING = "tile_iter", "tile", "ring"
+# K/V bytes the CTAs at work may share in L2 (an H100's and H200's is 50 MB; Q and O stream past it)
+L2_BYTES = 32 << 20
+_ORDER_NAMES = ("tile_x", "tile_y", "tile_z", "tile_heads", "tile_section_heads", "tile_section",
+                "tile_in_section", "tile_heads_here", "tile_yz")
 _MBAR_OPS = (H.MbarrierWaitOp, H.MbarrierArriveOp, H.MbarrierArriveExpectTxOp, H.TmaLoadOp)
 
 
@@ -60,7 +64,7 @@ class Persistent:
             raise Declined("the kernel is not warp-specialised")
         roles: H.WarpSpecializeOp = body[-1]
         defined = {n for op in K.walk(self.kernel) for n in op.defined_names()}
-        if clash := {ITER, TILE, RING} & defined:
+        if clash := {ITER, TILE, RING, *_ORDER_NAMES} & defined:
             raise Declined(f"the kernel already defines {', '.join(sorted(clash))}")
         gx, gy, gz = self.kernel.grid
         for g in (gx, gy, gz):
@@ -82,27 +86,22 @@ class Persistent:
             trips = Call("max", (BinOp("-", ring_loop.stop, ring_loop.start), Const(0)))
 
         grid = dict(zip(("x", "y", "z"), (gx, gy, gz)))
-        tile = Var(TILE)
         uneven = trips is not None and bool(free_names(trips) & self._x_names(moved))
-        if uneven:      # tiles of every head and batch at one x, the x in launch order: longest first where reversed
-            coords = {"blockIdx.x": BinOp("/", tile, BinOp("*", gy, gz)), "blockIdx.y": BinOp("%", tile, gy),
-                      "blockIdx.z": BinOp("%", BinOp("/", tile, gy), gz)}
-        else:           # x fastest, as the hardware launches a grid: CTAs at work share their K/V in L2
-            coords = {"blockIdx.x": BinOp("%", tile, gx), "blockIdx.y": BinOp("%", BinOp("/", tile, gx), gy),
-                      "blockIdx.z": BinOp("/", tile, BinOp("*", gx, gy))}
+        order = self._order(gx, gy, gz, ring_loop if uneven else None, prefix)
+        coords = {f"blockIdx.{a}": Var(f"tile_{a}") for a in "xyz"}
         coords.update({f"gridDim.{a}": e for a, e in grid.items()})
         tile_lets = [self._retarget(op, coords) for op in moved]
         count = BinOp("*", BinOp("*", gx, gy), gz)
 
         def looped(role: list[K.Op]) -> list[K.Op]:
             decls = _live(tile_lets, role)
-            head = K.LetOp(name=TILE, type="i32", value=BinOp("+", Var("blockIdx.x"),
-                                                              BinOp("*", Var(ITER), Var("gridDim.x"))),
-                           loc=self.kernel.loc)
+            head = [K.LetOp(name=TILE, type="i32", value=BinOp("+", Var("blockIdx.x"),
+                                                               BinOp("*", Var(ITER), Var("gridDim.x"))),
+                            loc=self.kernel.loc), *order]
             tail = [K.CounterAddOp(counter=RING, value=trips, loc=self.kernel.loc)] if trips is not None else []
             loop = K.ForOp(var=ITER, start=Const(0), stop=Call("ceil_div", (BinOp("-", count, Var("blockIdx.x")),
                                                                             Var("gridDim.x"))),
-                           step=1, body=(head, *decls, *role, *tail), loc=self.kernel.loc)
+                           step=1, body=(*head, *decls, *role, *tail), loc=self.kernel.loc)
             counter = [K.CounterOp(name=RING, init=Const(0), loc=self.kernel.loc)] if trips is not None else []
             return [*counter, loop]
 
@@ -125,8 +124,9 @@ class Persistent:
             self.kernel, grid=(Call("min", (count, Var(RESIDENT_CTAS))), Const(1), Const(1)), smem_bytes=smem,
             body=(*stay, new_roles))
         once = ", ".join(b[len("full_"):] for b in once_bars)
-        order = ("query tile slowest (their KV trips differ: each CTA's k-th tile is about as long as the "
-                 "others')" if uneven else "query tile fastest")
+        order = (f"query tile slowest within sections of heads whose K/V fit {L2_BYTES >> 20} MiB of L2 (their KV "
+                 "trips differ: each CTA's k-th tile is about as long as the others')" if uneven
+                 else "query tile fastest")
         self.notes.append(f"persistent: a CTA per resident slot loops over the tiles (grid min(tiles, "
                           f"{RESIDENT_CTAS}); {order}); {once or 'no tile'} released per tile through "
                           f"{', '.join(b.name for b in empties) or 'no barrier'}"
@@ -147,6 +147,50 @@ class Persistent:
         if any(x.used_names() & GRID_NAMES for x in K.walk(roles)):
             raise Declined("the roles read blockIdx or gridDim themselves")
         return moved
+
+    def _order(self, gx: Expr, gy: Expr, gz: Expr, uneven_loop: K.ForOp | None, prefix: list[K.Op]) -> list[K.LetOp]:
+        """LetOps `tile_x/y/z`: the grid coordinates of tile number `tile`.
+
+        Even tiles: x fastest, as the hardware launches a grid, so the CTAs at work share K/V in L2.
+        Tiles whose KV trips depend on x (causal): heads are cut into sections whose K/V fit L2_BYTES,
+        and within a section every head's tile at one x comes before the next x, so a static round
+        robin hands each CTA tiles of about the same length while the CTAs at work share a section's
+        K/V (x slowest over all heads read every head's K/V once per x: bandwidth-bound at S = 1k)."""
+        loc = self.kernel.loc
+
+        def let(name: str, value: Expr) -> K.LetOp:
+            return K.LetOp(name=name, type="i32", value=value, loc=loc)
+
+        tile = Var(TILE)
+        if uneven_loop is None:
+            return [let("tile_x", BinOp("%", tile, gx)), let("tile_y", BinOp("%", BinOp("/", tile, gx), gy)),
+                    let("tile_z", BinOp("/", tile, BinOp("*", gx, gy)))]
+        row_bytes = self._kv_row_bytes(uneven_loop, prefix)
+        heads, per = Var("tile_heads"), Var("tile_section_heads")
+        section, within, here = Var("tile_section"), Var("tile_in_section"), Var("tile_heads_here")
+        fit = BinOp("/", Const(L2_BYTES // row_bytes), Call("max", (Var("p.seqlen_k"), Const(1))))
+        return [
+            let("tile_heads", BinOp("*", gy, gz)),
+            let("tile_section_heads", Call("max", (Const(1), Call("min", (heads, fit))))),
+            let("tile_section", BinOp("/", tile, BinOp("*", per, gx))),
+            let("tile_in_section", BinOp("-", tile, BinOp("*", BinOp("*", section, per), gx))),
+            let("tile_heads_here", Call("min", (per, BinOp("-", heads, BinOp("*", section, per))))),
+            let("tile_yz", BinOp("+", BinOp("*", section, per), BinOp("%", within, here))),
+            let("tile_x", BinOp("/", within, here)),
+            let("tile_y", BinOp("%", Var("tile_yz"), gy)),
+            let("tile_z", BinOp("/", Var("tile_yz"), gy)),
+        ]
+
+    def _kv_row_bytes(self, loop: K.ForOp, prefix: list[K.Op]) -> int:
+        """Bytes of one row of every tile the ring loop loads (K and V: one key's row of each)."""
+        if "p.seqlen_k" not in free_names(loop.stop):
+            raise Declined(f"the ring loop's trips (`{loop.stop}`) do not follow p.seqlen_k")
+        descs = {op.name: op for op in prefix if isinstance(op, H.TmaDescriptorOp)}
+        rows = {x.bar: descs[x.desc].box[2] for x in K.walk(loop) if isinstance(x, H.TmaLoadOp)}
+        total = sum(x.bytes // rows[x.bar] for x in K.walk(loop) if isinstance(x, H.MbarrierArriveExpectTxOp))
+        if not total:
+            raise Declined("the ring loop loads nothing")
+        return total
 
     @staticmethod
     def _x_names(moved: list[K.Op]) -> set[str]:
