@@ -53,7 +53,8 @@ def test_both_roles_loop_over_the_tiles_with_the_rings_carried(defines: dict) ->
     consumer = _tile_loop(roles.consumer)
     for loop in (producer, consumer):
         lets = {op.name: str(op.value) for op in loop.body if isinstance(op, K.LetOp)}
-        assert lets["tile"] == "blockIdx.x + tile_iter * gridDim.x"
+        assert lets["tile"] in ("blockIdx.x + tile_iter * gridDim.x",
+                                "select(tile_iter % 2 == 0, blockIdx.x, gridDim.x - 1 - blockIdx.x) + tile_iter * gridDim.x")
         assert "blockIdx" not in lets["block_idx"] and "tile" in lets["block_idx"]
         # every ring position reads the carried counter; the counter advances by the ring loop's trips
         positions = [op for op in K.walk(loop) if isinstance(op, K.LetOp) and re.match(r"n_(stage|phase)", op.name)]
@@ -141,6 +142,7 @@ def test_tiles_of_uneven_length_are_ordered_query_tile_slowest(causal: bool) -> 
     if causal:
         assert lets["block_idx"] == "ceil_div(p.seqlen_q, 128) - 1 - tile_x"
         assert lets["tile_x"] == "tile_in_section / tile_heads_here"
+        assert lets["tile"].startswith("select(tile_iter % 2 == 0, blockIdx.x, gridDim.x - 1 - blockIdx.x)")
         assert "query tile slowest within sections" in "\n".join(state.schedule)
     else:
         assert lets["tile_x"] == "tile % ceil_div(p.seqlen_q, 128)"
@@ -148,6 +150,7 @@ def test_tiles_of_uneven_length_are_ordered_query_tile_slowest(causal: bool) -> 
 
 
 _LOOPS: dict = {}
+_STOPS: dict = {}
 
 
 def _tile_lets(causal: bool) -> list[K.LetOp]:
@@ -168,8 +171,12 @@ def test_every_tile_is_run_once_by_exactly_one_cta(causal, sq, sk, heads, batch,
     count = gx * heads * batch
     grid = min(count, ctas)
     seen = []
+    loop = _tile_loop(_roles(_lower(Causal=str(causal).lower()).kir.kernels()[0]).consumer) if causal not in \
+        _STOPS else None
+    stop = _STOPS.setdefault(causal, loop.stop if loop is not None else None)
     for cta in range(grid):
-        for it in range(-(-(count - cta) // grid)):
+        rounds = evaluate(stop, dict(p, **{"blockIdx.x": cta, "gridDim.x": grid}))
+        for it in range(rounds):
             env = dict(p, **{"blockIdx.x": cta, "gridDim.x": grid, "tile_iter": it})
             for op in _tile_lets(causal):
                 env[op.name] = evaluate(op.value, env)

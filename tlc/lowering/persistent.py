@@ -93,15 +93,14 @@ class Persistent:
         tile_lets = [self._retarget(op, coords) for op in moved]
         count = BinOp("*", BinOp("*", gx, gy), gz)
 
+        first_tile, rounds = self._rounds(count, uneven)
+
         def looped(role: list[K.Op]) -> list[K.Op]:
             decls = _live(tile_lets, role)
-            head = [K.LetOp(name=TILE, type="i32", value=BinOp("+", Var("blockIdx.x"),
-                                                               BinOp("*", Var(ITER), Var("gridDim.x"))),
-                            loc=self.kernel.loc), *order]
+            head = [K.LetOp(name=TILE, type="i32", value=first_tile, loc=self.kernel.loc), *order]
             tail = [K.CounterAddOp(counter=RING, value=trips, loc=self.kernel.loc)] if trips is not None else []
-            loop = K.ForOp(var=ITER, start=Const(0), stop=Call("ceil_div", (BinOp("-", count, Var("blockIdx.x")),
-                                                                            Var("gridDim.x"))),
-                           step=1, body=(*head, *decls, *role, *tail), loc=self.kernel.loc)
+            loop = K.ForOp(var=ITER, start=Const(0), stop=rounds, step=1, body=(*head, *decls, *role, *tail),
+                           loc=self.kernel.loc)
             counter = [K.CounterOp(name=RING, init=Const(0), loc=self.kernel.loc)] if trips is not None else []
             return [*counter, loop]
 
@@ -124,8 +123,9 @@ class Persistent:
             self.kernel, grid=(Call("min", (count, Var(RESIDENT_CTAS))), Const(1), Const(1)), smem_bytes=smem,
             body=(*stay, new_roles))
         once = ", ".join(b[len("full_"):] for b in once_bars)
-        order = (f"query tile slowest within sections of heads whose K/V fit {L2_BYTES >> 20} MiB of L2 (their KV "
-                 "trips differ: each CTA's k-th tile is about as long as the others')" if uneven
+        order = (f"query tile slowest within sections of heads whose K/V fit {L2_BYTES >> 20} MiB of L2, rounds "
+                 "handed out in a snake (their KV trips differ: each CTA's tiles add up to about the others')"
+                 if uneven
                  else "query tile fastest")
         self.notes.append(f"persistent: a CTA per resident slot loops over the tiles (grid min(tiles, "
                           f"{RESIDENT_CTAS}); {order}); {once or 'no tile'} released per tile through "
@@ -147,6 +147,24 @@ class Persistent:
         if any(x.used_names() & GRID_NAMES for x in K.walk(roles)):
             raise Declined("the roles read blockIdx or gridDim themselves")
         return moved
+
+    @staticmethod
+    def _rounds(count: Expr, snake: bool) -> tuple[Expr, Expr]:
+        """(`tile` of round `tile_iter`, this CTA's number of rounds). Round k hands the CTAs tiles
+        k·G .. k·G + G − 1 (G = gridDim.x); `snake` reverses every other round, so that where tiles come
+        longest first the CTA that took a round's longest takes the next round's shortest."""
+        cta, grid, it = Var("blockIdx.x"), Var("gridDim.x"), Var(ITER)
+        if not snake:
+            return (BinOp("+", cta, BinOp("*", it, grid)),
+                    Call("ceil_div", (BinOp("-", count, cta), grid)))
+
+        def place(k: Expr) -> Expr:
+            return Call("select", (BinOp("==", BinOp("%", k, Const(2)), Const(0)), cta,
+                                   BinOp("-", BinOp("-", grid, Const(1)), cta)))
+
+        full = BinOp("/", count, grid)
+        partial = Call("select", (BinOp("<", place(full), BinOp("%", count, grid)), Const(1), Const(0)))
+        return BinOp("+", place(it), BinOp("*", it, grid)), BinOp("+", full, partial)
 
     def _order(self, gx: Expr, gy: Expr, gz: Expr, uneven_loop: K.ForOp | None, prefix: list[K.Op]) -> list[K.LetOp]:
         """LetOps `tile_x/y/z`: the grid coordinates of tile number `tile`.
