@@ -43,36 +43,54 @@ def _tile_loop(ops) -> K.ForOp:
 
 @pytest.mark.parametrize("defines", [{}, {"Causal": "true"}, {"HeadDim": "64"}, {"TmaStore": "true"},
                                      {"Stages": "3", "BN": "64", "HeadDim": "64"}])
-def test_both_roles_loop_over_the_tiles_with_the_rings_carried(defines: dict) -> None:
+def test_both_roles_loop_over_the_tiles_the_producer_draws(defines: dict) -> None:
     state = _lower(**defines)
-    kernel = state.kir.kernels()[0]
+    program = state.kir
+    kernel = program.kernels()[0]
     assert str(kernel.grid[0]).startswith("min(") and "launch.ctas" in str(kernel.grid[0])
     assert [str(g) for g in kernel.grid[1:]] == ["1", "1"]
+    (params,) = [op for op in program.body if isinstance(op, H.TmaParamsOp)]
+    assert params.fields[-1] == (H.TILE_COUNTER, "ptr<i32>")
     roles = _roles(kernel)
     producer = _tile_loop(roles.producer[0].body)
     consumer = _tile_loop(roles.consumer)
+    count = "ceil_div(p.seqlen_q, 128) * p.heads * p.batch"
+    # the producer: its first tile is blockIdx.x, each next one drawn from the counter; past the end it
+    # hands the consumers the end (after they released the last Q) and stops
+    assert [str(op.init) for op in roles.producer[0].body if isinstance(op, K.CounterOp) and op.name == "tile"] \
+        == ["blockIdx.x"]
+    end = producer.body[0]
+    assert isinstance(end, K.IfOp) and str(end.cond) == f"tile >= {count}"
+    assert [type(op) for op in end.body] == [H.MbarrierWaitOp, H.TileSlotStoreOp, H.MbarrierArriveOp, K.BreakOp]
+    draws = [op for op in producer.body if isinstance(op, H.AtomicAddOp)]
+    assert len(draws) == 1 and str(draws[0].ptr) == f"p.{H.TILE_COUNTER}"
+    assert isinstance(producer.body[-1], K.CounterSetOp) and str(producer.body[-1].value) == "tile_next + gridDim.x"
+    body = list(producer.body)
+    wait = next(i for i, op in enumerate(body) if isinstance(op, H.MbarrierWaitOp) and op.bar == "empty_sQ")
+    assert isinstance(body[wait + 1], H.TileSlotStoreOp) and isinstance(body[wait + 2], H.MbarrierArriveExpectTxOp)
+    assert body[wait + 2].bar == "full_sQ" and str(body[wait].phase) == "1 - tile_iter % 2"
+    # the consumers: wait for Q's barrier, read the tile's number, stop at the end
+    head = consumer.body[:3]
+    assert isinstance(head[0], H.MbarrierWaitOp) and head[0].bar == "full_sQ" and str(head[0].phase) == "tile_iter % 2"
+    assert isinstance(head[1], H.TileSlotLoadOp) and head[1].name == "tile"
+    assert isinstance(head[2], K.IfOp) and str(head[2].cond) == f"tile >= {count}"
+    assert [op for op in K.walk(consumer) if isinstance(op, H.MbarrierWaitOp) and op.bar == "full_sQ"] == [head[0]]
     for loop in (producer, consumer):
         lets = {op.name: str(op.value) for op in loop.body if isinstance(op, K.LetOp)}
-        assert lets["tile"] in ("blockIdx.x + tile_iter * gridDim.x",
-                                "select(tile_iter % 2 == 0, blockIdx.x, gridDim.x - 1 - blockIdx.x) + tile_iter * gridDim.x")
-        assert "blockIdx" not in lets["block_idx"] and "tile" in lets["block_idx"]
+        assert lets["tile_x"] == "tile % ceil_div(p.seqlen_q, 128)"     # x fastest, as the hardware launches
+        assert "blockIdx" not in lets["block_idx"] and "tile_x" in lets["block_idx"]
         # every ring position reads the carried counter; the counter advances by the ring loop's trips
         positions = [op for op in K.walk(loop) if isinstance(op, K.LetOp) and re.match(r"n_(stage|phase)", op.name)]
         assert positions and all("ring" in free_names(op.value) for op in positions)
-        assert isinstance(loop.body[-1], K.CounterAddOp) and loop.body[-1].counter == "ring"
-    assert producer.body[-1].value == consumer.body[-1].value
+        (advance,) = [op for op in loop.body if isinstance(op, K.CounterAddOp)]
+        assert advance.counter == "ring"
+    assert [op.value for op in producer.body if isinstance(op, K.CounterAddOp)] == \
+        [op.value for op in consumer.body if isinstance(op, K.CounterAddOp)]
     # nothing outside the tile loops reads the grid coordinates
     outside = [op for op in kernel.body[:-1] if op.used_names() & {"blockIdx.x", "blockIdx.y", "blockIdx.z"}]
     assert not outside
-    # the producer re-arms Q only once the consumers released it (parity of the tile flipped)
-    body = list(producer.body)
-    wait = next(i for i, op in enumerate(body) if isinstance(op, H.MbarrierWaitOp) and op.bar == "empty_sQ")
-    assert isinstance(body[wait + 1], H.MbarrierArriveExpectTxOp) and body[wait + 1].bar == "full_sQ"
-    assert str(body[wait].phase) == "1 - tile_iter % 2"
-    full = [op for op in consumer.body if isinstance(op, H.MbarrierWaitOp) and op.bar == "full_sQ"]
-    assert [str(op.phase) for op in full] == ["tile_iter % 2"]
     assert "persistent: a CTA per resident slot" in "\n".join(state.schedule)
-    assert print_kir(parse_kir(print_kir(state.kir))) == print_kir(state.kir)
+    assert print_kir(parse_kir(print_kir(program))) == print_kir(program)
 
 
 def _release_index(consumer: K.ForOp) -> int:
@@ -130,56 +148,29 @@ def test_off_by_default_and_a_bad_value_is_one_located_error() -> None:
     assert diag.loc is not None and diag.loc.line == len(text.splitlines())
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_tiles_of_uneven_length_are_ordered_query_tile_slowest(causal: bool) -> None:
-    """Causal trips depend on the query tile: every head's tile at one query index comes before the
-    next index, so each CTA's k-th tile is about as long as every other CTA's (a static round robin
-    over x-fastest tiles gave CTAs runs of long or short tiles). Otherwise x stays fastest."""
-    state = _lower(Causal=str(causal).lower())
-    consumer = _tile_loop(_roles(state.kir.kernels()[0]).consumer)
-    lets = {op.name: str(op.value) for op in consumer.body if isinstance(op, K.LetOp)}
-    assert lets["head_idx"] == "tile_y" and lets["batch_idx"] == "tile_z"
-    if causal:
-        assert lets["block_idx"] == "ceil_div(p.seqlen_q, 128) - 1 - tile_x"
-        assert lets["tile_x"] == "tile_in_section / tile_heads_here"
-        assert lets["tile"].startswith("select(tile_iter % 2 == 0, blockIdx.x, gridDim.x - 1 - blockIdx.x)")
-        assert "query tile slowest within sections" in "\n".join(state.schedule)
-    else:
-        assert lets["tile_x"] == "tile % ceil_div(p.seqlen_q, 128)"
-        assert "query tile fastest" in "\n".join(state.schedule)
+@settings(max_examples=60, deadline=None)
+@given(causal=st.booleans(), sq=st.integers(1, 2000), heads=st.integers(1, 40), batch=st.integers(1, 5))
+def test_tile_numbers_cover_the_grid_once(causal, sq, heads, batch) -> None:
+    """tile_x/y/z, evaluated as the kernel does, map tile numbers 0 .. tiles−1 onto the one-tile-per-CTA
+    grid one to one (the producer hands out each number once: blockIdx.x, then atomicAdd + gridDim.x)."""
+    lets = _tile_lets(causal)
+    p = {"p.seqlen_q": sq, "p.heads": heads, "p.batch": batch}
+    gx = -(-sq // 128)
+    seen = set()
+    for tile in range(gx * heads * batch):
+        env = dict(p, tile=tile)
+        for op in lets:
+            env[op.name] = evaluate(op.value, env)
+        assert 0 <= env["tile_x"] < gx and 0 <= env["tile_y"] < heads and 0 <= env["tile_z"] < batch
+        seen.add((env["tile_x"], env["tile_y"], env["tile_z"]))
+    assert len(seen) == gx * heads * batch
 
 
 _LOOPS: dict = {}
-_STOPS: dict = {}
 
 
 def _tile_lets(causal: bool) -> list[K.LetOp]:
     if causal not in _LOOPS:
         loop = _tile_loop(_roles(_lower(Causal=str(causal).lower()).kir.kernels()[0]).consumer)
-        _LOOPS[causal] = [op for op in loop.body if isinstance(op, K.LetOp) and op.name.startswith("tile")]
+        _LOOPS[causal] = [op for op in loop.body if isinstance(op, K.LetOp) and op.name.startswith("tile_")]
     return _LOOPS[causal]
-
-
-@settings(max_examples=60, deadline=None)
-@given(causal=st.booleans(), sq=st.integers(1, 2000), sk=st.integers(0, 300_000), heads=st.integers(1, 40),
-       batch=st.integers(1, 5), ctas=st.integers(1, 300))
-def test_every_tile_is_run_once_by_exactly_one_cta(causal, sq, sk, heads, batch, ctas) -> None:
-    """The tile loops' coordinates, evaluated as the kernel would for every CTA of the grid, cover the
-    one-tile-per-CTA grid exactly once (both orders, sections of any size, a partial last section)."""
-    p = {"p.seqlen_q": sq, "p.seqlen_k": sk, "p.heads": heads, "p.batch": batch}
-    gx = -(-sq // 128)
-    count = gx * heads * batch
-    grid = min(count, ctas)
-    seen = []
-    loop = _tile_loop(_roles(_lower(Causal=str(causal).lower()).kir.kernels()[0]).consumer) if causal not in \
-        _STOPS else None
-    stop = _STOPS.setdefault(causal, loop.stop if loop is not None else None)
-    for cta in range(grid):
-        rounds = evaluate(stop, dict(p, **{"blockIdx.x": cta, "gridDim.x": grid}))
-        for it in range(rounds):
-            env = dict(p, **{"blockIdx.x": cta, "gridDim.x": grid, "tile_iter": it})
-            for op in _tile_lets(causal):
-                env[op.name] = evaluate(op.value, env)
-            assert 0 <= env["tile_x"] < gx and 0 <= env["tile_y"] < heads and 0 <= env["tile_z"] < batch
-            seen.append((env["tile_x"], env["tile_y"], env["tile_z"]))
-    assert len(seen) == count and len(set(seen)) == count

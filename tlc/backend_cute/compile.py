@@ -21,7 +21,7 @@ from tlc.diagnostics import fail
 from tlc.kir.ops import ParamsOp, ProgramOp
 
 SCHEMA_VERSION = 1
-_PARAM_BYTES = {"ptr<bf16>": 8, "ptr<fp16>": 8, "ptr<f32>": 8, "i32": 4, "i64": 8, "f32": 4}
+_PARAM_BYTES = {"ptr<bf16>": 8, "ptr<fp16>": 8, "ptr<f32>": 8, "ptr<i32>": 8, "i32": 4, "i64": 8, "f32": 4}
 
 
 @dataclass

@@ -19,9 +19,9 @@ from tlc.kir.expr import Expr, Var
 from tlc.kir.ops_exec import kblock_slice
 from tlc.kir.ops_sm90 import WgmmaTiledMmaOp
 from tlc.kir.scopes import check_scopes
-from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp, CounterAddOp,
-                         CounterOp, Exp2ScaleOp, ForOp, FragmentOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, IfOp,
-                         KernelOp, LetOp, MapOp, MaskOp, MmaOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
+from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
+                         CounterAddOp, CounterOp, CounterSetOp, Exp2ScaleOp, ForOp, FragmentOp, GlobalTensorOp,
+                         GlobalTileOp, IdentityTileOp, IfOp, KernelOp, LetOp, MapOp, MaskOp, MmaOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
                          RowBroadcastOp, RowReduceOp, RowStoreOp, RowVectorOp, SharedBufferOp, SharedViewOp,
                          SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, WaitOp, walk)
 
@@ -442,6 +442,16 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
     def _(self, op: CounterAddOp) -> None:
         self._at(op)
         self.w.line(f"{op.counter} += {_ix(op.value)};")
+
+    @emit.register
+    def _(self, op: CounterSetOp) -> None:
+        self._at(op)
+        self.w.line(f"{op.counter} = {_ix(op.value)};")
+
+    @emit.register
+    def _(self, op: BreakOp) -> None:
+        self._at(op)
+        self.w.line("break;")
 
     @emit.register
     def _(self, op: IfOp) -> None:

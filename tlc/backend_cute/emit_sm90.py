@@ -14,10 +14,10 @@ from tlc.backend_cute.handler_table import HandlerTable
 from tlc.diagnostics import fail
 from tlc.kir.base import Op
 from tlc.kir.ops_decl import SharedBufferOp
-from tlc.kir.ops_sm90 import (CarryOp, FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp,
+from tlc.kir.ops_sm90 import (AtomicAddOp, CarryOp, FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp,
                               MbarrierArriveOp, MbarrierInitOp, MbarrierOp, MbarrierWaitOp, NamedBarrierOp,
-                              Sm90KernelOp, TmaDescriptorOp, TmaLoadOp, TmaParamsOp, TmaStoreOp, TmaStoreWaitOp,
-                              WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp, WgmmaFragmentOp,
+                              Sm90KernelOp, TileSlotLoadOp, TileSlotOp, TileSlotStoreOp, TmaDescriptorOp, TmaLoadOp,
+                              TmaParamsOp, TmaStoreOp, TmaStoreWaitOp, WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp, WgmmaFragmentOp,
                               WgmmaOp, WgmmaTiledMmaOp, WgmmaWaitOp, WARP_GROUP)
 
 _BARRIER = "cutlass::arch::ClusterBarrier"
@@ -242,6 +242,27 @@ class Sm90Emitter(_TABLE.mixin_base()):
                 self.w.line(f"cutlass::arch::warpgroup_reg_alloc<{op.consumer_regs}>();")
                 for child in op.consumer:
                     self.emit(child)
+
+    # ------------------------------------------------------------------ tile scheduler
+    @_handles(TileSlotOp)
+    def _tile_slot(self, op: TileSlotOp) -> None:
+        self._at(op)
+        self.w.line(f"int* {op.name} = reinterpret_cast<int*>(smem_ + {op.offset_bytes});  // the next tile's number")
+
+    @_handles(TileSlotStoreOp)
+    def _tile_slot_store(self, op: TileSlotStoreOp) -> None:
+        self._at(op)
+        self.w.line(f"*{op.slot} = {cpp_expr(op.value)};")
+
+    @_handles(TileSlotLoadOp)
+    def _tile_slot_load(self, op: TileSlotLoadOp) -> None:
+        self._at(op)
+        self.w.line(f"const int {op.name} = *{op.slot};")
+
+    @_handles(AtomicAddOp)
+    def _atomic_add(self, op: AtomicAddOp) -> None:
+        self._at(op)
+        self.w.line(f"const int {op.name} = atomicAdd({cpp_expr(op.ptr)}, {cpp_expr(op.value)});")
 
     @_handles(NamedBarrierOp)
     def _named_barrier(self, op: NamedBarrierOp) -> None:

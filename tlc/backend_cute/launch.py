@@ -15,10 +15,10 @@ from tlc.backend_cute.compile import CompiledKernel
 from tlc.diagnostics import fail
 from tlc.kir.evaluate import evaluate
 from tlc.kir.ops import KernelOp, ParamsOp
-from tlc.kir.ops_sm90 import ELEMENT_BYTES, TmaDescriptorOp, TmaParamsOp, tma_descriptors
+from tlc.kir.ops_sm90 import ELEMENT_BYTES, TILE_COUNTER, TmaDescriptorOp, TmaParamsOp, tma_descriptors
 from tlc.lowering.abi import LaunchABI, TensorArg
 
-_CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64,
+_CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64, "ptr<i32>": ctypes.c_uint64,
            "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
 _TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 _INT32_MAX = 2**31 - 1
@@ -278,6 +278,10 @@ class Kernel:
         if all(o.numel() == 0 for o in outs):
             return outs[0] if len(outs) == 1 else tuple(outs)
         values = dict(env, **dims)
+        if any(n == TILE_COUNTER for n, _ in self._params_op.fields):
+            # a persistent kernel's tile counter: zeroed on the launch's stream, freed behind it in stream order
+            counter = torch.zeros(1, dtype=torch.int32, device=dev)
+            values[TILE_COUNTER] = counter.data_ptr()
         bound = {}
         for arg, t in list(zip(self.inputs, tensors)) + list(zip(self.outputs, outs)):
             values[arg.ptr] = t.data_ptr()
@@ -332,7 +336,9 @@ class Kernel:
         driver = _driver()
         missing = [n for n, _ in self._params_op.fields if n not in values]
         if missing:
-            raise fail(f"launch: no value for parameter field(s) {', '.join(missing)}")
+            why = (f"; {TILE_COUNTER} is a zeroed int32 on the launch's stream (a persistent kernel's tile counter)"
+                   if TILE_COUNTER in missing else "")
+            raise fail(f"launch: no value for parameter field(s) {', '.join(missing)}{why}")
         params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
         env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}
         import torch

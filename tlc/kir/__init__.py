@@ -10,7 +10,7 @@ parameter struct (split-KV + combine). Ops are frozen dataclasses with keyword f
 `_` keeps a tensor mode, `t[i, _]` slices). Every name an op defines must be a C++ identifier.
 
 Declarations
-  ParamsOp(name, fields=((name, "ptr<bf16>"|"ptr<fp16>"|"ptr<f32>"|"i32"|"i64"|"f32"), ...))
+  ParamsOp(name, fields=((name, "ptr<bf16>"|"ptr<fp16>"|"ptr<f32>"|"ptr<i32>"|"i32"|"i64"|"f32"), ...))
   KernelOp(name, params, threads, min_blocks, grid=(Expr, Expr, Expr), smem_bytes, body)
   LetOp(name, type="i32"|"i64"|"f32"|"bool", value)                 scalar
 Atoms and layouts (lower-tile-ops; swizzles from infer-layouts)

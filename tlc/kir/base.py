@@ -15,7 +15,7 @@ from tlc.kir.expr import Expr, check_ident, free_names
 
 DTYPES = ("bf16", "fp16", "fp32")
 SCALAR_TYPES = ("i32", "i64", "f32", "bool")
-PARAM_TYPES = ("ptr<bf16>", "ptr<fp16>", "ptr<f32>", "i32", "i64", "f32")
+PARAM_TYPES = ("ptr<bf16>", "ptr<fp16>", "ptr<f32>", "ptr<i32>", "i32", "i64", "f32")
 # MMA and copy atoms the backend can spell, with CuTe names (validated, then printed verbatim).
 MMA_ATOMS = ("SM80_16x8x16_F32BF16BF16F32_TN", "SM80_16x8x16_F32F16F16F32_TN", "SM80_16x8x8_F32F16F16F32_TN")
 COPY_ATOMS = ("SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>", "SM80_CP_ASYNC_CACHEALWAYS<cute::uint128_t>",

@@ -12,8 +12,8 @@ from tlc.kir.base import (COPY_ATOMS, DTYPES, MMA_ATOMS, PARAM_TYPES, PARTITIONS
 from tlc.kir.ops_decl import (FragmentOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, KernelOp, LetOp, ParamsOp,
                               PartitionOp, ProgramOp, RowVectorOp, SharedBufferOp, SharedViewOp, SmemLayoutOp,
                               SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp)
-from tlc.kir.ops_exec import (AllReduceOp, AsyncCopyOp, BarrierOp, ClearOp, CommitOp, ConvertOp, CopyOp,
-                              CounterAddOp, CounterOp, Exp2ScaleOp, ForOp, IfOp, MapOp, MaskOp, MmaOp, RetileAccToAOp,
+from tlc.kir.ops_exec import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
+                              CounterAddOp, CounterOp, CounterSetOp, Exp2ScaleOp, ForOp, IfOp, MapOp, MaskOp, MmaOp, RetileAccToAOp,
                               RowBroadcastOp, RowReduceOp, RowStoreOp, WaitOp)
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
 from tlc.kir.ops_views import VIEW_OP_CLASSES
@@ -23,12 +23,12 @@ OP_CLASSES: dict[str, type[Op]] = {cls.__name__: cls for cls in (
     SharedViewOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, TiledCopyOp, PartitionOp, FragmentOp,
     RowVectorOp, AsyncCopyOp, CommitOp, WaitOp, BarrierOp, CopyOp, ClearOp, MmaOp, MaskOp, RowReduceOp,
     AllReduceOp, Exp2ScaleOp, RowBroadcastOp, MapOp, ConvertOp, RetileAccToAOp, RowStoreOp, ForOp, IfOp,
-    CounterOp, CounterAddOp,
+    CounterOp, CounterAddOp, CounterSetOp, BreakOp,
     *SM90_OP_CLASSES,  # the Hopper path's ops (ops_sm90): TMA, mbarriers, wgmma, warp roles
     *VIEW_OP_CLASSES)}  # fold-partitions' flat views (ops_views)
 
-__all__ = ["AllReduceOp", "AsyncCopyOp", "BarrierOp", "ClearOp", "CommitOp", "ConvertOp", "CopyOp", "CounterAddOp",
-           "CounterOp", "Exp2ScaleOp", "ForOp", "FragmentOp", "MmaOp", "GlobalTensorOp", "GlobalTileOp",
+__all__ = ["AllReduceOp", "AsyncCopyOp", "BarrierOp", "BreakOp", "ClearOp", "CommitOp", "ConvertOp", "CopyOp", "CounterAddOp",
+           "CounterOp", "CounterSetOp", "Exp2ScaleOp", "ForOp", "FragmentOp", "MmaOp", "GlobalTensorOp", "GlobalTileOp",
            "IdentityTileOp", "IfOp", "KernelOp", "LetOp", "MapOp", "MaskOp", "ParamsOp", "PartitionOp",
            "ProgramOp", "RetileAccToAOp", "RowBroadcastOp", "RowReduceOp", "RowStoreOp", "RowVectorOp",
            "SharedBufferOp", "SharedViewOp", "SmemLayoutOp", "SmemTransposeLayoutOp", "TiledCopyOp",

@@ -305,3 +305,19 @@ class CounterAddOp(Op):
 
     def check(self) -> None:
         check_ident(self.counter, "counter")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterSetOp(Op):
+    """`counter = value;` on a `CounterOp`'s scalar."""
+
+    counter: str
+    value: Expr
+
+    def check(self) -> None:
+        check_ident(self.counter, "counter")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BreakOp(Op):
+    """`break;` out of the innermost enclosing `ForOp` (a loop whose end is found inside it)."""

@@ -419,12 +419,63 @@ class NamedBarrierOp(Op):
                    f"threads={self.threads} is not whole warps")
 
 
+# ----------------------------------------------------------------------------- tile scheduler
+TILE_COUNTER = "tile_counter"   # a persistent kernel's parameter field (ptr<i32>): the launcher zeroes it per launch
+
+@dataclass(frozen=True, kw_only=True)
+class TileSlotOp(Op):
+    """An int at byte `offset_bytes` of shared memory through which a persistent kernel's producer
+    hands the consumers the number of the tile it loads next (written before it arms that tile's
+    barrier, read after the consumers' wait on it)."""
+
+    name: str
+    offset_bytes: int
+    defines = ("name",)
+
+    def check(self) -> None:
+        self._need(self.offset_bytes % 4 == 0, f"offset {self.offset_bytes} is not 4-byte aligned")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TileSlotStoreOp(Op):
+    """`*slot = value;` (the producer)."""
+
+    slot: str
+    value: Expr
+
+    def check(self) -> None:
+        check_ident(self.slot, "tile slot")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TileSlotLoadOp(Op):
+    """`const int name = *slot;` (the consumers, after the barrier the producer armed behind the store)."""
+
+    name: str
+    slot: str
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.slot, "tile slot")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AtomicAddOp(Op):
+    """`const int name = atomicAdd(ptr, value);` on a global int (a launch's tile counter, zeroed by the
+    launcher before each launch)."""
+
+    name: str
+    ptr: Expr
+    value: Expr
+    defines = ("name",)
+
+
 SM90_OP_CLASSES: tuple[type[Op], ...] = (
     TmaParamsOp, Sm90KernelOp, TmaDescriptorOp, GmmaSmemLayoutOp, MbarrierOp, MbarrierInitOp,
     MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaLoadOp, TmaStoreOp, TmaStoreWaitOp,
     WgmmaTiledMmaOp, WgmmaFragmentOp,
     WgmmaFenceOperandOp, WgmmaArriveOp, WgmmaOp, FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp, CarryOp,
-    WarpSpecializeOp, NamedBarrierOp)
+    WarpSpecializeOp, NamedBarrierOp, TileSlotOp, TileSlotStoreOp, TileSlotLoadOp, AtomicAddOp)
 
 
 def tma_descriptors(program: ProgramOp) -> dict[str, dict[str, TmaDescriptorOp]]:

@@ -277,7 +277,10 @@ def _for(blk: Block, op: K.ForOp) -> None:
         if trips > 1_000_000:
             raise TileFault(f"loop {op.var} runs more than a million trips")
         blk.scalars[op.var] = var
-        blk.run(op.body)
+        try:
+            blk.run(op.body)
+        except _Break:
+            break
         var += op.step
 
 
@@ -289,3 +292,17 @@ def _counter(blk: Block, op: K.CounterOp) -> None:
 @handles(K.CounterAddOp)
 def _counter_add(blk: Block, op: K.CounterAddOp) -> None:
     blk.scalars[op.counter] = blk.integer(Var(op.counter)) + blk.integer(op.value)
+
+
+@handles(K.CounterSetOp)
+def _counter_set(blk: Block, op: K.CounterSetOp) -> None:
+    blk.scalars[op.counter] = blk.integer(op.value)
+
+
+class _Break(Exception):
+    """Unwinds to the innermost `ForOp` (`BreakOp`)."""
+
+
+@handles(K.BreakOp)
+def _break(blk: Block, op: K.BreakOp) -> None:
+    raise _Break

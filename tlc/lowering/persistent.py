@@ -33,11 +33,9 @@ from tlc.lowering.warp_specialize import _live
 
 GRID_NAMES = {f"{g}.{a}" for g in ("blockIdx", "gridDim") for a in "xyz"}
 RESIDENT_CTAS = "launch.ctas"      # filled by the launcher: SMs × the occupancy of this kernel
-ITER, TILE, RING = "tile_iter", "tile", "ring"
-# K/V bytes the CTAs at work may share in L2 (an H100's and H200's is 50 MB; Q and O stream past it)
-L2_BYTES = 32 << 20
-_ORDER_NAMES = ("tile_x", "tile_y", "tile_z", "tile_heads", "tile_section_heads", "tile_section",
-                "tile_in_section", "tile_heads_here", "tile_yz")
+COUNTER = H.TILE_COUNTER            # the parameter field: a zeroed int per launch, the tiles drawn so far
+ITER, TILE, RING, NEXT, SLOT = "tile_iter", "tile", "ring", "tile_next", "tile_slot"
+_NAMES = (ITER, TILE, RING, NEXT, "tile_x", "tile_y", "tile_z")
 _MBAR_OPS = (H.MbarrierWaitOp, H.MbarrierArriveOp, H.MbarrierArriveExpectTxOp, H.TmaLoadOp)
 
 
@@ -49,6 +47,16 @@ def _names(op: K.Op) -> set[str]:
     return {n for x in K.walk(op) for n in x.used_names()}
 
 
+def _empty(full: str) -> str:
+    return "empty_" + full[len("full_"):]
+
+
+def _producer_parity() -> Expr:
+    """The producer's wait on a once-tile's `empty` barrier: the parity before this tile's (a fresh
+    barrier counts that one complete, so the first tile's wait passes)."""
+    return BinOp("-", Const(1), BinOp("%", Var(ITER), Const(2)))
+
+
 def _align(n: int, to: int) -> int:
     return -(-n // to) * to
 
@@ -58,14 +66,16 @@ class Persistent:
         self.kernel, self.limit = kernel, smem_limit
         self.notes: list[str] = []
 
-    def run(self) -> tuple[H.Sm90KernelOp, list[str]]:
+    def run(self, params: H.TmaParamsOp) -> tuple[H.Sm90KernelOp, H.TmaParamsOp, list[str]]:
         body = self.kernel.body
         if not body or not isinstance(body[-1], H.WarpSpecializeOp):
             raise Declined("the kernel is not warp-specialised")
         roles: H.WarpSpecializeOp = body[-1]
         defined = {n for op in K.walk(self.kernel) for n in op.defined_names()}
-        if clash := {ITER, TILE, RING, *_ORDER_NAMES} & defined:
+        if clash := {*_NAMES, SLOT} & defined:
             raise Declined(f"the kernel already defines {', '.join(sorted(clash))}")
+        if COUNTER in {n for n, _ in params.fields}:
+            raise Declined(f"the parameter struct already has a field {COUNTER}")
         gx, gy, gz = self.kernel.grid
         for g in (gx, gy, gz):
             if any(not n.startswith("p.") for n in free_names(g)):
@@ -74,64 +84,72 @@ class Persistent:
         moved = self._moved(prefix)
         producer = self._producer_body(roles)
         ring_loop, once_bars = self._producer_shape(producer)
+        if not once_bars:
+            raise Declined("nothing is loaded once per tile to hand the tile's number over with")
         ring_bars = {x.bar for x in K.walk(ring_loop) if isinstance(x, _MBAR_OPS)} if ring_loop else set()
         position = self._positions(roles, ring_bars)
+        trips = Call("max", (BinOp("-", ring_loop.stop, ring_loop.start), Const(0))) if ring_loop else None
 
-        prefix, roles = self._separate_staging(prefix, roles, once_bars)
-        empties, inits = self._empty_barriers(prefix, once_bars)
-        consumer = self._consumer(roles, once_bars, position, prefix)
-        produce = self._producer(producer, once_bars, position)
-        trips = None
-        if ring_loop is not None:
-            trips = Call("max", (BinOp("-", ring_loop.stop, ring_loop.start), Const(0)))
-
-        grid = dict(zip(("x", "y", "z"), (gx, gy, gz)))
-        uneven = trips is not None and bool(free_names(trips) & self._x_names(moved))
-        order = self._order(gx, gy, gz, ring_loop if uneven else None, prefix)
-        coords = {f"blockIdx.{a}": Var(f"tile_{a}") for a in "xyz"}
-        coords.update({f"gridDim.{a}": e for a, e in grid.items()})
-        tile_lets = [self._retarget(op, coords) for op in moved]
+        prefix = self._separate_staging(prefix, once_bars)
+        empties, inits = self._empty_barriers(once_bars)
         count = BinOp("*", BinOp("*", gx, gy), gz)
+        tile = Var(TILE)
+        loc = self.kernel.loc
+        order = [K.LetOp(name="tile_x", type="i32", value=BinOp("%", tile, gx), loc=loc),
+                 K.LetOp(name="tile_y", type="i32", value=BinOp("%", BinOp("/", tile, gx), gy), loc=loc),
+                 K.LetOp(name="tile_z", type="i32", value=BinOp("/", tile, BinOp("*", gx, gy)), loc=loc)]
+        coords = {f"blockIdx.{a}": Var(f"tile_{a}") for a in "xyz"}
+        coords.update({f"gridDim.{a}": e for a, e in zip("xyz", (gx, gy, gz))})
+        tile_lets = [self._retarget(op, coords) for op in moved]
+        advance = [K.CounterAddOp(counter=RING, value=trips, loc=loc)] if trips is not None else []
 
-        first_tile, rounds = self._rounds(count, uneven)
-
-        def looped(role: list[K.Op]) -> list[K.Op]:
-            decls = _live(tile_lets, role)
-            head = [K.LetOp(name=TILE, type="i32", value=first_tile, loc=self.kernel.loc), *order]
-            tail = [K.CounterAddOp(counter=RING, value=trips, loc=self.kernel.loc)] if trips is not None else []
-            loop = K.ForOp(var=ITER, start=Const(0), stop=rounds, step=1, body=(*head, *decls, *role, *tail),
-                           loc=self.kernel.loc)
-            counter = [K.CounterOp(name=RING, init=Const(0), loc=self.kernel.loc)] if trips is not None else []
+        def looped(head: list[K.Op], role: list[K.Op], tail: list[K.Op]) -> list[K.Op]:
+            decls = _live(tile_lets, [*role, *tail])
+            loop = K.ForOp(var=ITER, start=Const(0), stop=Const(2**31 - 1), step=1,
+                           body=(*head, *order, *decls, *role, *tail), loc=loc)
+            counter = [K.CounterOp(name=RING, init=Const(0), loc=loc)] if trips is not None else []
             return [*counter, loop]
 
+        handover = once_bars[0]
+        consumer = self._consumer(roles, once_bars, position, prefix)
+        consumer_head = [H.MbarrierWaitOp(bar=handover, stage=Const(0), phase=BinOp("%", Var(ITER), Const(2)),
+                                          loc=loc),
+                         H.TileSlotLoadOp(name=TILE, slot=SLOT, loc=loc),
+                         K.IfOp(cond=BinOp(">=", tile, count), body=(K.BreakOp(loc=loc),), loc=loc)]
+        produce = self._producer(producer, once_bars, position, handover)
+        released = H.MbarrierWaitOp(bar=_empty(handover), stage=Const(0), phase=_producer_parity(), loc=loc)
+        producer_head = [K.IfOp(cond=BinOp(">=", tile, count), loc=loc, body=(
+            released, H.TileSlotStoreOp(slot=SLOT, value=tile, loc=loc),
+            H.MbarrierArriveOp(bar=handover, stage=Const(0), loc=loc), K.BreakOp(loc=loc)))]
+        producer_tail = [*advance, K.CounterSetOp(counter=TILE, value=BinOp("+", Var(NEXT), Var("gridDim.x")), loc=loc)]
+        next_tile = H.AtomicAddOp(name=NEXT, ptr=Var(f"p.{COUNTER}"), value=Const(1), loc=loc)
         first = roles.producer[0]
-        new_roles = dataclasses.replace(
-            roles, consumer=tuple(looped(consumer)),
-            producer=(dataclasses.replace(first, body=tuple(looped(produce))),))
+        producer_body = [K.CounterOp(name=TILE, init=Var("blockIdx.x"), loc=loc),
+                         *looped(producer_head, [next_tile, *produce], producer_tail)]
+        new_roles = dataclasses.replace(roles, consumer=tuple(looped(consumer_head, consumer, advance)),
+                                        producer=(dataclasses.replace(first, body=tuple(producer_body)),))
+
         stay = [op for op in prefix if op not in moved]
         init_at = next(i for i, op in enumerate(stay) if isinstance(op, K.IfOp))
-        init = stay[init_at]
-        stay[init_at] = dataclasses.replace(init, body=(*init.body, *inits))
-        bars_end = max([op.offset_bytes + 8 * op.count for op in stay if isinstance(op, H.MbarrierOp)] + [0])
-        at = bars_end
+        stay[init_at] = dataclasses.replace(stay[init_at], body=(*stay[init_at].body, *inits))
+        at = self._bars_end
         for bar in empties:
             stay.insert(init_at, dataclasses.replace(bar, offset_bytes=at))
             init_at += 1
             at += 8
-        smem = max(self.kernel.smem_bytes, at, self._staging_end)
+        stay.insert(init_at, H.TileSlotOp(name=SLOT, offset_bytes=at, loc=loc))
+        smem = max(self.kernel.smem_bytes, at + 8, self._staging_end)
         kernel = dataclasses.replace(
             self.kernel, grid=(Call("min", (count, Var(RESIDENT_CTAS))), Const(1), Const(1)), smem_bytes=smem,
             body=(*stay, new_roles))
+        params = dataclasses.replace(params, fields=(*params.fields, (COUNTER, "ptr<i32>")))
         once = ", ".join(b[len("full_"):] for b in once_bars)
-        order = (f"query tile slowest within sections of heads whose K/V fit {L2_BYTES >> 20} MiB of L2, rounds "
-                 "handed out in a snake (their KV trips differ: each CTA's tiles add up to about the others')"
-                 if uneven
-                 else "query tile fastest")
-        self.notes.append(f"persistent: a CTA per resident slot loops over the tiles (grid min(tiles, "
-                          f"{RESIDENT_CTAS}); {order}); {once or 'no tile'} released per tile through "
-                          f"{', '.join(b.name for b in empties) or 'no barrier'}"
+        self.notes.append(f"persistent: a CTA per resident slot loops over the tiles (grid min(tiles, {RESIDENT_CTAS})); "
+                          f"the producer draws each next tile from p.{COUNTER} (atomicAdd, zeroed per launch) and "
+                          f"hands its number over in shared memory with {once.split(', ')[0]}'s barrier; {once} "
+                          f"released per tile through {', '.join(b.name for b in empties)}"
                           + ("; the rings' position carried across tiles" if trips is not None else ""))
-        return kernel, self.notes
+        return kernel, params, self.notes
 
     # ------------------------------------------------------------------ reading the kernel
     def _moved(self, prefix: list[K.Op]) -> list[K.Op]:
@@ -147,77 +165,6 @@ class Persistent:
         if any(x.used_names() & GRID_NAMES for x in K.walk(roles)):
             raise Declined("the roles read blockIdx or gridDim themselves")
         return moved
-
-    @staticmethod
-    def _rounds(count: Expr, snake: bool) -> tuple[Expr, Expr]:
-        """(`tile` of round `tile_iter`, this CTA's number of rounds). Round k hands the CTAs tiles
-        k·G .. k·G + G − 1 (G = gridDim.x); `snake` reverses every other round, so that where tiles come
-        longest first the CTA that took a round's longest takes the next round's shortest."""
-        cta, grid, it = Var("blockIdx.x"), Var("gridDim.x"), Var(ITER)
-        if not snake:
-            return (BinOp("+", cta, BinOp("*", it, grid)),
-                    Call("ceil_div", (BinOp("-", count, cta), grid)))
-
-        def place(k: Expr) -> Expr:
-            return Call("select", (BinOp("==", BinOp("%", k, Const(2)), Const(0)), cta,
-                                   BinOp("-", BinOp("-", grid, Const(1)), cta)))
-
-        full = BinOp("/", count, grid)
-        partial = Call("select", (BinOp("<", place(full), BinOp("%", count, grid)), Const(1), Const(0)))
-        return BinOp("+", place(it), BinOp("*", it, grid)), BinOp("+", full, partial)
-
-    def _order(self, gx: Expr, gy: Expr, gz: Expr, uneven_loop: K.ForOp | None, prefix: list[K.Op]) -> list[K.LetOp]:
-        """LetOps `tile_x/y/z`: the grid coordinates of tile number `tile`.
-
-        Even tiles: x fastest, as the hardware launches a grid, so the CTAs at work share K/V in L2.
-        Tiles whose KV trips depend on x (causal): heads are cut into sections whose K/V fit L2_BYTES,
-        and within a section every head's tile at one x comes before the next x, so a static round
-        robin hands each CTA tiles of about the same length while the CTAs at work share a section's
-        K/V (x slowest over all heads read every head's K/V once per x: bandwidth-bound at S = 1k)."""
-        loc = self.kernel.loc
-
-        def let(name: str, value: Expr) -> K.LetOp:
-            return K.LetOp(name=name, type="i32", value=value, loc=loc)
-
-        tile = Var(TILE)
-        if uneven_loop is None:
-            return [let("tile_x", BinOp("%", tile, gx)), let("tile_y", BinOp("%", BinOp("/", tile, gx), gy)),
-                    let("tile_z", BinOp("/", tile, BinOp("*", gx, gy)))]
-        row_bytes = self._kv_row_bytes(uneven_loop, prefix)
-        heads, per = Var("tile_heads"), Var("tile_section_heads")
-        section, within, here = Var("tile_section"), Var("tile_in_section"), Var("tile_heads_here")
-        fit = BinOp("/", Const(L2_BYTES // row_bytes), Call("max", (Var("p.seqlen_k"), Const(1))))
-        return [
-            let("tile_heads", BinOp("*", gy, gz)),
-            let("tile_section_heads", Call("max", (Const(1), Call("min", (heads, fit))))),
-            let("tile_section", BinOp("/", tile, BinOp("*", per, gx))),
-            let("tile_in_section", BinOp("-", tile, BinOp("*", BinOp("*", section, per), gx))),
-            let("tile_heads_here", Call("min", (per, BinOp("-", heads, BinOp("*", section, per))))),
-            let("tile_yz", BinOp("+", BinOp("*", section, per), BinOp("%", within, here))),
-            let("tile_x", BinOp("/", within, here)),
-            let("tile_y", BinOp("%", Var("tile_yz"), gy)),
-            let("tile_z", BinOp("/", Var("tile_yz"), gy)),
-        ]
-
-    def _kv_row_bytes(self, loop: K.ForOp, prefix: list[K.Op]) -> int:
-        """Bytes of one row of every tile the ring loop loads (K and V: one key's row of each)."""
-        if "p.seqlen_k" not in free_names(loop.stop):
-            raise Declined(f"the ring loop's trips (`{loop.stop}`) do not follow p.seqlen_k")
-        descs = {op.name: op for op in prefix if isinstance(op, H.TmaDescriptorOp)}
-        rows = {x.bar: descs[x.desc].box[2] for x in K.walk(loop) if isinstance(x, H.TmaLoadOp)}
-        total = sum(x.bytes // rows[x.bar] for x in K.walk(loop) if isinstance(x, H.MbarrierArriveExpectTxOp))
-        if not total:
-            raise Declined("the ring loop loads nothing")
-        return total
-
-    @staticmethod
-    def _x_names(moved: list[K.Op]) -> set[str]:
-        """The declarations that read the grid's x coordinate (the query tile), directly or not."""
-        names = {"blockIdx.x", "gridDim.x"}
-        for op in moved:
-            if op.used_names() & names:
-                names |= set(op.defined_names())
-        return names
 
     @staticmethod
     def _producer_body(roles: H.WarpSpecializeOp) -> tuple[K.Op, ...]:
@@ -299,13 +246,15 @@ class Persistent:
         return dataclasses.replace(op, **changes)
 
     # ------------------------------------------------------------------ shared memory
-    def _separate_staging(self, prefix: list[K.Op], roles: H.WarpSpecializeOp, once_bars: list[str]):
-        """A buffer reusing a once-tile's bytes (the epilogue's staging) gets its own, where they fit."""
+    def _separate_staging(self, prefix: list[K.Op], once_bars: list[str]) -> list[K.Op]:
+        """A buffer reusing a once-tile's bytes (the epilogue's staging) gets its own, where they fit.
+        The new barriers and the tile slot go after the old barriers, the moved buffer after them."""
         self._staging_end = 0
-        self._prefix = prefix
+        self._bars_end = max([op.offset_bytes + 8 * op.count for op in prefix if isinstance(op, H.MbarrierOp)]
+                             + [self.kernel.smem_bytes])
         buffers = {b.name: b for b in shared_buffers(self.kernel)}
         once = [bar[len("full_"):] for bar in once_bars]
-        end = _align(self.kernel.smem_bytes + 8 * len(once), 1024)
+        end = _align(self._bars_end + 8 * len(once) + 8, 1024)
         out = []
         for op in prefix:
             if isinstance(op, K.SharedBufferOp) and op.reuse and any(self._overlap(buffers[op.name], buffers[b])
@@ -319,7 +268,7 @@ class Persistent:
                     self.notes.append(f"persistent: {op.name} keeps {op.offset_bytes}.. (own bytes would need "
                                       f"{end + size} > {self.limit}); its tile is released after the store")
             out.append(op)
-        return out, roles
+        return out
 
     @staticmethod
     def _overlap(a, b) -> bool:
@@ -338,11 +287,12 @@ class Persistent:
             grew = bool(new)
         return names
 
-    def _empty_barriers(self, prefix, once_bars: list[str]) -> tuple[list[H.MbarrierOp], list[K.Op]]:
+    def _empty_barriers(self, once_bars: list[str]) -> tuple[list[H.MbarrierOp], list[K.Op]]:
+        """One `empty` barrier per once-tile, every consumer thread arriving once per tile."""
         consumers = self.kernel.threads - self.kernel.body[-1].producer_threads
         bars, inits = [], []
         for full in once_bars:
-            name = "empty_" + full[len("full_"):]
+            name = _empty(full)
             bars.append(H.MbarrierOp(name=name, count=1, offset_bytes=0, loc=self.kernel.loc))
             inits.append(H.MbarrierInitOp(bar=name, arrivals=consumers, loc=self.kernel.loc))
         return bars, inits
@@ -350,6 +300,9 @@ class Persistent:
     # ------------------------------------------------------------------ the two roles
     def _consumer(self, roles: H.WarpSpecializeOp, once_bars: list[str], position: set[str],
                   prefix: list[K.Op]) -> list[K.Op]:
+        """The consumers' tile body: the once-tiles' waits at this tile's parity (the first one's moves
+        to the loop's head, where the tile number is read), each once-tile released after the last op
+        that touches its bytes, once its wgmmas retired."""
         body = list(self._restage(roles.consumer, position))
         parity = BinOp("%", Var(ITER), Const(2))
         for full in once_bars:
@@ -357,31 +310,43 @@ class Persistent:
             waits = [i for i, op in enumerate(body) if isinstance(op, H.MbarrierWaitOp) and op.bar == full]
             if len(waits) != 1 or body[waits[0]].phase != Const(0):
                 raise Declined(f"the consumers wait on {full} other than once at phase 0")
-            body[waits[0]] = dataclasses.replace(body[waits[0]], phase=parity)
+            loc = body[waits[0]].loc
+            if full == once_bars[0]:
+                del body[waits[0]]
+            else:
+                body[waits[0]] = dataclasses.replace(body[waits[0]], phase=parity)
             touched = self._aliases(prefix, buffer)
             last = max((i for i, op in enumerate(body)
-                        if any(touched & (effects(x)[1] | effects(x)[2]) for x in K.walk(op))), default=waits[0])
-            loc = body[waits[0]].loc
-            release = [H.WgmmaWaitOp(pending=0, loc=loc),
-                       H.MbarrierArriveOp(bar=f"empty_{buffer}", stage=Const(0), loc=loc)]
+                        if any(touched & (effects(x)[1] | effects(x)[2]) for x in K.walk(op))), default=-1)
+            release = [H.WgmmaWaitOp(pending=0, loc=loc), H.MbarrierArriveOp(bar=_empty(full), stage=Const(0), loc=loc)]
             body[last + 1:last + 1] = release
         return body
 
-    def _producer(self, producer: tuple[K.Op, ...], once_bars: list[str], position: set[str]) -> list[K.Op]:
-        body = list(self._restage(producer, position))
-        parity = BinOp("-", Const(1), BinOp("%", Var(ITER), Const(2)))
+    def _producer(self, producer: tuple[K.Op, ...], once_bars: list[str], position: set[str],
+                  handover: str) -> list[K.Op]:
+        """The producer's tile body: each once-tile re-armed once the consumers released it; the
+        tile's number stored in the slot before the handover barrier is armed."""
         out: list[K.Op] = []
-        for op in body:
+        for op in self._restage(producer, position):
             if isinstance(op, H.MbarrierArriveExpectTxOp) and op.bar in once_bars:
-                out.append(H.MbarrierWaitOp(bar="empty_" + op.bar[len("full_"):], stage=Const(0), phase=parity,
-                                            loc=op.loc))
+                out.append(H.MbarrierWaitOp(bar=_empty(op.bar), stage=Const(0), phase=_producer_parity(), loc=op.loc))
+                if op.bar == handover:
+                    out.append(H.TileSlotStoreOp(slot=SLOT, value=Var(TILE), loc=op.loc))
             out.append(op)
         return out
 
 
-def make_persistent(kernel: H.Sm90KernelOp, smem_limit: int) -> tuple[H.Sm90KernelOp, list[str]]:
-    """`kernel` looping over its tiles, or unchanged with the reason in the notes."""
+def make_persistent(program: K.ProgramOp, smem_limit: int) -> tuple[K.ProgramOp, list[str]]:
+    """`program` with its kernel looping over its tiles, or unchanged with the reason in the notes."""
+    kernels = program.kernels()
+    params = [op for op in program.body if isinstance(op, H.TmaParamsOp)]
+    if len(kernels) != 1 or not isinstance(kernels[0], H.Sm90KernelOp) or len(params) != 1:
+        return program, ["persistent: kept one tile per CTA: not one sm_90a kernel with TMA parameters"]
     try:
-        return Persistent(kernel, smem_limit).run()
+        kernel, new_params, notes = Persistent(kernels[0], smem_limit).run(params[0])
     except Declined as why:
-        return kernel, [f"persistent: kept one tile per CTA: {why}"]
+        return program, [f"persistent: kept one tile per CTA: {why}"]
+    body = tuple(kernel if op is kernels[0] else new_params if op is params[0] else op for op in program.body)
+    out = dataclasses.replace(program, body=body)
+    out.verify()
+    return out, notes
