@@ -1,7 +1,9 @@
-"""Two builds of one spec, the second under an environment switch (e.g. TLC_FOLD_PARTITIONS=0): their
-SASS opcode counts side by side, biggest differences first, and both listings under $OUT.
+"""Two builds of one spec, the second under a switch: an environment variable (TLC_…, e.g.
+TLC_FOLD_PARTITIONS=0) or else a -D binding (e.g. Persistent=true). Their SASS opcode counts side by
+side, biggest differences first, and both listings under $OUT.
 
     python3 bench/sass_compare.py specs/gqa_fwd.tl --switch TLC_FOLD_PARTITIONS=0 [-D NAME=VALUE ...] [--arch sm_90]
+    python3 bench/sass_compare.py specs/gqa_fwd.tl --switch Persistent=true --arch sm_90a
 
 Where a lowering change costs time, the opcode counts say which instructions it added (address
 arithmetic, spills, barriers) before anyone reads the listings.
@@ -33,13 +35,14 @@ def main() -> int:
         ap.error("--switch and -D take NAME=VALUE")
     defines = dict(d.split("=", 1) for d in a.defines)
     builds = {}
+    is_env = name.startswith("TLC_")
     for label, env in (("default", None), (a.switch, value)):
-        if env is None:
+        if is_env and env is None:
             os.environ.pop(name, None)
-        else:
+        elif is_env:
             os.environ[name] = env
         try:
-            kern = tlc.build(a.spec, arch=a.arch, defines=defines)
+            kern = tlc.build(a.spec, arch=a.arch, defines=dict(defines, **({name: env} if env and not is_env else {})))
         except TlcError as exc:   # a bad spec or -D, a failed compile: tlc's located message
             print(f"bench/sass_compare.py ({label}): {exc}", file=sys.stderr)
             return 1
