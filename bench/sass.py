@@ -11,15 +11,32 @@ import tempfile
 _OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 
 
+def _wheel_bin() -> str:
+    """The bin directory of the nvidia-cuda-cuobjdump / -nvdisasm wheels (no toolkit needed: a CPU
+    machine can list SASS too), or ''."""
+    try:
+        import nvidia
+    except ImportError:
+        return ""
+    for root in nvidia.__path__:
+        for sub in ("cu13/bin", "cuda_cuobjdump/bin"):
+            if os.path.exists(os.path.join(root, sub, "cuobjdump")):
+                return os.path.join(root, sub)
+    return ""
+
+
 def sass_listing(cubin: bytes) -> str:
     """`cuobjdump -sass` of the cubin; SystemExit with one line where cuobjdump is missing or fails."""
-    exe = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    wheel = _wheel_bin()
+    exe = shutil.which("cuobjdump") or (os.path.join(wheel, "cuobjdump") if wheel else "/usr/local/cuda/bin/cuobjdump")
     if not os.path.exists(exe):
-        raise SystemExit("cuobjdump not found (it comes with the CUDA toolkit on the GPU machine); put it on PATH")
+        raise SystemExit("cuobjdump not found: it comes with the CUDA toolkit on the GPU machine, or `pip install "
+                         "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm` anywhere")
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
+    env = dict(os.environ, PATH=os.environ.get("PATH", "") + (os.pathsep + wheel if wheel else ""))
     try:
-        done = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True)
+        done = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True, env=env)
     finally:
         os.unlink(f.name)
     if done.returncode:
