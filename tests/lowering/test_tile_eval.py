@@ -20,7 +20,7 @@ from tests.lowering.variants import BUILDS
 from tlc.api import compile_graph
 from tlc.ir.interpreter import run_program
 from tlc.kir import ops as K
-from tlc.kir.expr import Const, E, Index, Var
+from tlc.kir.expr import BinOp, Const, E, Index, Var
 from tlc.kir.tile_eval import TileEvalError, evaluate_program, known_ops
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
 from tlc.kir.tile_eval_expr import eval_tensor_expr
@@ -352,3 +352,29 @@ def test_row_store_writes_a_vector() -> None:
     q, k = tensors["Q"], tensors["K"]
     want = (q @ k.transpose(-1, -2)).amax(dim=-1)            # m is the unscaled row max of S
     assert torch.allclose(out, want.to(torch.bfloat16).double(), rtol=1e-2, atol=1e-2)
+
+
+def test_counters_and_break_end_a_loop_where_the_program_says() -> None:
+    """CounterOp/CounterAddOp/CounterSetOp and BreakOp (a persistent kernel's scheduler ops) evaluate
+    as their C++: the KV loop run to a huge bound and broken off after `trips` trips, `trips` a counter
+    set to 0, advanced by the loop's own bound and set again, equals the interpreter; broken off one
+    trip early, it does not."""
+    _, kir, _ = lowered("mha")
+
+    def rebuilt(early: int) -> K.ProgramOp:
+        def fn(op: K.Op) -> K.Op:
+            if not isinstance(op, K.KernelOp):
+                return op
+            at = next(i for i, x in enumerate(op.body) if isinstance(x, K.ForOp) and x.var == "n")
+            loop = op.body[at]
+            stop = BinOp("-", Var("trips"), Const(1 + early))
+            loop = dataclasses.replace(loop, stop=Const(10**6), body=(
+                *loop.body, K.IfOp(cond=BinOp(">=", Var("n"), stop), body=(K.BreakOp(),))))
+            counters = (K.CounterOp(name="trips", init=Const(0)), K.CounterAddOp(counter="trips", value=loop.stop),
+                        K.CounterAddOp(counter="trips", value=op.body[at].stop),
+                        K.CounterSetOp(counter="trips", value=BinOp("-", Var("trips"), Const(10**6))))
+            return dataclasses.replace(op, body=(*op.body[:at], *counters, loop, *op.body[at + 1:]))
+        return mutate(kir, fn)
+
+    assert mismatch("mha", 17, 200, program=rebuilt(0)) == ""
+    assert mismatch("mha", 17, 200, program=rebuilt(1)) != ""

@@ -1,20 +1,25 @@
-"""`persistent` (sm_90a, warp-specialised kernels): each CTA loops over output tiles.
+"""`persistent` (sm_90a, warp-specialised kernels): each CTA loops over output tiles a dynamic
+scheduler hands out.
 
 A one-tile-per-CTA grid pays each tile's prologue (the Q load, the first GEMM) and epilogue (the
-output's staging and store) with the tensor cores idle; with short sequences (8 KV tiles at S = 1k)
-that is a large share. Persistent, the grid is min(tiles, resident CTAs) (`launch.ctas`: the SMs
-times the CTAs one SM holds, from the driver at launch) and both roles run the kernel's body once per
-tile t = blockIdx.x + i·gridDim.x, the grid coordinates recovered from t (x fastest):
+output's staging and store) with the loads idle; with short sequences (8 KV tiles at S = 1k) that is
+a large share. Persistent, the grid is min(tiles, resident CTAs) (`launch.ctas`: the SMs times the
+CTAs one SM holds, from the driver at launch) and
 
-    producer: for i: wait empty_<once>(parity of i ^ 1); load the once-tiles; the KV ring loop
-    consumers: for i: wait full_<once>(parity of i); the body; release empty_<once> after the last
-               op that touches the once-tile's bytes (its readers, and a buffer reusing them)
+    producer (one thread): tile = blockIdx.x; loop: if tile >= tiles: hand over the end, break;
+        next = atomicAdd(p.tile_counter, 1) + gridDim.x  (drawn early; the launcher zeroes the counter)
+        wait empty_<once>(parity of the tile's turn ^ 1); slot = tile; load the once-tiles (Q); the
+        KV ring loop; ring += its trips; tile = next
+    consumers: loop: wait full_<once>(parity); tile = slot; if tile >= tiles: break; the body;
+        release empty_<once> after the last op that touches the once-tile's bytes; ring += trips
 
-so the producer loads tile t+1's Q and first K/V stages while the consumers finish tile t. The rings
-keep turning across tiles: a counter `ring` (the trips of earlier tiles) is added to the trip each
-stage and phase is computed from, identically in both roles. An epilogue buffer that reuses a
-once-tile's bytes moves to its own bytes when shared memory allows, so the once-tile is released
-after its last GEMM instead of after the store.
+Tile numbers map to grid coordinates x fastest, the order the hardware launches a grid in (causal's
+reversed query tiles: longest first), and a CTA takes the next number when it is ready for it, as the
+hardware assigns CTAs. So the producer loads the next tile's Q and first K/V stages while the
+consumers finish this one. The rings keep turning across tiles: `ring` (the trips of earlier tiles)
+is added to the trip each stage and phase is computed from, identically in both roles. An epilogue
+buffer that reuses a once-tile's bytes moves to its own bytes when shared memory allows, so the
+once-tile is released after its last GEMM instead of after the store.
 
 Declarations that read the grid coordinates (the block index, the output's head and batch offsets)
 move into each role's tile loop. A kernel of another shape keeps one tile per CTA, with the reason
