@@ -39,18 +39,20 @@ VIEW_BINDINGS = {
     "mla_decode_fwd": [BINDINGS["mla_decode_fwd"][1]],
     "mla_prefill_fwd": [BINDINGS["mla_prefill_fwd"][1]],
 }
+# sm_90a kernels fold their epilogue's store only (the persistent one inside its tile loop)
+VIEW_BINDINGS_SM90A = {"mha_fwd": [{}, {"Causal": "true", "Persistent": "true"}]}
 
 
 def check_program(views: bool) -> CheckProgram:
     check = CheckProgram()
-    for spec, bindings in (VIEW_BINDINGS if views else BINDINGS).items():
-        for defines in bindings:
-            program = kernel_ir(SPECS / f"{spec}.tl", "sm_80", defines)
-            if views:
-                kernel, _ = fold_partitions(program.kernels()[0])
-                ViewChecks(check, kernel).add()
-            else:
-                check.add_program(program)
+    targets = [("sm_80", VIEW_BINDINGS if views else BINDINGS)] + ([("sm_90a", VIEW_BINDINGS_SM90A)] if views else [])
+    for arch, spec, defines in [(a, s, d) for a, table in targets for s, ds in table.items() for d in ds]:
+        program = kernel_ir(SPECS / f"{spec}.tl", arch, defines)
+        if views:
+            kernel, _ = fold_partitions(program.kernels()[0])
+            ViewChecks(check, kernel).add()
+        else:
+            check.add_program(program)
     return check
 
 

@@ -12,8 +12,9 @@ register tensor with CuTe's layout, and a TiledCopy (TiledMMA) all of whose part
 
 What the engine does not model stays as it was (notes name it), and so do the ldmatrix sources
 (shared→register partitions of an MMA operand copy): folded, their per-thread decayed strides took
-registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). The sm_90a (wgmma)
-kernels are left alone. On by default; TLC_FOLD_PARTITIONS=0 or `fold-partitions{enable=false}` turns
+registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
+engine models the epilogue's store (a thread-layout copy of the staged tile); the wgmma partitions and
+the copy matched to the wgmma accumulator stay CuTe's. On by default; TLC_FOLD_PARTITIONS=0 or `fold-partitions{enable=false}` turns
 it off.
 """
 from __future__ import annotations

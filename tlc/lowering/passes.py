@@ -21,7 +21,7 @@ from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
 from tlc.kir.ops import ForOp, KernelOp, MmaOp, walk
-from tlc.kir.ops_sm90 import SM90_OP_CLASSES, WarpSpecializeOp, WgmmaOp
+from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
 from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
@@ -385,8 +385,7 @@ class FoldPartitionsPass(_KernelPass):
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         state = _state(ctx, self.name)
         kernel = _kernel(state)
-        if not self.enable or state.arch.name == "sm_90a" or any(
-                isinstance(op, SM90_OP_CLASSES) for op in walk(kernel)):
+        if not self.enable:
             return
         from tlc.lowering.fold_partitions import fold_partitions
 
