@@ -174,3 +174,67 @@ def _tile_lets(causal: bool) -> list[K.LetOp]:
         loop = _tile_loop(_roles(_lower(Causal=str(causal).lower()).kir.kernels()[0]).consumer)
         _LOOPS[causal] = [op for op in loop.body if isinstance(op, K.LetOp) and op.name.startswith("tile_")]
     return _LOOPS[causal]
+
+
+def _before_persistent(spec: str = "mha_fwd", **defines: str) -> K.ProgramOp:
+    """The kernel IR as `persistent` receives it (the lowering up to overlap-gemms)."""
+    from tlc.lowering.state import start_state
+    from tlc.passes.base import PassContext
+    from tlc.passes.pipeline import LOWERING_PIPELINE, PassManager, parse_pipeline
+
+    path = SPECS / f"{spec}.tl"
+    graph, _ = compile_graph(path.read_bytes(), str(path), defines=defines)
+    ctx = PassContext(arch="sm_90a")
+    state = start_state(ctx, "sm_90a", name=spec)
+    passes = LOWERING_PIPELINE[:LOWERING_PIPELINE.index("persistent")]
+    PassManager(parse_pipeline(",".join(p if p != "lower-tile-ops" else "lower-tile-ops{arch=sm_90a}"
+                                        for p in passes))).run(graph, ctx)
+    return state.kir
+
+
+def _consumer_ops(program: K.ProgramOp, fn) -> K.ProgramOp:
+    import dataclasses
+    kernel = program.kernels()[0]
+    roles = kernel.body[-1]
+    roles = dataclasses.replace(roles, consumer=tuple(fn(list(roles.consumer))))
+    kernel = dataclasses.replace(kernel, body=(*kernel.body[:-1], roles))
+    return dataclasses.replace(program, body=tuple(kernel if op is program.kernels()[0] else op for op in program.body))
+
+
+def test_consumer_shared_writes_not_fenced_in_the_tile_get_a_barrier_at_its_top() -> None:
+    """The staging tile is written after the epilogue's barrier, so tiles need none of their own;
+    without that barrier, a write at the top of tile t+1 could overtake a read at the end of tile t,
+    and the tile body opens with a barrier of all consumers."""
+    from tlc.lowering.persistent import make_persistent
+
+    def opens_with_barrier(program) -> bool:
+        body = _tile_loop(_roles(program.kernels()[0]).consumer).body
+        clear = next(i for i, op in enumerate(body) if isinstance(op, K.ClearOp))
+        return any(isinstance(op, H.NamedBarrierOp) and op.id == 0 and op.threads == 256 and not op.arrive_only
+                   for op in body[:clear])
+
+    program = _before_persistent()
+    kept, _ = make_persistent(program, 232448)
+    assert not opens_with_barrier(kept)
+
+    def drop_epilogue_barriers(ops):
+        return [op for op in ops if not (isinstance(op, H.NamedBarrierOp) and op.id == 0)]
+
+    fenced, _ = make_persistent(_consumer_ops(program, drop_epilogue_barriers), 232448)
+    assert opens_with_barrier(fenced)
+
+
+def test_a_wgmma_reading_what_the_consumers_write_is_declined() -> None:
+    from tlc.lowering.persistent import make_persistent
+    import dataclasses
+
+    def gemm_reads_staging(ops):
+        return [dataclasses.replace(x, body=tuple(
+            dataclasses.replace(y, reads=(*y.reads, "sO_out")) if isinstance(y, H.WgmmaOp) else y for y in x.body))
+            if isinstance(x, K.ForOp) else x for x in ops]
+
+    program = _consumer_ops(_before_persistent(), gemm_reads_staging)
+    out, notes = make_persistent(program, 232448)
+    assert out is program
+    assert notes == ["persistent: kept one tile per CTA: a wgmma reads sO_out, which the consumers write: its "
+                     "order across tiles is not checked"]

@@ -117,6 +117,7 @@ class Persistent:
 
         handover = once_bars[0]
         consumer = self._consumer(roles, once_bars, position, prefix)
+        consumer = self._fence_tiles(consumer, roles, ring_bars, once_bars)
         consumer_head = [H.MbarrierWaitOp(bar=handover, stage=Const(0), phase=BinOp("%", Var(ITER), Const(2)),
                                           loc=loc),
                          H.TileSlotLoadOp(name=TILE, slot=SLOT, loc=loc),
@@ -325,6 +326,31 @@ class Persistent:
                         if any(touched & (effects(x)[1] | effects(x)[2]) for x in K.walk(op))), default=-1)
             release = [H.WgmmaWaitOp(pending=0, loc=loc), H.MbarrierArriveOp(bar=_empty(full), stage=Const(0), loc=loc)]
             body[last + 1:last + 1] = release
+        return body
+
+    def _fence_tiles(self, body: list[K.Op], roles: H.WarpSpecializeOp, ring_bars: set[str],
+                     once_bars: list[str]) -> list[K.Op]:
+        """The one-tile schedule ordered the consumers' own shared memory within a tile; across tiles
+        a write at the top of tile t+1 could overtake another thread's read at the end of tile t.
+        Each buffer the consumers write must first be touched after a barrier of all consumers in the
+        tile body, else one opens the body; a wgmma reading such a buffer (its reads retire
+        asynchronously) is declined."""
+        loaded = {x.dst for x in K.walk(roles) if isinstance(x, H.TmaLoadOp)}
+        written = {b for op in body for x in K.walk(op) for b in effects(x)[2]} - loaded
+        if not written:
+            return body
+        for x in (x for op in body for x in K.walk(op)):
+            if isinstance(x, H.WgmmaOp) and written & set(x.reads):
+                raise Declined(f"a wgmma reads {', '.join(sorted(written & set(x.reads)))}, which the consumers "
+                               "write: its order across tiles is not checked")
+        consumers = self.kernel.threads - roles.producer_threads
+        fenced: set[str] = set()
+        for op in body:
+            if isinstance(op, H.NamedBarrierOp) and not op.arrive_only and op.threads == consumers:
+                fenced = set(written)
+            touched = {b for x in K.walk(op) for b in effects(x)[1] | effects(x)[2]} & written
+            if touched - fenced:
+                return [H.NamedBarrierOp(id=0, threads=consumers, loc=self.kernel.loc), *body]
         return body
 
     def _producer(self, producer: tuple[K.Op, ...], once_bars: list[str], position: set[str],
