@@ -12,6 +12,7 @@ import pytest
 from tests.lowering.test_tile_eval import CASES, lowered, mismatch
 from tlc.backend_cute.emit import emit_program
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
                                RetileViewOp, ThreadViewOp)
 from tlc.kir.text import parse_kir, print_kir
@@ -105,17 +106,26 @@ def test_the_pass_is_on_by_default_and_zero_turns_it_off(monkeypatch) -> None:
     assert not any(isinstance(op, ThreadViewOp) for op in K.walk(program))
 
 
-def test_sm90a_kernels_fold_their_epilogue_store_only(monkeypatch) -> None:
-    """On sm_90a the engine models the epilogue's store (a thread-layout copy of the staged tile to
-    global memory, its predicate's coordinates); the wgmma operand partitions and the copy matched to
-    the wgmma accumulator stay CuTe's, and the notes say why."""
-    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "1")
+@pytest.mark.parametrize("mode", ["1", "wgmma"])
+def test_sm90a_kernels_fold_their_epilogue(monkeypatch, mode: str) -> None:
+    """On sm_90a the engine models the epilogue's store to global memory (with its predicate's
+    coordinates); with TLC_FOLD_PARTITIONS=wgmma also the register→shared copy matched to the wgmma
+    accumulator (CuTe's CLayout_64xN; the accumulator stays CuTe's fragment, the wgmma writes it).
+    The wgmma operand partitions (GMMA descriptors) stay CuTe's, and the notes say why."""
+    monkeypatch.setenv("TLC_FOLD_PARTITIONS", mode)
     defines = {"HeadDim": "64", "BM": "64", "BN": "64"}
     program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", defines)
-    views = {op.name: op for op in K.walk(program) if isinstance(op, (ThreadViewOp, CoordViewOp))}
-    assert set(views) == {"tOsO_out", "tOgO", "tOc64x64"}
+    views = {op.name for op in K.walk(program) if isinstance(op, (ThreadViewOp, CoordViewOp, RetileViewOp))}
     kept = {op.name for op in K.walk(program) if type(op) is K.PartitionOp}
-    assert {"tSsQ", "tSsK", "tOsV", "tOsO", "tOrO"} <= kept
+    copies = [op.copy for op in K.walk(program) if isinstance(op, AtomCopyOp)]
+    store = {"tOsO_out", "tOgO", "tOc64x64"}
+    operands = {"tSsQ", "tSsK", "tSc64x64", "tOsV"}
+    if mode == "wgmma":
+        assert views == store | {"tOsO", "tOrO"} and kept == operands
+        assert copies == ["r2s_copy", "store_copy_64"]
+    else:
+        assert views == store and kept == operands | {"tOsO", "tOrO"} and copies == ["store_copy_64"]
+    assert any(isinstance(op, H.WgmmaFragmentOp) and op.name == "rO" for op in K.walk(program))
     monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
     unfolded = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", defines)
-    assert not any(isinstance(op, (ThreadViewOp, CoordViewOp)) for op in K.walk(unfolded))
+    assert not any(isinstance(op, (ThreadViewOp, CoordViewOp, RetileViewOp)) for op in K.walk(unfolded))

@@ -39,7 +39,7 @@ VIEW_BINDINGS = {
     "mla_decode_fwd": [BINDINGS["mla_decode_fwd"][1]],
     "mla_prefill_fwd": [BINDINGS["mla_prefill_fwd"][1]],
 }
-# sm_90a kernels fold their epilogue's store only (the persistent one inside its tile loop)
+# sm_90a kernels fold their epilogue (the persistent one inside its tile loop), the wgmma-matched copy too
 VIEW_BINDINGS_SM90A = {"mha_fwd": [{}, {"Causal": "true", "Persistent": "true"}]}
 
 
@@ -48,8 +48,8 @@ def check_program(views: bool) -> CheckProgram:
     targets = [("sm_80", VIEW_BINDINGS if views else BINDINGS)] + ([("sm_90a", VIEW_BINDINGS_SM90A)] if views else [])
     for arch, spec, defines in [(a, s, d) for a, table in targets for s, ds in table.items() for d in ds]:
         program = kernel_ir(SPECS / f"{spec}.tl", arch, defines)
-        if views:
-            kernel, _ = fold_partitions(program.kernels()[0])
+        if views:   # on sm_90a with the wgmma-matched copies too (TLC_FOLD_PARTITIONS=wgmma)
+            kernel, _ = fold_partitions(program.kernels()[0], wgmma=arch == "sm_90a")
             ViewChecks(check, kernel).add()
         else:
             check.add_program(program)

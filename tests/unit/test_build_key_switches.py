@@ -15,3 +15,5 @@ def test_fold_partitions_switch_changes_the_build_key(monkeypatch) -> None:
     for same in ("", "1", " 1"):   # the pass is on for each: one cache entry
         monkeypatch.setenv("TLC_FOLD_PARTITIONS", same)
         assert runtime._build_inputs_key(*args) == on
+    monkeypatch.setenv("TLC_FOLD_PARTITIONS", "wgmma")   # folds more on sm_90a: its own entry
+    assert runtime._build_inputs_key(*args) not in (on, off)

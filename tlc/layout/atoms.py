@@ -32,6 +32,16 @@ MMA_ATOMS["SM80_16x8x8_F32F16F16F32_TN"] = MmaAtom(
     "SM80_16x8x8_F32F16F16F32_TN", (16, 8, 8), _C16x8, Layout(((4, 8), 2), ((16, 1), 8)), _C16x8)
 
 
+def wgmma_atom(n: int, kind: str) -> MmaAtom:
+    """A warpgroup MMA (SM90 GMMA 64×n×16, 16-bit operands, f32 accumulator) as TV layouts over its
+    128 threads, as CuTe's MMA_Traits: A from registers (RS, ALayout_64x16) or shared memory (SS,
+    every thread sees the tile), B from shared memory, C in CLayout_64xN."""
+    shared = lambda rows: Layout((128, (rows, 16)), (0, (1, rows)))  # noqa: E731 - CuTe's ABLayout<rows, 16>
+    a_tv = Layout(((4, 8, 4), (2, 2, 2)), ((128, 1, 16), (64, 8, 512))) if kind == "RS" else shared(64)
+    c_tv = Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512)))
+    return MmaAtom(f"SM90_64x{n}x16_{kind}", (64, n, 16), a_tv, shared(n), c_tv, threads=128)
+
+
 @dataclass(frozen=True)
 class CopyAtom:
     """A copy instruction's TV layouts in elements of the copied type (CuTe's Copy_Atom<Op, T>)."""

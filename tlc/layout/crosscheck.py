@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pycute import Layout
 
 from tlc.kir.ops import ProgramOp, TiledCopyOp, TiledMmaOp, walk
+from tlc.kir.ops_sm90 import WgmmaTiledMmaOp
 from tlc.layout.algebra import modes
 from tlc.layout.cpp import layout_type
 from tlc.layout.kir_tensors import engine_copy, engine_mma
@@ -51,7 +52,14 @@ constexpr bool tlc_coords(int t, const int (&rows)[N], const int (&cols)[N]) {
 """
 
 
-def mma_type(mma: TiledMmaOp) -> str:
+def mma_type(mma: TiledMmaOp | WgmmaTiledMmaOp) -> str:
+    if isinstance(mma, WgmmaTiledMmaOp):     # as the emitter spells it (tlc/backend_cute/emit_sm90.py)
+        t, (m, n, k), (wm, wn, wk) = CPP_TYPE[mma.dtype], mma.tile, mma.warp_groups
+        major = {True: "GMMA::Major::K", False: "GMMA::Major::MN"}
+        selector = "ss_op_selector" if mma.kind == "SS" else "rs_op_selector"
+        atom = (f"GMMA::{selector}<{t}, {t}, float, Shape<Int<{m}>, Int<{n}>, Int<{k}>>, {major[mma.a_k_major]}, "
+                f"{major[mma.b_k_major]}>()")
+        return f"decltype(make_tiled_mma({atom}, Layout<Shape<Int<{wm}>, Int<{wn}>, Int<{wk}>>>{{}}))"
     m, n, k = mma.warps
     tm, tn, tk = mma.tile
     return (f"TiledMMA<MMA_Atom<{mma.atom}>, Layout<Shape<Int<{m}>, Int<{n}>, Int<{k}>>>, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pycute import Layout
 
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Index, Var
 from tlc.kir.ops_views import (CoordViewOp, GlobalTileViewOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp,
                                StaticTransposeLayoutOp, ThreadViewOp)
@@ -43,7 +44,7 @@ class ViewChecks:
         self.check, self.kernel = check, kernel
         self.tiles = TileLayouts(kernel)
         self.defs = self.tiles.defs
-        self.mmas = {op.name: op for op in K.walk(kernel) if isinstance(op, K.TiledMmaOp)}
+        self.mmas = {op.name: op for op in K.walk(kernel) if isinstance(op, (K.TiledMmaOp, H.WgmmaTiledMmaOp))}
         self.owners = {op.thread_slice: op for op in K.walk(kernel) if isinstance(op, (K.TiledMmaOp, K.TiledCopyOp))}
 
     def _layout_cpp(self, name: str) -> str | None:
@@ -98,6 +99,8 @@ class ViewChecks:
                 self._retile(op)
             elif isinstance(op, RegisterFragmentOp):
                 self._fragment(op)
+            elif isinstance(op, H.WgmmaFragmentOp) and op.role == "C" and op.mma in self.mmas:
+                self._wgmma_fragment(op)
 
     def _partition(self, op: K.PartitionOp) -> None:
         found = self._tensor(op.src)
@@ -157,11 +160,21 @@ class ViewChecks:
         frag = self.defs.get(op.src.name) if isinstance(op.src, Var) else None
         if isinstance(frag, K.ConvertOp):  # a converted copy keeps its source's layout
             frag = self.defs.get(frag.src)
-        if not isinstance(frag, RegisterFragmentOp):
+        if isinstance(frag, H.WgmmaFragmentOp) and frag.role == "C":
+            src = engine_mma(self.mmas[frag.mma]).fragment("C", Layout(frag.shape))
+        elif isinstance(frag, RegisterFragmentOp):
+            src = Layout(frag.layout_shape, frag.layout_stride)
+        else:
             return
-        src = Layout(frag.layout_shape, frag.layout_stride)
         mine = Layout(op.layout_shape, op.layout_stride)
         self.check.same(f"decltype({owner_t}::retile({layout_type(src)}{{}}))", mine, f"{op.name} retile")
+
+    def _wgmma_fragment(self, op: H.WgmmaFragmentOp) -> None:
+        """The layout fold-partitions assumes for a wgmma accumulator CuTe keeps is CuTe's."""
+        mma_t = self.check.alias(mma_type(self.mmas[op.mma]))
+        shape = ", ".join(f"Int<{d}>" for d in op.shape)
+        self.check.same(f"decltype(partition_fragment_C({mma_t}{{}}, Shape<{shape}>{{}}).layout())",
+                        engine_mma(self.mmas[op.mma]).fragment("C", Layout(op.shape)), f"{op.name} fragment")
 
     def _fragment(self, op: RegisterFragmentOp) -> None:
         mma_t = self.check.alias(mma_type(self.mmas[op.mma]))

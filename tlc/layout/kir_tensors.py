@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pycute import Layout, composition
 
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Const, Expr, Index, Var
-from tlc.layout.atoms import copy_atom
+from tlc.layout.atoms import copy_atom, wgmma_atom
 from tlc.layout.swizzle import static_decay
 from tlc.layout.tiled_copy import TiledCopy
 from tlc.layout.tiled_mma import TiledMma
@@ -102,11 +103,14 @@ class TileLayouts:
         return None
 
 
-def engine_mma(op: K.TiledMmaOp) -> TiledMma:
+def engine_mma(op: K.TiledMmaOp | H.WgmmaTiledMmaOp) -> TiledMma:
+    if isinstance(op, H.WgmmaTiledMmaOp):     # tile = the atom's (64, N, 16), repeated over warp groups
+        (m, n, k), w = op.tile, op.warp_groups
+        return TiledMma(wgmma_atom(n, op.kind), tuple(w), (m * w[0], n * w[1], k * w[2]))
     return TiledMma.of(op.atom, op.warps, op.tile)
 
 
-def engine_copy(op: K.TiledCopyOp, mma: K.TiledMmaOp | None) -> TiledCopy | None:
+def engine_copy(op: K.TiledCopyOp, mma: K.TiledMmaOp | H.WgmmaTiledMmaOp | None) -> TiledCopy | None:
     atom = copy_atom(op.atom, op.dtype)
     if atom is None:
         return None

@@ -13,8 +13,9 @@ register tensor with CuTe's layout, and a TiledCopy (TiledMMA) all of whose part
 What the engine does not model stays as it was (notes name it), and so do the ldmatrix sources
 (shared→register partitions of an MMA operand copy): folded, their per-thread decayed strides took
 registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
-engine models the epilogue's store (a thread-layout copy of the staged tile); the wgmma partitions and
-the copy matched to the wgmma accumulator stay CuTe's. On by default; TLC_FOLD_PARTITIONS=0 or `fold-partitions{enable=false}` turns
+engine models the epilogue's store (a thread-layout copy of the staged tile); the wgmma partitions stay
+CuTe's, and so does the copy matched to the wgmma accumulator unless TLC_FOLD_PARTITIONS=wgmma (the
+engine has CuTe's CLayout_64xN, checked by NVRTC; not yet run on a GPU). On by default; TLC_FOLD_PARTITIONS=0 or `fold-partitions{enable=false}` turns
 it off.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ import dataclasses
 from pycute import Layout
 
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Var
 from tlc.kir.ops_views import (CoordViewOp, CopyAtomOp, GlobalTileViewOp, MmaAtomOp,
                                RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp,
@@ -37,14 +39,20 @@ from tlc.layout.swizzle import decay
 class _Folder:
     """One kernel's rewrite: the tile layouts, the thread slices and what was (not) folded."""
 
-    def __init__(self, kernel: K.KernelOp) -> None:
+    def __init__(self, kernel: K.KernelOp, wgmma: bool = False) -> None:
         self.tiles = TileLayouts(kernel)
         self.slices: dict[str, K.Op] = {}
+        self.unmodelled: dict[str, str] = {}   # MMA name → why copies matched to it stay CuTe's
         self.mmas: dict[str, K.TiledMmaOp] = {}
         for op in K.walk(kernel):
             if isinstance(op, K.TiledMmaOp):
                 self.mmas[op.name] = op
                 self.slices[op.thread_slice] = op
+            elif isinstance(op, H.WgmmaTiledMmaOp):   # its operand partitions stay CuTe's
+                if wgmma:
+                    self.mmas[op.name] = op
+                else:
+                    self.unmodelled[op.name] = "matched to a wgmma accumulator (TLC_FOLD_PARTITIONS=wgmma folds it)"
             elif isinstance(op, K.TiledCopyOp):
                 self.slices[op.thread_slice] = op
         self.kept: list[str] = []
@@ -52,7 +60,8 @@ class _Folder:
 
     def _index(self, mma: K.TiledMmaOp | None) -> str:
         """A replicated MMA's threads act as threads 0 … size-1 of each group."""
-        return f"threadIdx.x % {mma.threads}" if mma is not None and mma.replicas > 1 else "threadIdx.x"
+        replicated = isinstance(mma, K.TiledMmaOp) and mma.replicas > 1
+        return f"threadIdx.x % {mma.threads}" if replicated else "threadIdx.x"
 
     # ------------------------------------------------------------------ the ops
     def fragment(self, op: K.FragmentOp) -> K.Op:
@@ -75,6 +84,8 @@ class _Folder:
     def partition(self, op: K.PartitionOp) -> K.Op:
         owner = self.slices.get(op.slice)
         tile = self.tiles.of(op.src)
+        if isinstance(owner, K.TiledCopyOp) and owner.mma in self.unmodelled:
+            return self._keep(op, self.unmodelled[owner.mma])
         if owner is None or tile is None:
             return self._keep(op, f"`{op.src}` is not a tile the engine models")
         if isinstance(owner, K.TiledMmaOp):
@@ -135,6 +146,9 @@ class _Folder:
                 op = self.fragment(op)
             elif type(op) is K.PartitionOp:
                 op = self.partition(op)
+            elif isinstance(op, H.WgmmaFragmentOp) and op.role == "C" and op.mma in self.mmas:
+                # kept as CuTe's fragment (the wgmma writes it); its layout lets copies of it fold
+                self.tiles.registers[op.name] = engine_mma(self.mmas[op.mma]).fragment("C", Layout(op.shape))
             elif isinstance(op, K.ConvertOp) and op.src in self.tiles.registers:
                 self.tiles.registers[op.name] = self.tiles.registers[op.src]
             if op.regions:
@@ -143,8 +157,9 @@ class _Folder:
         return tuple(out)
 
 
-def fold_partitions(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
-    folder = _Folder(kernel)
+def fold_partitions(kernel: K.KernelOp, wgmma: bool = False) -> tuple[K.KernelOp, list[str]]:
+    """`wgmma`: on sm_90a also the copies matched to a wgmma accumulator (TLC_FOLD_PARTITIONS=wgmma)."""
+    folder = _Folder(kernel, wgmma)
     body = folder.rewrite(kernel.body)
     # A TiledCopy none of whose partitions is left needs only its atom; so does a TiledMMA no
     # fragment, partition or tiled copy refers to any more.

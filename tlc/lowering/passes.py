@@ -25,7 +25,7 @@ from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
 from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
-from tlc.lowering.switches import fold_partitions_enabled
+from tlc.lowering.switches import fold_partitions_enabled, fold_wgmma_enabled
 from tlc.lowering.state import DEFAULT_ARCH, Allocation, LoweringState, ResourceReport, get_state, start_state
 from tlc.names import kernel_name
 from tlc.passes.base import Pass, PassContext
@@ -381,6 +381,7 @@ class FoldPartitionsPass(_KernelPass):
 
     name: ClassVar[str] = "fold-partitions"
     enable: bool = field(default_factory=fold_partitions_enabled)   # TLC_FOLD_PARTITIONS=0: off
+    wgmma: bool = field(default_factory=fold_wgmma_enabled)         # TLC_FOLD_PARTITIONS=wgmma
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         state = _state(ctx, self.name)
@@ -389,7 +390,7 @@ class FoldPartitionsPass(_KernelPass):
             return
         from tlc.lowering.fold_partitions import fold_partitions
 
-        kernel, notes = fold_partitions(kernel)
+        kernel, notes = fold_partitions(kernel, wgmma=self.wgmma)
         state.schedule = list(state.schedule) + notes
         _with_kernel(state, kernel)
 

@@ -7,11 +7,22 @@ import os
 LOWERING_SWITCHES = ("TLC_FOLD_PARTITIONS",)
 
 
+def _fold_mode() -> str:
+    value = os.environ.get("TLC_FOLD_PARTITIONS", "1").strip().lower()
+    return "off" if value == "0" else "wgmma" if value == "wgmma" else "on"
+
+
 def fold_partitions_enabled() -> bool:
     """fold-partitions is on unless TLC_FOLD_PARTITIONS=0 (unset, '' and '1' all mean on)."""
-    return os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() != "0"
+    return _fold_mode() != "off"
+
+
+def fold_wgmma_enabled() -> bool:
+    """TLC_FOLD_PARTITIONS=wgmma: on sm_90a also the copy matched to the wgmma accumulator (checked
+    against CuTe by NVRTC, not yet run on a GPU; docs/compile_time.md)."""
+    return _fold_mode() == "wgmma"
 
 
 def switches_key() -> str:
     """The switches as the lowering reads them: one spelling per variant, for the build keys."""
-    return f"TLC_FOLD_PARTITIONS={'on' if fold_partitions_enabled() else 'off'}"
+    return f"TLC_FOLD_PARTITIONS={_fold_mode()}"
