@@ -265,8 +265,10 @@ def main() -> int:
     unknown = [n for n in names if n not in kernels()]
     if unknown:
         ap.error(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(kernels())}")
+    from tlc.lowering.switches import switches_key
     report: dict = {"machine": _machine(), "arch": a.arch,
-                    "fold_partitions": os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() != "0"}
+                    "fold_partitions": os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() != "0",
+                    "switches": switches_key()}
     if a.experiment:
         report["experiments"] = {"kernel": names[0], "rows": experiments(names[0], a.arch, a.experiment)}
     else:
@@ -274,7 +276,7 @@ def main() -> int:
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"{report['machine']['cpus']} CPUs ({report['machine']['cpu']}), NVRTC {report['machine']['nvrtc']}, "
-          f"{a.arch}, {report['machine']['date']}" + (", fold-partitions" if report["fold_partitions"] else ""))
+          f"{a.arch}, {report['machine']['date']}, {report['switches']}")
     print(experiment_table(report["experiments"]["rows"]) if a.experiment else table(report["kernels"]))
     return 0
 
