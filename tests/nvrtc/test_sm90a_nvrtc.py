@@ -1,7 +1,8 @@
 """NVRTC compiles of TL specs lowered for sm_90a, no GPU: the PTX holds wgmma.mma_async (SS for Q·Kᵀ, RS
 for P·V); the default schedule (warp-specialize, overlap-gemms) loads with TMA bulk tensor copies on
 mbarriers, reallocates registers (setmaxnreg) and overlaps the GEMMs (wait_group 1); the cp.async
-schedule (`Param WarpSpecialize = false`) fences the async proxy after cp.async. ptxas reports no
+schedule (`Param WarpSpecialize = false`) fences the async proxy after cp.async; a persistent kernel
+draws its tiles with a global atomic. ptxas reports no
 spills, no stack and no local memory. ~25-60 s per kernel on a 2-core CPU machine; registers and
 seconds are printed (`pytest -m slow -s tests/nvrtc/test_sm90a_nvrtc.py`)."""
 from __future__ import annotations
@@ -84,3 +85,5 @@ def test_spec_compiles_to_wgmma_for_sm90a(case: str) -> None:
         assert "setmaxnreg.inc.sync.aligned.u32 240" in ptx and "setmaxnreg.dec.sync.aligned.u32 24" in ptx
         assert "wgmma.wait_group.sync.aligned 1" in ptx          # overlap-gemms: Q·Kᵀ(n) retired, P·V(n−1) not
         assert "C7508" not in log, log                            # ptxas would say so if it ignored setmaxnreg
+        # persistent: the producer draws tiles from the launch's counter; one tile per CTA draws none
+        assert ("atom.global.add.u32" in ptx) == (schedule.get("Persistent") == "true")
