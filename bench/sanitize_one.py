@@ -27,7 +27,10 @@ CASES = [(128, True, "bottom_right", 2, 1, 2, 1, 77, 333), (64, False, "top_left
 ARCH = sys.argv[sys.argv.index("--arch") + 1] if "--arch" in sys.argv else "sm_90"
 if ARCH == "sm_90a":
     CASES += [(128, False, "top_left", 3, 2, 4, 2, 1000, 1000), (128, True, "top_left", 2, 2, 40, 8, 555, 555)]
-DEFINES = dict(sys.argv[i + 1].split("=", 1) for i, a in enumerate(sys.argv[:-1]) if a == "-D" and "=" in sys.argv[i + 1])
+_D = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "-D"]
+if any("=" not in d for d in _D) or sys.argv[-1] == "-D":
+    sys.exit("bench/sanitize_one.py: -D takes NAME=VALUE, e.g. -D Persistent=true")
+DEFINES = dict(d.split("=", 1) for d in _D)
 
 
 def build(case):

@@ -37,6 +37,15 @@ def _major(k_major: bool) -> str:
     return "GMMA::Major::K" if k_major else "GMMA::Major::MN"
 
 
+def wgmma_tiled_mma_type(op: WgmmaTiledMmaOp) -> str:
+    """The C++ type of a WgmmaTiledMmaOp's TiledMMA (the emitter's, and the layout cross-check's)."""
+    t = CPP_DTYPE[op.dtype]
+    selector = "ss_op_selector" if op.kind == "SS" else "rs_op_selector"
+    atom = (f"GMMA::{selector}<{t}, {t}, float, {static_shape(op.tile)}, {_major(op.a_k_major)}, "
+            f"{_major(op.b_k_major)}>()")
+    return f"decltype(make_tiled_mma({atom}, Layout<{static_shape(op.warp_groups)}>{{}}))"
+
+
 class Sm90Emitter(_TABLE.mixin_base()):
     """Mixin of `CuteEmitter` (it provides `w`, `symbols`, `_at` and the `emit` dispatcher)."""
 
@@ -155,11 +164,7 @@ class Sm90Emitter(_TABLE.mixin_base()):
     @_handles(WgmmaTiledMmaOp)
     def _wgmma_mma(self, op: WgmmaTiledMmaOp) -> None:
         self._at(op)
-        t = CPP_DTYPE[op.dtype]
-        selector = "ss_op_selector" if op.kind == "SS" else "rs_op_selector"
-        atom = (f"GMMA::{selector}<{t}, {t}, float, {static_shape(op.tile)}, {_major(op.a_k_major)}, "
-                f"{_major(op.b_k_major)}>()")
-        self.w.line(f"using {op.name}_t = decltype(make_tiled_mma({atom}, Layout<{static_shape(op.warp_groups)}>{{}}));")
+        self.w.line(f"using {op.name}_t = {wgmma_tiled_mma_type(op)};")
         self.w.line(f"{op.name}_t {op.name};")
         self.w.line(f"auto {op.thread_slice} = {op.name}.get_slice({cpp_expr(op.thread_index)});")
 

@@ -163,6 +163,7 @@ class Kernel:
         self._params_op = next(op for op in compiled.program.body
                                if isinstance(op, ParamsOp) and op.name == self.kernel.params)
         self._struct = params_struct(self._params_op)
+        self._tile_counter = any(n == TILE_COUNTER for n, _ in self._params_op.fields)   # a persistent kernel
         self._tma = tma_descriptors(compiled.program).get(self.kernel.params, {})
         self._tma_bytes: OrderedDict[tuple, bytes] = OrderedDict()   # encoded descriptors, by tensor geometry
         self._loaded: dict[int, _Loaded] = {}
@@ -278,7 +279,7 @@ class Kernel:
         if all(o.numel() == 0 for o in outs):
             return outs[0] if len(outs) == 1 else tuple(outs)
         values = dict(env, **dims)
-        if any(n == TILE_COUNTER for n, _ in self._params_op.fields):
+        if self._tile_counter:
             # a persistent kernel's tile counter: zeroed on the launch's stream, freed behind it in stream order
             counter = torch.zeros(1, dtype=torch.int32, device=dev)
             values[TILE_COUNTER] = counter.data_ptr()

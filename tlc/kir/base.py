@@ -7,11 +7,11 @@ Names that become C++ identifiers are checked by `verify()`; scalar math is an `
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar, Iterator
 
 from tlc.diagnostics import Loc, fail
-from tlc.kir.expr import Expr, check_ident, free_names
+from tlc.kir.expr import Expr, check_ident, free_names, substitute
 
 DTYPES = ("bf16", "fp16", "fp32")
 SCALAR_TYPES = ("i32", "i64", "f32", "bool")
@@ -82,6 +82,20 @@ def walk(op: Op) -> Iterator[Op]:
     for region in op.regions:
         for child in getattr(op, region):
             yield from walk(child)
+
+
+def substitute_op(op: Op, name: str, value: Expr) -> Op:
+    """`op` with `name` replaced by `value` in every expression, regions included."""
+    changes = {}
+    for f in fields(op):
+        v = getattr(op, f.name)
+        if isinstance(v, Expr):
+            changes[f.name] = substitute(v, name, value)
+        elif f.name in op.regions:
+            changes[f.name] = tuple(substitute_op(c, name, value) for c in v)
+        elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+            changes[f.name] = tuple(substitute(x, name, value) for x in v)
+    return replace(op, **changes)
 
 
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")

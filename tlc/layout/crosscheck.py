@@ -53,13 +53,9 @@ constexpr bool tlc_coords(int t, const int (&rows)[N], const int (&cols)[N]) {
 
 
 def mma_type(mma: TiledMmaOp | WgmmaTiledMmaOp) -> str:
-    if isinstance(mma, WgmmaTiledMmaOp):     # as the emitter spells it (tlc/backend_cute/emit_sm90.py)
-        t, (m, n, k), (wm, wn, wk) = CPP_TYPE[mma.dtype], mma.tile, mma.warp_groups
-        major = {True: "GMMA::Major::K", False: "GMMA::Major::MN"}
-        selector = "ss_op_selector" if mma.kind == "SS" else "rs_op_selector"
-        atom = (f"GMMA::{selector}<{t}, {t}, float, Shape<Int<{m}>, Int<{n}>, Int<{k}>>, {major[mma.a_k_major]}, "
-                f"{major[mma.b_k_major]}>()")
-        return f"decltype(make_tiled_mma({atom}, Layout<Shape<Int<{wm}>, Int<{wn}>, Int<{wk}>>>{{}}))"
+    if isinstance(mma, WgmmaTiledMmaOp):
+        from tlc.backend_cute.emit_sm90 import wgmma_tiled_mma_type   # the emitter's spelling
+        return wgmma_tiled_mma_type(mma)
     m, n, k = mma.warps
     tm, tn, tk = mma.tile
     return (f"TiledMMA<MMA_Atom<{mma.atom}>, Layout<Shape<Int<{m}>, Int<{n}>, Int<{k}>>>, "

@@ -27,6 +27,7 @@ import dataclasses
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
+from tlc.kir.base import substitute_op
 from tlc.kir.expr import BinOp, Const, Expr, Var, substitute
 
 _ISSUE = (H.WgmmaFenceOperandOp, H.WgmmaArriveOp)
@@ -34,20 +35,6 @@ _ISSUE = (H.WgmmaFenceOperandOp, H.WgmmaArriveOp)
 
 class Declined(Exception):
     """The loop keeps its order; the message says why."""
-
-
-def _subst(op: K.Op, name: str, value: Expr) -> K.Op:
-    """`op` with `name` replaced by `value` in every expression, regions included."""
-    changes = {}
-    for f in dataclasses.fields(op):
-        v = getattr(op, f.name)
-        if isinstance(v, Expr):
-            changes[f.name] = substitute(v, name, value)
-        elif f.name in op.regions:
-            changes[f.name] = tuple(_subst(c, name, value) for c in v)
-        elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
-            changes[f.name] = tuple(substitute(x, name, value) for x in v)
-    return dataclasses.replace(op, **changes)
 
 
 def _names_read(op: K.Op) -> set[str]:
@@ -202,7 +189,7 @@ class Overlapper:
         steady = [*lp.head, *g1_issue, *prev_lets, *g2_prev, *give, H.WgmmaWaitOp(pending=1, loc=loc),
                   *lp.g1_retire, *lp.softmax, H.WgmmaWaitOp(pending=0, loc=loc), *g2_retire_prev, *to_p,
                   *lp.rescale, *lp.tail]
-        last_g2 = [_subst(op, n, loop.stop) for op in           # trip stop − 1 is n − 1 at n = stop
+        last_g2 = [substitute_op(op, n, loop.stop) for op in           # trip stop − 1 is n − 1 at n = stop
                    [*prev_lets, *g2_prev, H.WgmmaWaitOp(pending=0, loc=loc), *g2_retire_prev]]
         runs = BinOp("<", loop.start, loop.stop)
         self.notes.append(f"overlap-gemms: loop {n}: {lp.g1.mma} of trip n overlaps {lp.g2.mma} of trip n - 1 "
@@ -210,7 +197,7 @@ class Overlapper:
                           + (f"; ping-pong: the {self.groups} consumer warp groups issue their GEMMs in turn "
                              "(named barriers 1..)" if turn else ""))
         return [*decls,
-                K.IfOp(cond=runs, body=tuple(_subst(op, n, loop.start) for op in first_trip), loc=loc),
+                K.IfOp(cond=runs, body=tuple(substitute_op(op, n, loop.start) for op in first_trip), loc=loc),
                 dataclasses.replace(loop, start=BinOp("+", loop.start, Const(1)), body=tuple(steady)),
                 K.IfOp(cond=runs, body=tuple(last_g2), loc=loc)]
 
@@ -224,7 +211,7 @@ class Overlapper:
     def _previous_trip(op: K.Op, position: list[K.LetOp]) -> K.Op:
         """G2's ops read the tiles of trip n − 1: the ring position's names become their `_prev` twins."""
         for let in position:
-            op = _subst(op, let.name, Var(f"{let.name}_prev"))
+            op = substitute_op(op, let.name, Var(f"{let.name}_prev"))
         return op
 
 

@@ -227,10 +227,6 @@ class PersistentPass(_ScheduleListingPass):
         if not _bool_param(graph, "Persistent", False):
             return
         state = _state(ctx, self.name)
-        if not any(isinstance(op, WarpSpecializeOp) for op in walk(_kernel(state))):
-            state.schedule = list(state.schedule) + ["persistent: kept one tile per CTA: the kernel is not "
-                                                     "warp-specialised"]
-            return
         state.kir, notes = make_persistent(state.kir, state.arch.smem_per_block)
         state.schedule = list(state.schedule) + notes
 

@@ -28,10 +28,12 @@ in the schedule notes.
 from __future__ import annotations
 
 import dataclasses
+from functools import reduce
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import BinOp, Call, Const, Expr, Var, free_names, substitute
+from tlc.kir.base import substitute_op
+from tlc.kir.expr import BinOp, Call, Const, Expr, Var, free_names
 from tlc.lowering.resources import shared_buffers
 from tlc.lowering.sync import effects
 from tlc.lowering.warp_specialize import _live
@@ -105,7 +107,7 @@ class Persistent:
                  K.LetOp(name="tile_z", type="i32", value=BinOp("/", tile, BinOp("*", gx, gy)), loc=loc)]
         coords = {f"blockIdx.{a}": Var(f"tile_{a}") for a in "xyz"}
         coords.update({f"gridDim.{a}": e for a, e in zip("xyz", (gx, gy, gz))})
-        tile_lets = [self._retarget(op, coords) for op in moved]
+        tile_lets = [reduce(lambda o, kv: substitute_op(o, *kv), coords.items(), op) for op in moved]
         advance = [K.CounterAddOp(counter=RING, value=trips, loc=loc)] if trips is not None else []
 
         def looped(head: list[K.Op], role: list[K.Op], tail: list[K.Op]) -> list[K.Op]:
@@ -233,24 +235,6 @@ class Persistent:
             out.append(op)
         return tuple(out)
 
-    @staticmethod
-    def _retarget(op: K.Op, coords: dict[str, Expr]) -> K.Op:
-        changes = {}
-        for f in dataclasses.fields(op):
-            v = getattr(op, f.name)
-            if isinstance(v, Expr):
-                for name, value in coords.items():
-                    v = substitute(v, name, value)
-                changes[f.name] = v
-            elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
-                new = []
-                for x in v:
-                    for name, value in coords.items():
-                        x = substitute(x, name, value)
-                    new.append(x)
-                changes[f.name] = tuple(new)
-        return dataclasses.replace(op, **changes)
-
     # ------------------------------------------------------------------ shared memory
     def _separate_staging(self, prefix: list[K.Op], once_bars: list[str]) -> list[K.Op]:
         """A buffer reusing a once-tile's bytes (the epilogue's staging) gets its own, where they fit.
@@ -370,6 +354,8 @@ class Persistent:
 def make_persistent(program: K.ProgramOp, smem_limit: int) -> tuple[K.ProgramOp, list[str]]:
     """`program` with its kernel looping over its tiles, or unchanged with the reason in the notes."""
     kernels = program.kernels()
+    if not any(isinstance(op, H.WarpSpecializeOp) for op in K.walk(program)):
+        return program, ["persistent: kept one tile per CTA: the kernel is not warp-specialised"]
     params = [op for op in program.body if isinstance(op, H.TmaParamsOp)]
     if len(kernels) != 1 or not isinstance(kernels[0], H.Sm90KernelOp) or len(params) != 1:
         return program, ["persistent: kept one tile per CTA: not one sm_90a kernel with TMA parameters"]
