@@ -48,7 +48,7 @@ def check_program(views: bool) -> CheckProgram:
     targets = [("sm_80", VIEW_BINDINGS if views else BINDINGS)] + ([("sm_90a", VIEW_BINDINGS_SM90A)] if views else [])
     for arch, spec, defines in [(a, s, d) for a, table in targets for s, ds in table.items() for d in ds]:
         program = kernel_ir(SPECS / f"{spec}.tl", arch, defines)
-        if views:   # on sm_90a with the wgmma-matched copies too (TLC_FOLD_PARTITIONS=wgmma)
+        if views:   # on sm_90a with the wgmma-matched copies too (the default; TLC_FOLD_PARTITIONS=no-wgmma leaves them to CuTe)
             kernel, _ = fold_partitions(program.kernels()[0], wgmma=arch == "sm_90a")
             ViewChecks(check, kernel).add()
         else:

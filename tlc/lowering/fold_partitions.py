@@ -14,9 +14,9 @@ What the engine does not model stays as it was (notes name it), and so do the ld
 (shared→register partitions of an MMA operand copy): folded, their per-thread decayed strides took
 registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
 engine models the epilogue's store (a thread-layout copy of the staged tile); the wgmma partitions stay
-CuTe's, and so does the copy matched to the wgmma accumulator unless TLC_FOLD_PARTITIONS=wgmma (the
-engine has CuTe's CLayout_64xN, checked by NVRTC; not yet run on a GPU). On by default; TLC_FOLD_PARTITIONS=0 or `fold-partitions{enable=false}` turns
-it off.
+CuTe's; the copy matched to the wgmma accumulator folds too (the engine has CuTe's CLayout_64xN,
+checked by NVRTC), except under TLC_FOLD_PARTITIONS=no-wgmma. On by default; TLC_FOLD_PARTITIONS=0 or
+`fold-partitions{enable=false}` turns it off.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class _Folder:
                 if wgmma:
                     self.mmas[op.name] = op
                 else:
-                    self.unmodelled[op.name] = "matched to a wgmma accumulator (TLC_FOLD_PARTITIONS=wgmma folds it)"
+                    self.unmodelled[op.name] = "matched to a wgmma accumulator (left to CuTe by TLC_FOLD_PARTITIONS=no-wgmma)"
             elif isinstance(op, K.TiledCopyOp):
                 self.slices[op.thread_slice] = op
         self.kept: list[str] = []
@@ -158,7 +158,7 @@ class _Folder:
 
 
 def fold_partitions(kernel: K.KernelOp, wgmma: bool = False) -> tuple[K.KernelOp, list[str]]:
-    """`wgmma`: on sm_90a also the copies matched to a wgmma accumulator (TLC_FOLD_PARTITIONS=wgmma)."""
+    """`wgmma`: on sm_90a also the copies matched to a wgmma accumulator (off: TLC_FOLD_PARTITIONS=no-wgmma)."""
     folder = _Folder(kernel, wgmma)
     body = folder.rewrite(kernel.body)
     # A TiledCopy none of whose partitions is left needs only its atom; so does a TiledMMA no
