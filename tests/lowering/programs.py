@@ -26,8 +26,11 @@ def gemms(kir) -> list[tuple]:
     MMA and the shared→register loads of its operands (inside the loop, or before it once prefetched)."""
     from tlc.kir.ops import CopyOp, ForOp, MmaOp, walk
 
-    out = []
+    out, seen = [], set()
     for loop in (op for op in walk(kir) if isinstance(op, ForOp) and op.unroll):
+        if loop in seen:   # split-masked-trips repeats the KV loop's body: one entry per distinct GEMM
+            continue
+        seen.add(loop)
         mma = next(op for op in walk(loop) if isinstance(op, MmaOp))
         loads = {op.copy: op for op in walk(loop) if isinstance(op, CopyOp) and op.kblock is not None}
         out.append((mma, loads))

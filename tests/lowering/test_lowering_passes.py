@@ -91,9 +91,10 @@ def test_hopper_path_lowers_gemms_to_wgmma() -> None:
 
     state, _ = lower(arch="sm_90a")
     kinds = [op.kind for op in walk(state.kir) if isinstance(op, WgmmaTiledMmaOp)]
-    # overlap-gemms peels the first trip and issues the last P·V after the loop: each GEMM has two wgmma sites.
+    # overlap-gemms peels the first trip and issues the last P·V after the loop, split-masked-trips runs
+    # the loop twice (before and from the partial last tile): each GEMM has three wgmma sites.
     assert kinds == ["SS", "RS"] and [op.mma for op in walk(state.kir) if isinstance(op, WgmmaOp)] == \
-        ["wgmma_S", "wgmma_S", "wgmma_O", "wgmma_O"]
+        ["wgmma_S", "wgmma_S", "wgmma_O", "wgmma_S", "wgmma_O", "wgmma_O"]
 
 
 def test_over_limit_shared_memory_is_one_error_at_the_biggest_allocation() -> None:

@@ -55,12 +55,14 @@ def test_sm90a_goldens(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_no_shared_to_register_loads_and_wgmma_for_each_gemm() -> None:
     """prefetch-operands has nothing to do: wgmma reads its shared operands through descriptors. Each GEMM
-    is issued at two sites (overlap-gemms peels the first Q·Kᵀ and the last P·V)."""
+    is issued at three sites (overlap-gemms peels the first Q·Kᵀ and the last P·V; split-masked-trips
+    runs the loop twice, the trips before the diagonal without masks)."""
     program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", {"Causal": True})
     text = emit_text((SPECS / "mha_fwd.tl").read_bytes(), "mha_fwd.tl", "sm_90a", {}, "kir")
     assert "s2r_" not in text and not re.search(r"\bMmaOp\(", text) and "LDSM" not in text
     assert [op.kind for op in walk(program) if type(op).__name__ == "WgmmaTiledMmaOp"] == ["SS", "RS"]
-    assert [op.mma for op in walk(program) if isinstance(op, WgmmaOp)] == ["wgmma_S", "wgmma_S", "wgmma_O", "wgmma_O"]
+    assert [op.mma for op in walk(program) if isinstance(op, WgmmaOp)] == ["wgmma_S", "wgmma_S", "wgmma_O", "wgmma_S",
+                                                                            "wgmma_O", "wgmma_O"]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90"])
@@ -111,8 +113,9 @@ def test_cli_show_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["show", str(SPECS / "mha_fwd.tl"), "--arch", "sm_90a", "--emit", "cute"]) == 0
     out = capsys.readouterr().out
-    # Two GEMMs, each issued at two sites (overlap-gemms: the peeled first trip, the loop, the last P·V).
-    assert out.count("warpgroup_arrive();") == 4 and '#line 39 "mha_fwd.tl"' in out
+    # Two GEMMs, each issued at three sites (overlap-gemms: the peeled first Q·Kᵀ, the last P·V after the
+    # loop; split-masked-trips: the loop without masks and the loop of the partial last tile).
+    assert out.count("warpgroup_arrive();") == 6 and '#line 39 "mha_fwd.tl"' in out
     assert main(["show", str(SPECS / "mla_decode_fwd.tl"), "--arch", "sm_90a", "--emit", "kir"]) == 1
     err = capsys.readouterr().err
     assert "mla_decode_fwd.tl:50:3: error:" in err and "Traceback" not in err

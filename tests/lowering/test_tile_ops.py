@@ -30,7 +30,8 @@ def _lower(name: str, text: str | None = None, arch: str = "sm_90", **defines: s
 
 
 def _ops(state, cls) -> list:
-    return [op for op in walk(state.kir) if isinstance(op, cls)]
+    """The kernel IR's distinct ops of `cls` in program order (split-masked-trips repeats a loop body)."""
+    return list(dict.fromkeys(op for op in walk(state.kir) if isinstance(op, cls)))
 
 
 def _layout(state, name: str) -> SmemLayoutOp:

@@ -232,6 +232,24 @@ class PersistentPass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
+class SplitMaskedTripsPass(_ScheduleListingPass):
+    """A loop whose masks apply only from some trip on runs as two loops, the first without the mask
+    code (tlc.lowering.split_masks). `Param SplitMasked = false` keeps one loop."""
+
+    name: ClassVar[str] = "split-masked-trips"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.split_masks import split_masked_trips
+
+        if not _bool_param(graph, "SplitMasked", True):
+            return
+        state = _state(ctx, self.name)
+        kernel, notes = split_masked_trips(_kernel(state))
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
 class InsertSyncPass(_KernelPass):
     """cp.async waits and barriers from the shared-memory effects (tlc.lowering.sync)."""
 
@@ -377,7 +395,7 @@ class FoldPartitionsPass(_KernelPass):
 
     name: ClassVar[str] = "fold-partitions"
     enable: bool = field(default_factory=fold_partitions_enabled)   # TLC_FOLD_PARTITIONS=0: off
-    wgmma: bool = field(default_factory=fold_wgmma_enabled)         # TLC_FOLD_PARTITIONS=wgmma
+    wgmma: bool = field(default_factory=fold_wgmma_enabled)         # TLC_FOLD_PARTITIONS=no-wgmma: off
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         state = _state(ctx, self.name)

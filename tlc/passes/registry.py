@@ -30,6 +30,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "warp-specialize": _lazy("tlc.lowering.passes:WarpSpecializePass"),
     "overlap-gemms": _lazy("tlc.lowering.passes:OverlapGemmsPass"),
     "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
+    "split-masked-trips": _lazy("tlc.lowering.passes:SplitMaskedTripsPass"),
     "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
     "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),
