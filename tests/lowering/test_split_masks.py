@@ -1,7 +1,7 @@
 """`split-masked-trips`: a loop whose masks apply from some trip on runs as a loop without mask code,
-then the loop as it was. Structure on both targets, what it leaves alone, the switch, and that the
-split kernel IR still equals the interpreter while wrong splits do not (tile evaluation, sm_90:
-tests/lowering/test_tile_eval.py runs every spec through the default pipeline, this pass included).
+then the loop as it was. Structure on both targets (sm_90a by default, sm_90 with SplitMasked=true),
+what it leaves alone, the switch, and that the split kernel IR still equals the interpreter while
+wrong splits do not (tile evaluation on sm_90: tests/lowering/test_tile_eval.py's `*_split` cases).
 GPU: tests/gpu/test_sm90a_specs_gpu.py (odd lengths, causal both alignments)."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _masks(op) -> list[K.MaskOp]:
 @pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
 @pytest.mark.parametrize("causal", ["false", "true"])
 def test_trips_before_the_first_mask_run_a_loop_without_masks(arch: str, causal: str) -> None:
-    state = _lower(arch, Causal=causal)
+    state = _lower(arch, Causal=causal, **({"SplitMasked": "true"} if arch == "sm_90" else {}))
     kernel = state.kir.kernels()[0]
     consumer = _kv_loops(kernel)[-2:]   # sm_90a: after the producer's loop
     first, second = consumer
@@ -57,9 +57,20 @@ def test_trips_before_the_first_mask_run_a_loop_without_masks(arch: str, causal:
     assert any(n.startswith("split-masked-trips: loop 'n'") for n in state.schedule)
 
 
-def test_the_switch_keeps_one_loop_and_a_bad_value_is_one_located_error() -> None:
-    state = _lower("sm_90a", Causal="true", SplitMasked="false")
-    assert not any(isinstance(op, K.LetOp) and op.name == "n_masked_from" for op in K.walk(state.kir))
+def _split(state) -> bool:
+    return any(isinstance(op, K.LetOp) and op.name == "n_masked_from" for op in K.walk(state.kir))
+
+
+def test_on_where_warp_specialised_and_the_switch_decides_elsewhere() -> None:
+    """The sm_80-family kernels run at the register limit, where a second loop spilled (H200, 2026-11-23):
+    one loop unless the program asks; SplitMasked=false keeps one loop on sm_90a too."""
+    assert _split(_lower("sm_90a", Causal="true")) and not _split(_lower("sm_90a", Causal="true", SplitMasked="false"))
+    state = _lower("sm_90", Causal="true")
+    assert not _split(state) and any("not warp-specialised, one loop" in n for n in state.schedule)
+    assert _split(_lower("sm_90", Causal="true", SplitMasked="true"))
+
+
+def test_a_bad_value_is_one_located_error() -> None:
     path = SPECS / "mha_fwd.tl"
     text = path.read_text() + "\nParam SplitMasked = 3"
     graph, _ = compile_graph(text.encode(), str(path))
@@ -70,13 +81,13 @@ def test_the_switch_keeps_one_loop_and_a_bad_value_is_one_located_error() -> Non
 
 
 def _kernel_with_loop(body: tuple[K.Op, ...]) -> K.KernelOp:
-    kernel = lowered("mha")[1].kernels()[0]
+    kernel = lowered("mha_causal_split")[1].kernels()[0]
     loop = K.ForOp(var="n", start=Const(0), stop=Var("p.seqlen_k"), step=1, body=body)
     return dataclasses.replace(kernel, body=(loop,))
 
 
 def test_what_it_leaves_alone() -> None:
-    mask = next(op for op in K.walk(lowered("mha_causal")[1]) if isinstance(op, K.MaskOp))
+    mask = next(op for op in K.walk(lowered("mha_causal_split")[1]) if isinstance(op, K.MaskOp))
     guard = K.IfOp(cond=BinOp(">=", Var("n"), Var("p.seqlen_q")), body=(mask,))
     split, _ = split_masked_trips(_kernel_with_loop((guard,)))
     assert [type(op) for op in split.body] == [K.LetOp, K.ForOp, K.ForOp]
@@ -114,7 +125,7 @@ def _resplit(case: str, how: str) -> K.ProgramOp:
 
 
 @settings(max_examples=12, deadline=None, derandomize=True)
-@given(case=st.sampled_from(["mha_causal", "mha_causal_br", "gqa", "softcap_causal"]),
+@given(case=st.sampled_from(["mha_causal_split", "mha_causal_br_split", "gqa_split", "softcap_causal_split"]),
        sq=st.integers(1, 150), sk=st.integers(1, 150))
 def test_the_split_kernel_ir_equals_the_interpreter(case: str, sq: int, sk: int) -> None:
     assert any(isinstance(op, K.LetOp) and op.name == "n_masked_from" for op in K.walk(lowered(case)[1]))
@@ -122,9 +133,9 @@ def test_the_split_kernel_ir_equals_the_interpreter(case: str, sq: int, sk: int)
 
 
 @pytest.mark.parametrize("case, how, sq, sk", [
-    ("mha_causal", "late", 70, 70),        # a diagonal trip runs without its causal mask
-    ("gqa", "late", 17, 33),               # the partial last tile runs without its bounds mask
-    ("mha_causal", "unguarded", 70, 70),   # the masked trips lose their guards
+    ("mha_causal_split", "late", 70, 70),        # a diagonal trip runs without its causal mask
+    ("gqa_split", "late", 17, 33),               # the partial last tile runs without its bounds mask
+    ("mha_causal_split", "unguarded", 70, 70),   # the masked trips lose their guards
 ])
 def test_a_wrong_split_is_caught(case: str, how: str, sq: int, sk: int) -> None:
     assert mismatch(case, sq, sk, program=_resplit(case, how)) != ""

@@ -51,6 +51,11 @@ CASES: dict[str, tuple[str, dict[str, str], tuple[int, int]]] = {
     "mla_decode_16rows_causal": ("mla_decode_fwd", {"DQK": "64", "DV": "64", "BM": "16", "BN": "32",
                                                     "Causal": "true"}, (2, 1)),
     **{f"variant_{k}": (f"variant:{k}", SMALL, (2, 2)) for k in BUILDS},
+    # split-masked-trips (on by default only in warp-specialised kernels): the loop without masks, then the rest
+    "mha_causal_split": ("mha_fwd", {**CAUSAL, "SplitMasked": "true"}, (2, 2)),
+    "mha_causal_br_split": ("mha_fwd", {**CAUSAL, "Align": "bottom_right", "SplitMasked": "true"}, (2, 2)),
+    "gqa_split": ("gqa_fwd", {**SMALL, "SplitMasked": "true"}, (4, 2)),
+    "softcap_causal_split": ("softcap_fwd", {**CAUSAL, "SplitMasked": "true"}, (2, 2)),
 }
 SIZES = [(1, 1), (17, 33), (70, 9), (65, 130)]
 # Measured max |kernel IR - interpreter| / max(1, max |ref|) over 300 random cases: 4.8e-3 (b2b; bf16 P and O).

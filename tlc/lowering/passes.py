@@ -234,17 +234,28 @@ class PersistentPass(_ScheduleListingPass):
 @dataclass(frozen=True)
 class SplitMaskedTripsPass(_ScheduleListingPass):
     """A loop whose masks apply only from some trip on runs as two loops, the first without the mask
-    code (tlc.lowering.split_masks). `Param SplitMasked = false` keeps one loop."""
+    code (tlc.lowering.split_masks). On by default in warp-specialised kernels, whose consumers have
+    registers to spare; the sm_80-family kernels run at the register limit, where the second loop
+    cost spills and 2-9 % on an H200, so they keep one loop unless `Param SplitMasked = true`.
+    `Param SplitMasked = false` keeps one loop everywhere."""
 
     name: ClassVar[str] = "split-masked-trips"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         from tlc.lowering.split_masks import split_masked_trips
 
-        if not _bool_param(graph, "SplitMasked", True):
-            return
+        wanted = _schedule_param(graph, "SplitMasked", None, lambda v: v is None or isinstance(v, bool),
+                                 "use true or false")
         state = _state(ctx, self.name)
-        kernel, notes = split_masked_trips(_kernel(state))
+        kernel = _kernel(state)
+        if wanted is None and not any(isinstance(op, WarpSpecializeOp) for op in walk(kernel)):
+            state.schedule = list(state.schedule) + [
+                "split-masked-trips: not warp-specialised, one loop (the second costs registers at the limit; "
+                "Param SplitMasked = true splits)"]
+            return
+        if wanted is False:
+            return
+        kernel, notes = split_masked_trips(kernel)
         state.schedule = list(state.schedule) + notes
         _with_kernel(state, kernel)
 
