@@ -24,8 +24,9 @@ def built(case: str, source: Source, arch: str):
 
 
 def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1, H: int = 2,
-             Hkv: int | None = None) -> None:
-    """Assert the kernel equals the interpreter within 2e-2 · max(1, |ref|), every output row written."""
+             Hkv: int | None = None, key_growth: float = 1.0) -> None:
+    """Assert the kernel equals the interpreter within 2e-2 · max(1, |ref|), every output row written.
+    `key_growth`: K's rows scaled from 1 to this along the keys (scores whose row max keeps moving)."""
     import torch
 
     from tlc.ir.interpreter import run_program
@@ -36,7 +37,10 @@ def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1,
     for arg in kern.inputs:
         heads = H if arg.head == "head_idx" else (Hkv or H)
         n = rows.get(arg.rows, int(arg.rows) if arg.rows.isdigit() else 0)
-        tensors[arg.name] = torch.randn(B, heads, n, arg.cols, generator=gen).to(torch.bfloat16)
+        t = torch.randn(B, heads, n, arg.cols, generator=gen)
+        if arg.name == "K" and key_growth != 1.0:
+            t = t * torch.linspace(1.0, key_growth, n)[None, None, :, None]
+        tensors[arg.name] = t.to(torch.bfloat16)
     scalars = {k: v for k, v in rows.items() if k in graph.inputs}
     if "scale" in graph.inputs:
         scalars["scale"] = 1.0 / math.sqrt(kern.inputs[0].cols)

@@ -43,6 +43,7 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha128_tma_store": ("mha_fwd", {"TmaStore": "true"}),               # the epilogue stored with TMA
     "mha_d40_causal_tma_store": ("mha_fwd", {"HeadDim": "40", "Causal": "true", "TmaStore": "true"}),
     "mha128_causal_cpasync": ("mha_fwd", {"Causal": "true", "WarpSpecialize": "false"}),
+    "mha128_causal_one_loop_eager": ("mha_fwd", {"Causal": "true", "SplitMasked": "false", "LazyRescale": "false"}),
     # persistent: a CTA loops over tiles (the rings' position carried, Q re-armed per tile)
     "mha128_persistent": ("mha_fwd", {"Persistent": "true"}),
     "mha128_causal_persistent": ("mha_fwd", {"Causal": "true", "Persistent": "true"}),   # trips vary per tile
@@ -80,8 +81,9 @@ def _hopper() -> None:
         pytest.skip("sm_90a kernels need an sm_90 GPU (H100/H200)")
 
 
-def run_case(case: str, sq: int, sk: int, B: int = 1, H: int = 2, Hkv: int | None = None) -> None:
-    differential.run_case(case, source, ARCH, sq, sk, B, H, Hkv)
+def run_case(case: str, sq: int, sk: int, B: int = 1, H: int = 2, Hkv: int | None = None,
+             key_growth: float = 1.0) -> None:
+    differential.run_case(case, source, ARCH, sq, sk, B, H, Hkv, key_growth)
 
 
 @pytest.mark.parametrize("sq,sk", SIZES)
@@ -101,6 +103,15 @@ def test_sm90a_persistent_many_tiles_per_cta(case: str, hkv: int | None) -> None
     position, the Q re-arm and (causal) tiles of different lengths in one CTA are exercised."""
     run_case(case, 777, 555, B=3, H=24, Hkv=hkv)
 
+
+
+@pytest.mark.parametrize("growth", [12.0, 0.1])
+@pytest.mark.parametrize("case", ["mha128", "mha128_causal", "mha_d256_persistent", "softcap_causal"])
+def test_sm90a_scores_whose_max_keeps_moving(case: str, growth: float) -> None:
+    """lazy-rescale (the default): K's rows scaled 1 → 12 along the keys move every row's max tile after
+    tile, often by more than its 2^8 threshold, so rows rescale at different trips within a warp;
+    1 → 0.1 keeps the first tile's max (stale) throughout."""
+    run_case(case, 777, 1000, key_growth=growth)
 
 
 @pytest.mark.parametrize("d,causal", [(64, False), (128, False), (128, True), (256, False)])

@@ -56,6 +56,10 @@ CASES: dict[str, tuple[str, dict[str, str], tuple[int, int]]] = {
     "mha_causal_br_split": ("mha_fwd", {**CAUSAL, "Align": "bottom_right", "SplitMasked": "true"}, (2, 2)),
     "gqa_split": ("gqa_fwd", {**SMALL, "SplitMasked": "true"}, (4, 2)),
     "softcap_causal_split": ("softcap_fwd", {**CAUSAL, "SplitMasked": "true"}, (2, 2)),
+    # lazy-rescale (likewise): a stale running max within 2^8, the output rescaled when a row moved
+    "mha_causal_lazy": ("mha_fwd", {**CAUSAL, "LazyRescale": "true", "SplitMasked": "true"}, (2, 2)),
+    "gqa_lazy": ("gqa_fwd", {**SMALL, "LazyRescale": "true"}, (4, 2)),
+    "softcap_causal_lazy": ("softcap_fwd", {**CAUSAL, "LazyRescale": "true"}, (2, 2)),
 }
 SIZES = [(1, 1), (17, 33), (70, 9), (65, 130)]
 # Measured max |kernel IR - interpreter| / max(1, max |ref|) over 300 random cases: 4.8e-3 (b2b; bf16 P and O).

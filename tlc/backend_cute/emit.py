@@ -22,7 +22,7 @@ from tlc.kir.scopes import check_scopes
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
                          CounterAddOp, CounterOp, CounterSetOp, Exp2ScaleOp, ForOp, FragmentOp, GlobalTensorOp,
                          GlobalTileOp, IdentityTileOp, IfOp, KernelOp, LetOp, MapOp, MaskOp, MmaOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
-                         RowBroadcastOp, RowReduceOp, RowStoreOp, RowVectorOp, SharedBufferOp, SharedViewOp,
+                         RowBroadcastOp, RowReduceOp, RowStoreOp, RowVectorOp, WarpAnyOp, SharedBufferOp, SharedViewOp,
                          SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, WaitOp, walk)
 
 
@@ -380,6 +380,16 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
                 with self.w.block(f"for (int ni = 0; ni < size<1>({op.target}_rc); ++ni)"):
                     self.w.line(f"const float x = {op.target}_rc(mi, ni);")
                     self.w.line(f"{op.target}_rc(mi, ni) = {_ix(op.fn)};")
+
+    @emit.register
+    def _(self, op: WarpAnyOp) -> None:
+        self._at(op)
+        self.w.line(f"bool {op.name}_lane = false;")
+        self.w.line("CUTE_UNROLL")
+        with self.w.block(f"for (int i = 0; i < size({op.vec}); ++i)"):
+            self.w.line(f"const float x = {op.vec}(i);")
+            self.w.line(f"{op.name}_lane |= {_ix(op.fn)};")
+        self.w.line(f"const bool {op.name} = __any_sync(0xffffffff, {op.name}_lane);")
 
     @emit.register
     def _(self, op: MapOp) -> None:

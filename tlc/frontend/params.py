@@ -15,7 +15,8 @@ WORD = "an identifier"
 # Schedule knobs the kernel-IR passes read (tlc.lowering.passes): `-D` may set them on a program that does
 # not declare them, like a launch option; the pass that reads one checks its value at the Param (or -D).
 SCHEDULE_PARAMS = {"Stages": POSITIVE, "WarpSpecialize": BOOL, "TmaStore": BOOL, "Overlap": BOOL, "PingPong": BOOL,
-                   "Persistent": BOOL, "SplitMasked": BOOL}
+                   "Persistent": BOOL, "SplitMasked": BOOL,
+                   "LazyRescale": BOOL}
 
 
 def parse_define(value: str) -> Any:

@@ -198,6 +198,22 @@ class RowBroadcastOp(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WarpAnyOp(Op):
+    """`const bool name = __any_sync(full, any i: fn(vec(i)))`: whether `fn` (of x) holds for an element of
+    row vector `vec` in any lane of the warp, the same answer in every lane, so an `IfOp` on it is a
+    warp-uniform branch. The tile evaluator, which has no lanes, takes the whole tile's answer."""
+
+    name: str
+    vec: str
+    fn: Expr
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.name, "flag")
+        check_ident(self.vec, "row vector")
+
+
+@dataclass(frozen=True, kw_only=True)
 class MapOp(Op):
     """Elementwise target[i] = fn(x0, x1, ...) with x_j = srcs[j][i] (same shapes)."""
 

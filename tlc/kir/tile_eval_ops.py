@@ -223,6 +223,13 @@ def _row_broadcast(blk: Block, op: K.RowBroadcastOp) -> None:
     x.data.copy_(out.to(x.data.dtype).expand(x.data.shape))
 
 
+@handles(K.WarpAnyOp)
+def _warp_any(blk: Block, op: K.WarpAnyOp) -> None:
+    """No lanes here: the whole tile's rows vote (a superset of any warp's)."""
+    vec = blk.frag(op.vec, 1)
+    blk.scalars[op.name] = bool(eval_tensor_expr(op.fn, {"x": vec.data}, blk.scalars).bool().any())
+
+
 @handles(K.MapOp)
 def _map(blk: Block, op: K.MapOp) -> None:
     target = blk.frag(op.target)

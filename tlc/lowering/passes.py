@@ -261,6 +261,29 @@ class SplitMaskedTripsPass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
+class LazyRescalePass(_ScheduleListingPass):
+    """The online softmax's running max moves only when a row's scores outgrow it by more than 2^8 after
+    exp2; the output is rescaled only when a row of the warp moved (tlc.lowering.lazy_rescale). On by
+    default in warp-specialised kernels; elsewhere `Param LazyRescale = true` asks for it, `false` turns
+    it off everywhere."""
+
+    name: ClassVar[str] = "lazy-rescale"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.lazy_rescale import lazy_rescale
+
+        wanted = _schedule_param(graph, "LazyRescale", None, lambda v: v is None or isinstance(v, bool),
+                                 "use true or false")
+        state = _state(ctx, self.name)
+        kernel = _kernel(state)
+        if wanted is False or (wanted is None and not any(isinstance(op, WarpSpecializeOp) for op in walk(kernel))):
+            return
+        kernel, notes = lazy_rescale(kernel)
+        state.schedule = list(state.schedule) + list(dict.fromkeys(notes))
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
 class InsertSyncPass(_KernelPass):
     """cp.async waits and barriers from the shared-memory effects (tlc.lowering.sync)."""
 

@@ -31,6 +31,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "overlap-gemms": _lazy("tlc.lowering.passes:OverlapGemmsPass"),
     "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
     "split-masked-trips": _lazy("tlc.lowering.passes:SplitMaskedTripsPass"),
+    "lazy-rescale": _lazy("tlc.lowering.passes:LazyRescalePass"),
     "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
     "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),

@@ -1,0 +1,68 @@
+"""`lazy-rescale`: the online softmax's running max moves only when a row's scores outgrow it by more
+than 2^8 after exp2, and the output is rescaled only when some row of the warp moved.
+
+Online softmax (tlc/passes/online_softmax.py) rescales the output accumulator by
+alpha = exp2((m_old - m_new)·scale) every trip: one multiply per accumulator register, 64 per thread
+per trip at d = 128 and 128 at d = 256 on sm_90a, on the path between one P·V and the next. Any
+reference point m works for the softmax as long as the exponentials stay in range and the sum l
+uses the same m: keeping a stale m while the tile's max exceeds it by at most 8/scale bounds every
+exp2 by 2^8 = 256 (P stays well inside bf16/fp16 range, O and l are fp32), and a row whose m did
+not move has alpha = 1 exactly, so its rescale is the identity. Per matched block:
+
+    MapOp(m_2, (m, m_1), max(x0, x1))         →  select((x1 - x0) * s > 8.0, x1, x0)
+    MapOp(alpha, (m, m_2), exp2(…))           →  select(x0 == x1, 1.0, exp2(…))
+    RowBroadcastOp(rO, alpha, x * r)          →  WarpAnyOp(rO_rescale, alpha, x != 1.0)
+                                                 IfOp(rO_rescale, [RowBroadcastOp(rO, alpha, x * r)])
+
+s is the Exp2ScaleOp's scale (scores·s is the exp2 domain). The vote makes the branch warp-uniform:
+a warp whose rows all kept their max skips the multiplies; one that did not runs them all, alpha = 1
+rows included. A block of another shape is left as it was. `Param LazyRescale = false` turns it off.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tlc.kir import ops as K
+from tlc.kir.expr import BinOp, Call, Const, Var, parse_expr
+
+THRESHOLD = 8.0   # log2 of the largest exp2 a stale max allows (FA4's rescaling threshold)
+
+
+def _block(ops: tuple[K.Op, ...], notes: list[str], taken: set[str]) -> tuple[K.Op, ...]:
+    ops = tuple(dataclasses.replace(op, **{r: _block(getattr(op, r), notes, taken) for r in op.regions})
+                if op.regions else op for op in ops)
+    exp2 = {op.row_max: op for op in ops if isinstance(op, K.Exp2ScaleOp)}
+    maxes = {op.target: op for op in ops if isinstance(op, K.MapOp) and len(op.srcs) == 2
+             and op.fn == parse_expr("max(x0, x1)") and op.target in exp2}
+    alphas = {op.target: op for op in ops if isinstance(op, K.MapOp) and len(op.srcs) == 2
+              and op.srcs[1] in maxes and op.srcs[0] == maxes[op.srcs[1]].srcs[0]}
+    rescales = [op for op in ops if isinstance(op, K.RowBroadcastOp) and op.vec in alphas
+                and op.fn == parse_expr("x * r")]
+    if not rescales:
+        return ops
+    out: list[K.Op] = []
+    for op in ops:
+        if op in maxes.values() and any(alphas[r.vec].srcs[1] == op.target for r in rescales):
+            scale = exp2[op.target].scale_log2
+            grew = BinOp(">", BinOp("*", BinOp("-", Var("x1"), Var("x0")), scale), Const(THRESHOLD))
+            op = dataclasses.replace(op, fn=Call("select", (grew, Var("x1"), Var("x0"))))
+        elif op in alphas.values() and any(r.vec == op.target for r in rescales):
+            op = dataclasses.replace(op, fn=Call("select", (BinOp("==", Var("x0"), Var("x1")), Const(1.0), op.fn)))
+        elif op in rescales:
+            flag, i = f"{op.target}_rescale", 1
+            while flag in taken:
+                i += 1
+                flag = f"{op.target}_rescale_{i}"
+            taken.add(flag)
+            out.append(K.WarpAnyOp(name=flag, vec=op.vec, fn=BinOp("!=", Var("x"), Const(1.0)), loc=op.loc))
+            op = K.IfOp(cond=Var(flag), body=(op,), loc=op.loc)
+            notes.append(f"lazy-rescale: {op.body[0].target} rescaled only when a row of the warp moved its max "
+                         f"(by more than 2^{THRESHOLD:g} after exp2)")
+        out.append(op)
+    return tuple(out)
+
+
+def lazy_rescale(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
+    notes: list[str] = []
+    taken = {getattr(x, d) for x in K.walk(kernel) for d in x.defines}
+    return dataclasses.replace(kernel, body=_block(kernel.body, notes, taken)), notes
