@@ -43,6 +43,11 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha128_tma_store": ("mha_fwd", {"TmaStore": "true"}),               # the epilogue stored with TMA
     "mha_d40_causal_tma_store": ("mha_fwd", {"HeadDim": "40", "Causal": "true", "TmaStore": "true"}),
     "mha128_causal_cpasync": ("mha_fwd", {"Causal": "true", "WarpSpecialize": "false"}),
+    # emulate-exp2: every 4th (2nd) exp2 by the FMA-pipe polynomial; bottom-right at sq > sk has rows
+    # with no key at all (their exp2 of -inf must be 0)
+    "mha64_bm192_exp2poly": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12",
+                                         "Causal": "true", "Exp2Poly": "4"}),
+    "mha128_causal_br_exp2poly": ("mha_fwd", {"Causal": "true", "Align": "bottom_right", "Exp2Poly": "2"}),
     "mha128_causal_one_loop_eager": ("mha_fwd", {"Causal": "true", "SplitMasked": "false", "LazyRescale": "false"}),
     # persistent: a CTA loops over tiles (the rings' position carried, Q re-armed per tile)
     "mha128_persistent": ("mha_fwd", {"Persistent": "true"}),

@@ -366,7 +366,12 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
                 self.w.line(f"const float max_scaled = {op.row_max}(mi) == -INFINITY ? 0.f : {op.row_max}(mi) * scale_;")
                 self.w.line("CUTE_UNROLL")
                 with self.w.block(f"for (int ni = 0; ni < size<1>({op.target}_rc); ++ni)"):
-                    self.w.line(f"{op.target}_rc(mi, ni) = exp2f({op.target}_rc(mi, ni) * scale_ - max_scaled);")
+                    arg = f"{op.target}_rc(mi, ni) * scale_ - max_scaled"
+                    if op.poly_every:   # unrolled: the column test folds away
+                        k = op.poly_every
+                        self.w.line(f"{op.target}_rc(mi, ni) = ni % {k} == {k - 1} ? tlc::exp2_poly({arg}) : exp2f({arg});")
+                    else:
+                        self.w.line(f"{op.target}_rc(mi, ni) = exp2f({arg});")
 
     @emit.register
     def _(self, op: RowBroadcastOp) -> None:

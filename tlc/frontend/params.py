@@ -16,7 +16,7 @@ WORD = "an identifier"
 # not declare them, like a launch option; the pass that reads one checks its value at the Param (or -D).
 SCHEDULE_PARAMS = {"Stages": POSITIVE, "WarpSpecialize": BOOL, "TmaStore": BOOL, "Overlap": BOOL, "PingPong": BOOL,
                    "Persistent": BOOL, "SplitMasked": BOOL,
-                   "LazyRescale": BOOL}
+                   "LazyRescale": BOOL, "Exp2Poly": NUMBER}
 
 
 def parse_define(value: str) -> Any:
@@ -83,5 +83,5 @@ def bind_schedule_define(name: str, raw: str) -> tuple[Any, str | None]:
     value = _parsed_as(kind, raw)
     if value is not None:
         return value, None
-    example = "2" if kind == POSITIVE else "true"
+    example = "true" if kind == BOOL else "2"
     return None, f"-D {name}={raw.strip()}: the schedule option {name} needs {kind}; write e.g. -D {name}={example}"

@@ -173,15 +173,19 @@ class AllReduceOp(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class Exp2ScaleOp(Op):
-    """x = exp2(x·scale_log2 − m·scale_log2) with the row max `row_max` (−inf rows use 0): one FFMA + EX2."""
+    """x = exp2(x·scale_log2 − m·scale_log2) with the row max `row_max` (−inf rows use 0): one FFMA + EX2.
+    `poly_every` k > 0: every k-th column of a thread's fragment takes 2^x from a polynomial on the FMA
+    pipe instead (tlc::exp2_poly, relative error 1.5e-4), so the MUFU unit does (k − 1) / k of them."""
 
     target: str
     row_max: str
     scale_log2: Expr
+    poly_every: int = 0
 
     def check(self) -> None:
         check_ident(self.target, "fragment")
         check_ident(self.row_max, "row vector")
+        self._need(isinstance(self.poly_every, int) and 0 <= self.poly_every <= 64, f"poly_every {self.poly_every}")
 
 
 @dataclass(frozen=True, kw_only=True)

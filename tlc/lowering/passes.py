@@ -20,7 +20,7 @@ from typing import ClassVar
 from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
-from tlc.kir.ops import ForOp, KernelOp, MmaOp, walk
+from tlc.kir.ops import Exp2ScaleOp, ForOp, KernelOp, MmaOp, walk
 from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
@@ -257,6 +257,34 @@ class SplitMaskedTripsPass(_ScheduleListingPass):
             return
         kernel, notes = split_masked_trips(kernel)
         state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
+class EmulateExp2Pass(_ScheduleListingPass):
+    """`Param Exp2Poly = k` (k > 0): every k-th exp2 of each thread's scores by a polynomial on the FMA
+    pipe (tlc::exp2_poly) instead of the MUFU unit, whose 16 results per clock and SM bound the softmax
+    when the head dim is small (d = 64: as many cycles of exp2 as of wgmma per tile). 0 (the default):
+    every exp2 on MUFU."""
+
+    name: ClassVar[str] = "emulate-exp2"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        every = _schedule_param(graph, "Exp2Poly", 0, lambda v: isinstance(v, int) and not isinstance(v, bool)
+                                and 0 <= v <= 64, "use 0 (off) or k from 1 to 64: every k-th exp2 by polynomial")
+        if not every:
+            return
+        state = _state(ctx, self.name)
+        kernel = _kernel(state)
+
+        def block(ops):
+            return tuple(dataclasses.replace(op, poly_every=every) if isinstance(op, Exp2ScaleOp) else
+                         dataclasses.replace(op, **{r: block(getattr(op, r)) for r in op.regions}) if op.regions
+                         else op for op in ops)
+        kernel = dataclasses.replace(kernel, body=block(kernel.body))
+        count = sum(isinstance(op, Exp2ScaleOp) for op in walk(kernel))
+        state.schedule = list(state.schedule) + [f"emulate-exp2: every {every}th exp2 of {count} score exp2 "
+                                                 f"site(s) by polynomial on the FMA pipe"]
         _with_kernel(state, kernel)
 
 

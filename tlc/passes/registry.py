@@ -32,6 +32,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
     "split-masked-trips": _lazy("tlc.lowering.passes:SplitMaskedTripsPass"),
     "lazy-rescale": _lazy("tlc.lowering.passes:LazyRescalePass"),
+    "emulate-exp2": _lazy("tlc.lowering.passes:EmulateExp2Pass"),
     "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
     "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),

@@ -14,6 +14,18 @@ CUTE_HOST_DEVICE constexpr int ceil_div(int a, int b) { return -floor_div(-a, b)
 // TL's `%`: the remainder takes the divisor's sign, as Python's (C++'s `%` takes the dividend's).
 CUTE_HOST_DEVICE constexpr int floor_mod(int a, int b) { return (a % b != 0 && (a % b < 0) != (b < 0)) ? a % b + b : a % b; }
 
+// 2^x on the FMA pipe, for exp2 work the MUFU unit cannot keep up with (`emulate-exp2`): the integer
+// part by rounding in the mantissa (x + 1.5·2^23), 2^f for f in [-0.5, 0.5] by a degree-3 polynomial
+// (relative error 1.5e-4 in float32, below bf16's 3.9e-3), added into the exponent; 0 below -126
+// (-inf, masked scores, included). tests/unit/test_exp2_poly.py checks these constants and steps.
+__device__ __forceinline__ float exp2_poly(float x) {
+  const float t = x + 12582912.f;
+  const float f = x - (t - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.05517167f, f, 0.24261115f), f, 0.69326097f), f, 0.99992806f);
+  const int bits = __float_as_int(p) + (__float_as_int(t) << 23);
+  return x < -126.f ? 0.f : __int_as_float(bits);
+}
+
 // Accumulator layout ((2, 2), MMA_M, MMA_N) viewed as (rows, cols) = ((2, MMA_M), (2, MMA_N)).
 template <class Layout>
 CUTE_HOST_DEVICE constexpr auto rowcol(Layout const& acc) {
