@@ -48,6 +48,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha64_bm192_exp2poly": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12",
                                          "Causal": "true", "Exp2Poly": "4"}),
     "mha128_causal_br_exp2poly": ("mha_fwd", {"Causal": "true", "Align": "bottom_right", "Exp2Poly": "2"}),
+    # wgmma N outside CuTe's default shapes (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED): 128×176 and d = 256 128×80
+    "gqa128_bn176_causal": ("gqa_fwd", {"Warps": "8", "BN": "176", "Causal": "true"}),
+    "gqa256_bn80": ("gqa_fwd", {"HeadDim": "256", "Warps": "8", "BN": "80"}),
     "mha128_causal_one_loop_eager": ("mha_fwd", {"Causal": "true", "SplitMasked": "false", "LazyRescale": "false"}),
     # persistent: a CTA loops over tiles (the rings' position carried, Q re-armed per tile)
     "mha128_persistent": ("mha_fwd", {"Persistent": "true"}),

@@ -36,3 +36,15 @@ def test_print_after_names_every_lowering_pass() -> None:
     assert run.returncode == 0, run.stderr
     for name in LOWERING_PIPELINE:
         assert f"IR after {name}" in run.stdout
+
+
+def test_a_wgmma_n_outside_cutes_default_shapes_enables_the_extended_ones(capsys) -> None:
+    """BN = 176: without CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, before the first CuTe include, CuTe's selector
+    falls back to eleven m64n16 wgmmas per k-step; the define costs front-end time, so only where needed."""
+    args = ["show", str(SPECS / "gqa_fwd.tl"), "--arch", "sm_90a", "--emit", "cute", "-D", "HeadDim=128", "-D", "Warps=8"]
+    assert main(args + ["-D", "BN=176"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED") < out.index("#include <cute/tensor.hpp>")
+    assert "// wgmma N = 176: CuTe's extended GMMA shapes" in out
+    assert main(args + ["-D", "BN=128"]) == 0
+    assert "CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" not in capsys.readouterr().out

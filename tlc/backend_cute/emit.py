@@ -40,6 +40,22 @@ def _ix(e: Expr) -> str:
     return cpp_expr(e)
 
 
+# wgmma N extents CuTe's op selectors offer by default; the others (176, 80, …: multiples of 8) only with
+# CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, else the selector falls back to N = 16 or 8 atoms (eleven
+# m64n16 wgmmas per k-step for N = 176 instead of one m64n176).
+DEFAULT_GMMA_N = frozenset({8, 16, 32, 64, 96, 128, 192, 256})
+
+
+def _gmma_shapes(program: ProgramOp) -> str:
+    """The define that lets CuTe select a wgmma of each TiledMMA's own N, where one needs it (the extended
+    shapes' headers cost front-end time, so only then)."""
+    wide = sorted({op.tile[1] for op in walk(program) if isinstance(op, WgmmaTiledMmaOp)} - DEFAULT_GMMA_N)
+    if not wide:
+        return ""
+    return (f"// wgmma N = {', '.join(map(str, wide))}: CuTe's extended GMMA shapes\n"
+            "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n")
+
+
 class CuteEmitter(Sm90Emitter, ViewEmitter):
     """Emit one `ProgramOp`. Instance state only: the writer and a name → op table."""
 
@@ -60,7 +76,8 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
             for name in op.defined_names():
                 self.symbols[name] = op
         self.w.raw(_template("preamble.cuh").substitute(
-            tlc_version=getattr(tlc, "__version__", "0.1.0"), source=_safe_file(source), program=program.name))
+            tlc_version=getattr(tlc, "__version__", "0.1.0"), source=_safe_file(source), program=program.name,
+            gmma_shapes=_gmma_shapes(program)))
         for op in program.body:
             self.w.line()
             self.emit(op)
