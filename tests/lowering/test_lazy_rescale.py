@@ -18,6 +18,7 @@ from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Var
 from tlc.kir.tile_eval import evaluate_program
+from tlc.lowering.lazy_rescale import lazy_rescale
 from tlc.lowering.passes import run_lowering
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
@@ -108,3 +109,19 @@ def test_planted_bugs_are_caught() -> None:
     # tile's, and rescaling every row (alpha = 1 rows included) is always right.
     # Not checkable here: a max that never moves is a valid reference point in float64 (the evaluator's
     # precision); on the GPU its exp2 would overflow fp32, which tests/gpu's large-score cases would show.
+
+
+def test_an_alpha_of_another_form_is_left_alone() -> None:
+    """Only online softmax's own rescale factor exp2((m_old − m_new)·s) is made exactly 1 and voted on: a
+    MapOp of m and m_2 computing something else keeps its meaning and the rescale stays unconditional."""
+    kernel = lowered("gqa")[1].kernels()[0]          # sm_90, lazy-rescale off by default
+    assert _votes(lazy_rescale(kernel)[0])
+
+    def other(ops):
+        return tuple(dataclasses.replace(op, fn=BinOp("-", Var("x0"), Var("x1")))
+                     if isinstance(op, K.MapOp) and op.target == "alpha" else
+                     dataclasses.replace(op, **{r: other(getattr(op, r)) for r in op.regions}) if op.regions
+                     else op for op in ops)
+    changed = dataclasses.replace(kernel, body=other(kernel.body))
+    rewritten, notes = lazy_rescale(changed)
+    assert not _votes(rewritten) and not notes and rewritten == changed

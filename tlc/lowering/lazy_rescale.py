@@ -23,9 +23,14 @@ from __future__ import annotations
 import dataclasses
 
 from tlc.kir import ops as K
-from tlc.kir.expr import BinOp, Call, Const, Var, parse_expr
+from tlc.kir.expr import BinOp, Call, Const, Var, parse_expr, substitute
 
 THRESHOLD = 8.0   # log2 of the largest exp2 a stale max allows (FA4's rescaling threshold)
+
+
+def _alpha_fn(scale):
+    """Online softmax's rescale factor exp2((m_old − m_new)·s), −inf maxes as 0 (tlc/passes/online_softmax.py)."""
+    return substitute(parse_expr("exp2(x0 * s - select(x1 == -inf, 0.0, x1 * s))"), "s", scale)
 
 
 def _block(ops: tuple[K.Op, ...], notes: list[str], taken: set[str]) -> tuple[K.Op, ...]:
@@ -35,7 +40,8 @@ def _block(ops: tuple[K.Op, ...], notes: list[str], taken: set[str]) -> tuple[K.
     maxes = {op.target: op for op in ops if isinstance(op, K.MapOp) and len(op.srcs) == 2
              and op.fn == parse_expr("max(x0, x1)") and op.target in exp2}
     alphas = {op.target: op for op in ops if isinstance(op, K.MapOp) and len(op.srcs) == 2
-              and op.srcs[1] in maxes and op.srcs[0] == maxes[op.srcs[1]].srcs[0]}
+              and op.srcs[1] in maxes and op.srcs[0] == maxes[op.srcs[1]].srcs[0]
+              and op.fn == _alpha_fn(exp2[op.srcs[1]].scale_log2)}
     rescales = [op for op in ops if isinstance(op, K.RowBroadcastOp) and op.vec in alphas
                 and op.fn == parse_expr("x * r")]
     if not rescales:

@@ -18,7 +18,7 @@ A trip before min(E…) satisfies no guard, so dropping them there changes nothi
 keeps every guard (a trip past one threshold may be short of another). Both loops run the same
 body on the same trip numbers in the same order, so stages, phases, carried registers and ring
 counters are untouched. Covered: a guard is an `IfOp` directly in the loop body whose body is only
-`MaskOp`s and whose condition is `var >= E` with E free of the loop's own names; a loop with a
+`MaskOp`s and whose condition is `var >= E` with E free of the names the loop defines or advances; a loop with a
 `BreakOp` or an unrolled k-block loop is left alone. `Param SplitMasked = false` keeps one loop.
 """
 from __future__ import annotations
@@ -40,7 +40,11 @@ def _threshold(op: K.Op, var: str, local: set[str]) -> Expr | None:
 
 
 def _local_names(body: tuple[K.Op, ...]) -> set[str]:
-    return {getattr(x, d) for op in body for x in K.walk(op) for d in x.defines}
+    """Names the loop body defines or changes (counters advanced in it): a threshold reading one is not
+    loop-invariant."""
+    ops = [x for op in body for x in K.walk(op)]
+    return ({getattr(x, d) for x in ops for d in x.defines}
+            | {x.counter for x in ops if isinstance(x, (K.CounterAddOp, K.CounterSetOp))})
 
 
 class _Splitter:
