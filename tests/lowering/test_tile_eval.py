@@ -60,6 +60,8 @@ CASES: dict[str, tuple[str, dict[str, str], tuple[int, int]]] = {
     "mha_causal_lazy": ("mha_fwd", {**CAUSAL, "LazyRescale": "true", "SplitMasked": "true"}, (2, 2)),
     "gqa_lazy": ("gqa_fwd", {**SMALL, "LazyRescale": "true"}, (4, 2)),
     "softcap_causal_lazy": ("softcap_fwd", {**CAUSAL, "LazyRescale": "true"}, (2, 2)),
+    # trace-phases: the timeline's stamps change no value
+    "mha_causal_trace": ("mha_fwd", {**CAUSAL, "Trace": "true", "SplitMasked": "true"}, (2, 2)),
 }
 SIZES = [(1, 1), (17, 33), (70, 9), (65, 130)]
 # Measured max |kernel IR - interpreter| / max(1, max |ref|) over 300 random cases: 4.8e-3 (b2b; bf16 P and O).

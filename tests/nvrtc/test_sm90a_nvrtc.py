@@ -24,6 +24,7 @@ BUILDS = {  # name → (spec, -D bindings, (SS wgmma shape, RS wgmma shape) as P
     "mha_d128_cpasync": ("mha_fwd", {"WarpSpecialize": "false"}, ("m64n64k16", "m64n128k16")),
     "mha_d128_tma_store": ("mha_fwd", {"TmaStore": "true"}, ("m64n64k16", "m64n128k16")),
     "mha_d128_causal_persistent": ("mha_fwd", {"Causal": "true", "Persistent": "true"}, ("m64n64k16", "m64n128k16")),
+    "mha_d128_traced_prefetch": ("mha_fwd", {"Trace": "true", "PrefetchTma": "true"}, ("m64n64k16", "m64n128k16")),
 }
 
 
@@ -87,3 +88,5 @@ def test_spec_compiles_to_wgmma_for_sm90a(case: str) -> None:
         assert "C7508" not in log, log                            # ptxas would say so if it ignored setmaxnreg
         # persistent: the producer draws tiles from the launch's counter; one tile per CTA draws none
         assert ("atom.global.add.u32" in ptx) == (schedule.get("Persistent") == "true")
+        assert ("prefetch.tensormap" in ptx) == (schedule.get("PrefetchTma") == "true")
+        assert ("%smid" in ptx and "%clock64" in ptx) == (schedule.get("Trace") == "true")   # trace-phases' stamps

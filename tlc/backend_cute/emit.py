@@ -22,7 +22,7 @@ from tlc.kir.scopes import check_scopes
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
                          CounterAddOp, CounterOp, CounterSetOp, Exp2ScaleOp, ForOp, FragmentOp, GlobalTensorOp,
                          GlobalTileOp, IdentityTileOp, IfOp, KernelOp, LetOp, MapOp, MaskOp, MmaOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
-                         RowBroadcastOp, RowReduceOp, RowStoreOp, RowVectorOp, WarpAnyOp, SharedBufferOp, SharedViewOp,
+                         RowBroadcastOp, RowReduceOp, RowStoreOp, RowVectorOp, TimestampOp, TraceBufferOp, WarpAnyOp, SharedBufferOp, SharedViewOp,
                          SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, WaitOp, walk)
 
 
@@ -402,6 +402,20 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
                 with self.w.block(f"for (int ni = 0; ni < size<1>({op.target}_rc); ++ni)"):
                     self.w.line(f"const float x = {op.target}_rc(mi, ni);")
                     self.w.line(f"{op.target}_rc(mi, ni) = {_ix(op.fn)};")
+
+    @emit.register
+    def _(self, op: TraceBufferOp) -> None:
+        self._at(op)
+        self.w.line(f"__device__ unsigned long long {op.name}[{op.entries}];")
+        self.w.raw(_template("trace_stamp.cuh").substitute(buffer=op.name, entries=op.entries))
+
+    @emit.register
+    def _(self, op: TimestampOp) -> None:
+        self._at(op)
+        buffer = self.symbols.get(op.buffer)
+        if not isinstance(buffer, TraceBufferOp):
+            raise fail(f"emitter: TimestampOp writes {op.buffer!r}, which is not a TraceBufferOp", op.loc)
+        self.w.line(f"if (threadIdx.x % 128 == 0) {op.buffer}_stamp({op.slots}, {op.slot});  // {op.label}")
 
     @emit.register
     def _(self, op: WarpAnyOp) -> None:

@@ -16,7 +16,7 @@ from tlc.kir.base import Op
 from tlc.kir.ops_decl import SharedBufferOp
 from tlc.kir.ops_sm90 import (AtomicAddOp, CarryOp, FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp,
                               MbarrierArriveOp, MbarrierInitOp, MbarrierOp, MbarrierWaitOp, NamedBarrierOp,
-                              Sm90KernelOp, TileSlotLoadOp, TileSlotOp, TileSlotStoreOp, TmaDescriptorOp, TmaLoadOp,
+                              Sm90KernelOp, TileSlotLoadOp, TileSlotOp, TileSlotStoreOp, TmaDescriptorOp, TmaLoadOp, TmaPrefetchOp,
                               TmaParamsOp, TmaStoreOp, TmaStoreWaitOp, WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp, WgmmaFragmentOp,
                               WgmmaOp, WgmmaTiledMmaOp, WgmmaWaitOp, WARP_GROUP)
 
@@ -102,6 +102,12 @@ class Sm90Emitter(_TABLE.mixin_base()):
             raise fail(f"emitter: {type(op).__name__} gives {len(op.coord)} coordinates for the rank-{len(desc.box)} "
                        f"descriptor {op.desc}", op.loc)
         return ", ".join(cpp_expr(c) for c in reversed(op.coord))
+
+    @_handles(TmaPrefetchOp)
+    def _tma_prefetch(self, op: TmaPrefetchOp) -> None:
+        self._at(op)
+        self._sym(op.desc, TmaDescriptorOp, op)
+        self.w.line(f"cute::prefetch_tma_descriptor({op.desc});")
 
     @_handles(TmaLoadOp)
     def _tma_load(self, op: TmaLoadOp) -> None:

@@ -36,9 +36,11 @@ Fragment math
   ConvertOp(name, src, dtype)   RetileAccToAOp(name, src, mma)   RowStoreOp(dst, vec, coord, row_limit)
 Control flow and schedule
   ForOp(var, start, stop, step, body, stages, prefetch, unroll)   IfOp(cond, body)
+Profiling (trace-phases, Param Trace)
+  TraceBufferOp(name, entries)   file-scope timestamps   TimestampOp(buffer, slot, slots, label)   (SM, clock) per warp group
 Hopper, sm_90a (tlc/kir/ops_sm90.py, docs/hopper.md; the lowering produces the wgmma ops, not yet TMA or warp roles)
   TmaParamsOp Sm90KernelOp TmaDescriptorOp GmmaSmemLayoutOp MbarrierOp MbarrierInitOp
-  MbarrierArriveExpectTxOp MbarrierArriveOp MbarrierWaitOp TmaLoadOp WgmmaTiledMmaOp WgmmaFragmentOp
+  MbarrierArriveExpectTxOp MbarrierArriveOp MbarrierWaitOp TmaPrefetchOp TmaLoadOp WgmmaTiledMmaOp WgmmaFragmentOp
   WgmmaFenceOperandOp WgmmaArriveOp WgmmaOp WgmmaCommitOp WgmmaWaitOp WarpSpecializeOp NamedBarrierOp
 
 `tlc.lowering.tile_ops` produces it from a TL program, op by op; `tlc.kir.text.print_kir` /

@@ -22,6 +22,20 @@ class ParamsOp(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TraceBufferOp(Op):
+    """`__device__ unsigned long long name[entries];` at file scope: where `TimestampOp`s of the
+    program's kernels write (the `trace-phases` pass; a reader takes it by name from the module)."""
+
+    name: str
+    entries: int
+    defines = ("name",)
+
+    def check(self) -> None:
+        check_ident(self.name, "trace buffer")
+        self._need(isinstance(self.entries, int) and 0 < self.entries <= 1 << 26, f"entries={self.entries}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class KernelOp(Op):
     """One `__global__` function taking `const <params> p`; grid is (x, y, z) expressions."""
 

@@ -1,6 +1,7 @@
 """Kernel-IR executable ops: async copies and synchronization, fragment math, control flow."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tlc.kir.base import DTYPES, Op
@@ -215,6 +216,24 @@ class WarpAnyOp(Op):
     def check(self) -> None:
         check_ident(self.name, "flag")
         check_ident(self.vec, "row vector")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimestampOp(Op):
+    """The first thread of each warp group records (its SM, its SM's clock) in `buffer` at
+    [(CTA × warp groups + warp group) × slots + slot]: a phase boundary for a timeline of the kernel
+    (`trace-phases`; bench/timeline.py reads it). `label` names the boundary; no effect on values."""
+
+    buffer: str
+    slot: int
+    slots: int
+    label: str
+
+    def check(self) -> None:
+        check_ident(self.buffer, "trace buffer")
+        self._need(isinstance(self.slots, int) and isinstance(self.slot, int) and 0 <= self.slot < self.slots,
+                   f"slot {self.slot} of {self.slots}")
+        self._need(bool(re.fullmatch(r"[A-Za-z0-9_:.-]+", self.label)), f"label {self.label!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -191,6 +191,17 @@ class MbarrierWaitOp(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TmaPrefetchOp(Op):
+    """`prefetch.tensormap` of descriptor `desc`: its 128 bytes move toward the SM before the first
+    TMA copy needs them, so that copy does not wait on the descriptor's fetch."""
+
+    desc: str
+
+    def check(self) -> None:
+        check_ident(self.desc, "TMA descriptor")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TmaLoadOp(Op):
     """One TMA bulk tensor load (`cp.async.bulk.tensor`, SM90_TMA_LOAD_<rank>D) of the box of `desc`
     at element coordinates `coord` (outermost first) into stage `stage` of shared buffer `dst`, at
@@ -472,7 +483,7 @@ class AtomicAddOp(Op):
 
 SM90_OP_CLASSES: tuple[type[Op], ...] = (
     TmaParamsOp, Sm90KernelOp, TmaDescriptorOp, GmmaSmemLayoutOp, MbarrierOp, MbarrierInitOp,
-    MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaLoadOp, TmaStoreOp, TmaStoreWaitOp,
+    MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaPrefetchOp, TmaLoadOp, TmaStoreOp, TmaStoreWaitOp,
     WgmmaTiledMmaOp, WgmmaFragmentOp,
     WgmmaFenceOperandOp, WgmmaArriveOp, WgmmaOp, FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp, CarryOp,
     WarpSpecializeOp, NamedBarrierOp, TileSlotOp, TileSlotStoreOp, TileSlotLoadOp, AtomicAddOp)

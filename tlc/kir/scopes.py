@@ -11,10 +11,10 @@ from dataclasses import fields
 from tlc.diagnostics import fail
 from tlc.kir.base import Op
 from tlc.kir.expr import Expr, free_names
-from tlc.kir.ops import CommitOp, KernelOp, ParamsOp, ProgramOp, WaitOp
+from tlc.kir.ops import CommitOp, KernelOp, ParamsOp, ProgramOp, TraceBufferOp, WaitOp
 
 # Fields holding enum words or atom spellings, not names.
-_NOT_NAMES = {"kind", "method", "role", "dtype", "alignment", "atom", "type", "loc", "fields"}
+_NOT_NAMES = {"kind", "method", "role", "dtype", "alignment", "atom", "type", "loc", "fields", "label"}
 # Elementwise-function parameters bound by the op itself (MapOp x0.., RowBroadcastOp x, r).
 _FN_LOCALS = {"x", "r"} | {f"x{i}" for i in range(16)}
 _BUILTINS = {"threadIdx.x", "threadIdx.y", "threadIdx.z", "blockIdx.x", "blockIdx.y", "blockIdx.z",
@@ -39,10 +39,11 @@ def _uses(op: Op) -> set[str]:
 
 def check_scopes(program: ProgramOp) -> None:
     structs = {op.name: {n for n, _ in op.fields} for op in program.body if isinstance(op, ParamsOp)}
+    file_scope = {op.name for op in program.body if isinstance(op, TraceBufferOp)}
     for kernel in program.kernels():
         if kernel.params not in structs:
             raise fail(f"kernel IR: kernel {kernel.name} uses undefined parameter struct {kernel.params}", kernel.loc)
-        _check_block(kernel.body, [set()], structs[kernel.params], set())
+        _check_block(kernel.body, [set(file_scope)], structs[kernel.params], set())
 
 
 def _check_block(ops: tuple[Op, ...], scopes: list[set[str]], params: set[str], tokens: set[str]) -> None:

@@ -223,6 +223,11 @@ def _row_broadcast(blk: Block, op: K.RowBroadcastOp) -> None:
     x.data.copy_(out.to(x.data.dtype).expand(x.data.shape))
 
 
+@handles(K.TimestampOp, K.TraceBufferOp)
+def _timestamp(blk: Block, op: K.Op) -> None:
+    """A timeline's stamp: no values change."""
+
+
 @handles(K.WarpAnyOp)
 def _warp_any(blk: Block, op: K.WarpAnyOp) -> None:
     """No lanes here: the whole tile's rows vote (a superset of any warp's)."""

@@ -313,6 +313,42 @@ class LazyRescalePass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
+class PrefetchTmaPass(_ScheduleListingPass):
+    """sm_90a: the TMA descriptors are prefetched while the mbarriers are set up
+    (tlc.lowering.tma_prefetch). `Param PrefetchTma = true` turns it on."""
+
+    name: ClassVar[str] = "prefetch-tma-descriptors"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.tma_prefetch import prefetch_descriptors
+
+        if not _bool_param(graph, "PrefetchTma", False):
+            return
+        state = _state(ctx, self.name)
+        kernel, notes = prefetch_descriptors(_kernel(state))
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
+class TracePhasesPass(_ScheduleListingPass):
+    """`Param Trace = true`: timestamps at each warp group's phase boundaries into a device buffer, for
+    bench/timeline.py (tlc.lowering.trace_phases). Off by default."""
+
+    name: ClassVar[str] = "trace-phases"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.trace_phases import trace_phases
+
+        if not _bool_param(graph, "Trace", False):
+            return
+        state = _state(ctx, self.name)
+        state.kir, notes = trace_phases(state.kir)
+        state.kir.verify()
+        state.schedule = list(state.schedule) + notes
+
+
+@dataclass(frozen=True)
 class InsertSyncPass(_KernelPass):
     """cp.async waits and barriers from the shared-memory effects (tlc.lowering.sync)."""
 

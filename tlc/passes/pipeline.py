@@ -36,10 +36,12 @@ LOWERING_PIPELINE = [
     "defer-reductions",   # after the schedule is fixed: moves cross-lane sums out of the loop
     "overlap-gemms",      # sm_90a: after defer-reductions (the peeled first trip keeps per-lane sums too)
     "persistent",         # sm_90a, Param Persistent: after overlap-gemms (loops over whole tile bodies)
+    "prefetch-tma-descriptors",  # sm_90a, Param PrefetchTma: descriptors fetched while the mbarriers are set up
     "check-resources",    # needs the final buffers and fragments: shared bytes and registers
     "emulate-exp2",       # Param Exp2Poly = k: every k-th score exp2 by polynomial on the FMA pipe (MUFU-bound d = 64)
     "lazy-rescale",       # warp-specialised: the running max moves only past 2^8; O rescaled when a warp's row moved
     "split-masked-trips", # after check-resources (same registers, twice the loop text): trips before the first masked one run a loop without mask code
+    "trace-phases",       # Param Trace: timestamps at phase boundaries (bench/timeline.py), on the final schedule
     "fold-partitions",    # last: partitions of the final tiles and schedule as flat views (TLC_FOLD_PARTITIONS=0: off)
 ]
 

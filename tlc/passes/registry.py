@@ -32,6 +32,8 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
     "split-masked-trips": _lazy("tlc.lowering.passes:SplitMaskedTripsPass"),
     "lazy-rescale": _lazy("tlc.lowering.passes:LazyRescalePass"),
+    "prefetch-tma-descriptors": _lazy("tlc.lowering.passes:PrefetchTmaPass"),
+    "trace-phases": _lazy("tlc.lowering.passes:TracePhasesPass"),
     "emulate-exp2": _lazy("tlc.lowering.passes:EmulateExp2Pass"),
     "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
     "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),

@@ -1,0 +1,123 @@
+"""`trace-phases` (`Param Trace = true`): a timeline of the kernel, stamped at its phase boundaries.
+
+Where a short-sequence kernel loses time is per tile (the prologue before the first GEMM, the
+epilogue's store, the gap before the SM's next CTA), which counters summed over the run do not
+separate. This pass puts a `TimestampOp` at each boundary of every warp group's program:
+
+    the CTA's start;  each role's start and end (in a warp-specialised kernel, inside the producer's
+    one-thread branch);  after each top-level mbarrier wait (the consumers' Q);  before and after
+    each top-level loop;  before the first barrier after the last loop (the epilogue)
+
+and a program-level `TraceBufferOp` they write: per (CTA, warp group, slot) the SM and its clock.
+`bench/timeline.py` reads the buffer back and reports the phases. The stamps are a few instructions
+each and change no value; a traced kernel is a different build (the Param is in its key). Persistent
+kernels are declined: their CTAs run many tiles and would overwrite each slot.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
+from tlc.kir.expr import BinOp, Const, Var
+
+BUFFER = "tlc_trace"
+ENTRIES = 1 << 22   # 32 MB: 4M stamps, e.g. 16k CTAs × 4 warp groups × 64 slots
+
+
+class _Slots:
+    """Slot numbers in program order; each slot's label names its role and boundary."""
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+
+    def stamp(self, label: str) -> K.Op:
+        self.labels.append(label)
+        return _Pending(len(self.labels) - 1, label)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """A stamp whose `slots` (the total) is known only once every role is stamped."""
+
+    slot: int
+    label: str
+
+
+def _one_thread(op: K.Op) -> bool:
+    """`IfOp(threadIdx.x == N)`: a role's work done by one thread (the producer's TMA issue)."""
+    cond = getattr(op, "cond", None)
+    return (isinstance(op, K.IfOp) and isinstance(cond, BinOp) and cond.op == "=="
+            and cond.lhs == Var("threadIdx.x") and isinstance(cond.rhs, Const))
+
+
+def _stamp_region(ops: tuple[K.Op, ...], role: str, slots: _Slots) -> tuple:
+    if len(ops) == 1 and _one_thread(ops[0]):
+        return (dataclasses.replace(ops[0], body=_stamp_region(ops[0].body, role, slots)),)
+    last_loop = max((i for i, op in enumerate(ops) if isinstance(op, K.ForOp)), default=-1)
+    out: list = [slots.stamp(f"{role}:start")]
+    loops = waits = 0
+    epilogue = False
+    for i, op in enumerate(ops):
+        if isinstance(op, K.ForOp):
+            out += [slots.stamp(f"{role}:loop{loops}:begin"), op, slots.stamp(f"{role}:loop{loops}:end")]
+            loops += 1
+            continue
+        if (not epilogue and last_loop >= 0 and i > last_loop
+                and isinstance(op, (H.NamedBarrierOp, K.BarrierOp))):
+            out.append(slots.stamp(f"{role}:epilogue"))
+            epilogue = True
+        out.append(op)
+        if isinstance(op, H.MbarrierWaitOp):
+            out.append(slots.stamp(f"{role}:wait{waits}"))
+            waits += 1
+    out.append(slots.stamp(f"{role}:end"))
+    return tuple(out)
+
+
+def _finish(ops: tuple, total: int) -> tuple:
+    out = []
+    for op in ops:
+        if isinstance(op, _Pending):
+            out.append(K.TimestampOp(buffer=BUFFER, slot=op.slot, slots=total, label=op.label))
+        elif op.regions:
+            out.append(dataclasses.replace(op, **{r: _finish(getattr(op, r), total) for r in op.regions}))
+        else:
+            out.append(op)
+    return tuple(out)
+
+
+def _stamp_kernel(kernel: K.KernelOp, slots: _Slots) -> tuple:
+    if not any(isinstance(x, H.WarpSpecializeOp) for x in kernel.body):
+        return _stamp_region(kernel.body, "cta", slots)
+    stamped: list = [slots.stamp("cta:start")]
+    for top in kernel.body:
+        if isinstance(top, H.WarpSpecializeOp):
+            top = dataclasses.replace(top, producer=_stamp_region(top.producer, "producer", slots),
+                                      consumer=_stamp_region(top.consumer, "consumer", slots))
+        stamped.append(top)
+    return tuple(stamped)
+
+
+def trace_phases(program: K.ProgramOp) -> tuple[K.ProgramOp, list[str]]:
+    """The program with a trace buffer and every kernel's phase stamps, and a note per kernel."""
+    notes, body, traced = [], [], False
+    for op in program.body:
+        if not isinstance(op, K.KernelOp):
+            body.append(op)
+            continue
+        if any(isinstance(x, K.CounterOp) for x in K.walk(op)):
+            notes.append(f"trace-phases: {op.name} loops over tiles (persistent): not traced")
+            body.append(op)
+            continue
+        slots = _Slots()
+        stamped = _stamp_kernel(op, slots)
+        total = len(slots.labels)
+        body.append(dataclasses.replace(op, body=_finish(stamped, total)))
+        traced = True
+        notes.append(f"trace-phases: {op.name}: {total} stamps per warp group and CTA into {BUFFER}: "
+                     + ", ".join(f"{i} {label}" for i, label in enumerate(slots.labels)))
+    if traced:
+        first = next(i for i, op in enumerate(body) if isinstance(op, K.KernelOp))
+        body.insert(first, K.TraceBufferOp(name=BUFFER, entries=ENTRIES))
+    return dataclasses.replace(program, body=tuple(body)), notes
