@@ -3,14 +3,18 @@ the GPU tests build, and/or every kernel bench_attention.py times, each built fr
 `.tl` spec through `tlc.build` exactly as the tests and the benchmark build it.
 
     python3 bench/precompile.py --jobs 16 [--set tests|bench|bar|hopper|all] [--arch sm_90|sm_90a]
+                                [--rows REGEX] [--variant "NAME=VALUE;NAME=VALUE" ...]
 
 `--set bar` is what `bench_attention.py --bar --arch ARCH` times (its BAR_ROWS with the target's tiles);
 `--set hopper` every sm_90a kernel of the GPU tests and of `--bar --arch sm_90a` (a Hopper-only change).
+`--rows` keeps the bar rows whose name matches; each `--variant` builds every job once more with those
+-D bindings added (what `TLC_BENCH_DEFINES` or `-D` will ask for in the same GPU call, e.g. `Trace=true`).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -69,20 +73,38 @@ def bench_builds(arch: str = "sm_90") -> list[Job]:
     return out
 
 
-def bar_builds(arch: str = "sm_90") -> list[Job]:
-    """What `bench_attention.py --bar --arch ARCH` builds: every BAR_ROWS row with `arch`'s tiles."""
+def bar_builds(arch: str = "sm_90", rows: str | None = None) -> list[Job]:
+    """What `bench_attention.py --bar --arch ARCH` builds: every BAR_ROWS row (whose name matches `rows`)
+    with `arch`'s tiles."""
     from bench.bench_attention import BAR_ROWS, row_build, row_tiles
 
-    return [(*row_build(row, row_tiles(row, arch), arch), row.get("name", ""), arch) for row in BAR_ROWS]
+    return [(*row_build(row, row_tiles(row, arch), arch), row.get("name", ""), arch) for row in BAR_ROWS
+            if rows is None or re.search(rows, row.get("name", ""))]
 
 
-def job_set(name: str, arch: str) -> list[Job]:
-    """The jobs of `--set name` for `--arch arch`, deduplicated (one per cache entry)."""
+def with_variants(jobs: list[Job], variants: list[str]) -> list[Job]:
+    """Each job as it is, then once per variant ("NAME=VALUE;NAME=VALUE") with those bindings added."""
+    out = list(jobs)
+    for text in variants:
+        pairs = [kv for kv in text.split(";") if kv.strip()]
+        if not pairs or any("=" not in kv for kv in pairs):
+            raise SystemExit(f"--variant {text!r}: write NAME=VALUE;NAME=VALUE")
+        extra = dict(kv.strip().split("=", 1) for kv in pairs)
+        out += [(job[0], {**job[1], **extra}, *job[2:]) for job in jobs]
+    return out
+
+
+def job_set(name: str, arch: str, rows: str | None = None, variants: list[str] = ()) -> list[Job]:
+    """The jobs of `--set name` for `--arch arch` (bar rows matching `rows`, each variant too),
+    deduplicated (one per cache entry)."""
     tests = lambda: gpu_test_builds() + (hopper_attention_builds() if arch == "sm_90" else [])  # noqa: E731
     hopper = lambda: ([j for j in gpu_test_builds() if len(j) > 3 and j[3] == "sm_90a"]  # noqa: E731
                       + hopper_attention_builds() + bar_builds("sm_90a"))
-    jobs = {"tests": tests, "bench": lambda: bench_builds(arch), "bar": lambda: bar_builds(arch), "hopper": hopper,
+    if rows is not None and name != "bar":
+        raise SystemExit("--rows selects bar rows: use it with --set bar")
+    jobs = {"tests": tests, "bench": lambda: bench_builds(arch), "bar": lambda: bar_builds(arch, rows), "hopper": hopper,
             "all": lambda: tests() + bench_builds(arch) + bar_builds(arch)}[name]()
+    jobs = with_variants(jobs, list(variants))
     return list({_key(j): j for j in jobs}.values())
 
 
@@ -113,8 +135,10 @@ def main() -> int:
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--set", default="all", choices=["tests", "bench", "bar", "hopper", "all"])
+    ap.add_argument("--rows", help="with --set bar: only the rows whose name matches this regex")
+    ap.add_argument("--variant", action="append", default=[], help="NAME=VALUE;NAME=VALUE: build each job with these too")
     a = ap.parse_args()
-    jobs = job_set(a.set, a.arch)
+    jobs = job_set(a.set, a.arch, a.rows, a.variant)
     print(f"precompiling {len(jobs)} kernel(s) for {a.arch} with {a.jobs} job(s)", flush=True)
     failed = 0
     with ProcessPoolExecutor(a.jobs) as pool:
