@@ -50,8 +50,8 @@ def test_a_warp_specialised_kernel_is_stamped_at_each_role_boundary() -> None:
     assert buffer.name == BUFFER and state.kir.body.index(buffer) < state.kir.body.index(state.kir.kernels()[0])
     assert any(n.startswith("trace-phases: mha_fwd: 13 stamps") for n in state.schedule)
     cute = emit_program(state.kir)
-    assert f"__device__ unsigned long long {BUFFER}[" in cute and f"void {BUFFER}_stamp(int slots, int slot)" in cute
-    assert f"if (threadIdx.x % 128 == 0) {BUFFER}_stamp(13, 0);  // cta:start" in cute
+    assert f"__device__ unsigned long long {BUFFER}[" in cute and f"void {BUFFER}_stamp(int slots, int slot, unsigned long long unit)" in cute
+    assert f"if (threadIdx.x % 128 == 0) {BUFFER}_stamp(13, 0, {BUFFER}_cta());  // cta:start" in cute
 
 
 def test_an_sm80_kernel_is_stamped_around_its_loops_and_the_default_has_no_stamps() -> None:
@@ -63,10 +63,16 @@ def test_an_sm80_kernel_is_stamped_around_its_loops_and_the_default_has_no_stamp
         assert "_stamp(" not in emit_program(kir) and "prefetch_tma_descriptor" not in emit_program(kir)
 
 
-def test_a_persistent_kernel_is_not_traced() -> None:
+def test_a_persistent_kernel_is_stamped_per_turn_of_its_tile_loop() -> None:
     state = _lower("sm_90a", Trace="true", Persistent="true")
-    assert not _stamps(state.kir)
-    assert any("loops over tiles (persistent): not traced" in n for n in state.schedule)
+    stamps = _stamps(state.kir)
+    assert stamps[0].label == "cta:start" and stamps[0].index is None
+    turns = [s for s in stamps[1:]]
+    assert turns and all(str(s.index) == "tile_iter * gridDim.x + blockIdx.x" for s in turns)
+    loops = [op for op in K.walk(state.kir) if isinstance(op, K.ForOp) and op.var == "tile_iter"]
+    assert len(loops) == 2 and all(isinstance(op.body[0], K.TimestampOp) or isinstance(op.body[0], K.IfOp)
+                                   for op in loops)
+    assert "producer:wait0" in [s.label for s in turns]    # the producer's wait for the consumers' Q release
 
 
 def test_each_descriptor_is_prefetched_where_the_mbarriers_are_set_up() -> None:

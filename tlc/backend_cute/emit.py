@@ -415,7 +415,8 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
         buffer = self.symbols.get(op.buffer)
         if not isinstance(buffer, TraceBufferOp):
             raise fail(f"emitter: TimestampOp writes {op.buffer!r}, which is not a TraceBufferOp", op.loc)
-        self.w.line(f"if (threadIdx.x % 128 == 0) {op.buffer}_stamp({op.slots}, {op.slot});  // {op.label}")
+        unit = f"{op.buffer}_cta()" if op.index is None else f"static_cast<unsigned long long>({cpp_expr(op.index)})"
+        self.w.line(f"if (threadIdx.x % 128 == 0) {op.buffer}_stamp({op.slots}, {op.slot}, {unit});  // {op.label}")
 
     @emit.register
     def _(self, op: WarpAnyOp) -> None:

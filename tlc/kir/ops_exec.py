@@ -221,13 +221,15 @@ class WarpAnyOp(Op):
 @dataclass(frozen=True, kw_only=True)
 class TimestampOp(Op):
     """The first thread of each warp group records (its SM, its SM's clock) in `buffer` at
-    [(CTA × warp groups + warp group) × slots + slot]: a phase boundary for a timeline of the kernel
-    (`trace-phases`; bench/timeline.py reads it). `label` names the boundary; no effect on values."""
+    [(unit × warp groups + warp group) × slots + slot]: a phase boundary for a timeline of the kernel
+    (`trace-phases`; bench/timeline.py reads it). The unit is the CTA, or `index` (a persistent
+    kernel's tile turn). `label` names the boundary; no effect on values."""
 
     buffer: str
     slot: int
     slots: int
     label: str
+    index: Expr | None = None
 
     def check(self) -> None:
         check_ident(self.buffer, "trace buffer")

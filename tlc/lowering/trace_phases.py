@@ -10,8 +10,9 @@ separate. This pass puts a `TimestampOp` at each boundary of every warp group's 
 
 and a program-level `TraceBufferOp` they write: per (CTA, warp group, slot) the SM and its clock.
 `bench/timeline.py` reads the buffer back and reports the phases. The stamps are a few instructions
-each and change no value; a traced kernel is a different build (the Param is in its key). Persistent
-kernels are declined: their CTAs run many tiles and would overwrite each slot.
+each and change no value; a traced kernel is a different build (the Param is in its key). In a
+persistent kernel the stamps inside the loop over tiles go to one unit per turn of that loop
+(turn × grid + CTA, the same numbering in both roles), so each tile has its own timeline.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import dataclasses
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import BinOp, Const, Var
+from tlc.kir.expr import BinOp, Const, Expr, Var
+from tlc.lowering.persistent import ITER
 
 BUFFER = "tlc_trace"
 ENTRIES = 1 << 22   # 32 MB: 4M stamps, e.g. 16k CTAs × 4 warp groups × 64 slots
@@ -31,9 +33,9 @@ class _Slots:
     def __init__(self) -> None:
         self.labels: list[str] = []
 
-    def stamp(self, label: str) -> K.Op:
+    def stamp(self, label: str, index: Expr | None = None) -> K.Op:
         self.labels.append(label)
-        return _Pending(len(self.labels) - 1, label)
+        return _Pending(len(self.labels) - 1, label, index)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +44,12 @@ class _Pending:
 
     slot: int
     label: str
+    index: Expr | None = None
+
+
+def _turn_unit() -> Expr:
+    """A persistent kernel's tile turn as a trace unit: turn × grid + CTA (grid = gridDim.x CTAs)."""
+    return BinOp("+", BinOp("*", Var(ITER), Var("gridDim.x")), Var("blockIdx.x"))
 
 
 def _one_thread(op: K.Op) -> bool:
@@ -51,27 +59,32 @@ def _one_thread(op: K.Op) -> bool:
             and cond.lhs == Var("threadIdx.x") and isinstance(cond.rhs, Const))
 
 
-def _stamp_region(ops: tuple[K.Op, ...], role: str, slots: _Slots) -> tuple:
+def _stamp_region(ops: tuple[K.Op, ...], role: str, slots: _Slots, index: Expr | None = None) -> tuple:
     if len(ops) == 1 and _one_thread(ops[0]):
-        return (dataclasses.replace(ops[0], body=_stamp_region(ops[0].body, role, slots)),)
+        return (dataclasses.replace(ops[0], body=_stamp_region(ops[0].body, role, slots, index)),)
+    turns = [op for op in ops if isinstance(op, K.ForOp) and op.var == ITER]
+    if turns:   # a persistent kernel: each turn of its loop over tiles is a unit of its own
+        (loop,) = turns
+        inner = dataclasses.replace(loop, body=_stamp_region(loop.body, role, slots, _turn_unit()))
+        return tuple(inner if op is loop else op for op in ops)
     last_loop = max((i for i, op in enumerate(ops) if isinstance(op, K.ForOp)), default=-1)
-    out: list = [slots.stamp(f"{role}:start")]
+    out: list = [slots.stamp(f"{role}:start", index)]
     loops = waits = 0
     epilogue = False
     for i, op in enumerate(ops):
         if isinstance(op, K.ForOp):
-            out += [slots.stamp(f"{role}:loop{loops}:begin"), op, slots.stamp(f"{role}:loop{loops}:end")]
+            out += [slots.stamp(f"{role}:loop{loops}:begin", index), op, slots.stamp(f"{role}:loop{loops}:end", index)]
             loops += 1
             continue
         if (not epilogue and last_loop >= 0 and i > last_loop
                 and isinstance(op, (H.NamedBarrierOp, K.BarrierOp))):
-            out.append(slots.stamp(f"{role}:epilogue"))
+            out.append(slots.stamp(f"{role}:epilogue", index))
             epilogue = True
         out.append(op)
         if isinstance(op, H.MbarrierWaitOp):
-            out.append(slots.stamp(f"{role}:wait{waits}"))
+            out.append(slots.stamp(f"{role}:wait{waits}", index))
             waits += 1
-    out.append(slots.stamp(f"{role}:end"))
+    out.append(slots.stamp(f"{role}:end", index))
     return tuple(out)
 
 
@@ -79,7 +92,7 @@ def _finish(ops: tuple, total: int) -> tuple:
     out = []
     for op in ops:
         if isinstance(op, _Pending):
-            out.append(K.TimestampOp(buffer=BUFFER, slot=op.slot, slots=total, label=op.label))
+            out.append(K.TimestampOp(buffer=BUFFER, slot=op.slot, slots=total, label=op.label, index=op.index))
         elif op.regions:
             out.append(dataclasses.replace(op, **{r: _finish(getattr(op, r), total) for r in op.regions}))
         else:
@@ -104,10 +117,6 @@ def trace_phases(program: K.ProgramOp) -> tuple[K.ProgramOp, list[str]]:
     notes, body, traced = [], [], False
     for op in program.body:
         if not isinstance(op, K.KernelOp):
-            body.append(op)
-            continue
-        if any(isinstance(x, K.CounterOp) for x in K.walk(op)):
-            notes.append(f"trace-phases: {op.name} loops over tiles (persistent): not traced")
             body.append(op)
             continue
         slots = _Slots()
