@@ -1,6 +1,6 @@
 """Where each tile's time goes: the phases of one bench row's kernel, from the `trace-phases` stamps.
 
-    python3 bench/timeline.py 'MHA d=128 S=1k$' [--arch sm_90a] [--json FILE]
+    python3 bench/timeline.py 'MHA d=128 S=1k$' [--arch sm_90a] [--trips] [--json FILE]
 
 Builds the BAR_ROWS row's kernel (bench/bench_attention.py; TLC_BENCH_DEFINES applies) with
 `-D Trace=true`, runs it three times untimed, clears the trace buffer, runs it once more, and reads
@@ -44,7 +44,13 @@ def _trace_layout(kern) -> tuple[str, int, int, dict[int, str]]:
     stamps = [op for op in walk(program) if isinstance(op, TimestampOp)]
     if not stamps:
         sys.exit("timeline: the kernel has no stamps (trace-phases declined it; see `tlc show --emit kir`)")
-    return buffer.name, buffer.entries, stamps[0].slots, {op.slot: op.label for op in stamps}
+    labels = {op.slot: op.label for op in stamps}
+    starts = sorted(labels) + [stamps[0].slots]
+    for op in stamps:   # a trip stamp (TraceTrips) covers the slots up to the next stamp's
+        if op.slot_offset is not None:
+            end = next(s for s in starts if s > op.slot)
+            labels.update({op.slot + j: f"{op.label}{j}" for j in range(end - op.slot)})
+    return buffer.name, buffer.entries, stamps[0].slots, labels
 
 
 def _device_buffer(kern, name: str):
@@ -104,6 +110,7 @@ def main() -> int:
     ap.add_argument("row", help="a regex matching one BAR_ROWS name")
     ap.add_argument("--arch", choices=("sm_90", "sm_90a"), default="sm_90a")
     ap.add_argument("--json", help="write the analysis here")
+    ap.add_argument("--trips", action="store_true", help="also stamp the first trips of each loop (TraceTrips)")
     a = ap.parse_args()
     rows = [r for r in ba.BAR_ROWS if re.search(a.row, r["name"])]
     if len(rows) != 1:
@@ -118,7 +125,7 @@ def main() -> int:
     k = torch.randn(B, hkv, S, d, device="cuda", dtype=dtype)
     v = torch.randn(B, hkv, S, dv, device="cuda", dtype=dtype)
     spec, defines = ba.row_build(row, ba.row_tiles(row, a.arch), a.arch)
-    defines = dict(defines, Trace="true")
+    defines = dict(defines, Trace="true", **({"TraceTrips": "true"} if a.trips else {}))
     kern = tlc.build(spec, arch=a.arch, defines=defines)
     out = torch.empty(B, H, S, dv, device="cuda", dtype=dtype)
     for _ in range(3):

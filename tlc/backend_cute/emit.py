@@ -416,7 +416,8 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
         if not isinstance(buffer, TraceBufferOp):
             raise fail(f"emitter: TimestampOp writes {op.buffer!r}, which is not a TraceBufferOp", op.loc)
         unit = f"{op.buffer}_cta()" if op.index is None else f"static_cast<unsigned long long>({cpp_expr(op.index)})"
-        self.w.line(f"if (threadIdx.x % 128 == 0) {op.buffer}_stamp({op.slots}, {op.slot}, {unit});  // {op.label}")
+        slot = str(op.slot) if op.slot_offset is None else f"{op.slot} + {cpp_expr(op.slot_offset)}"
+        self.w.line(f"if (threadIdx.x % 128 == 0) {op.buffer}_stamp({op.slots}, {slot}, {unit});  // {op.label}")
 
     @emit.register
     def _(self, op: WarpAnyOp) -> None:

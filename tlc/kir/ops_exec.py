@@ -223,13 +223,15 @@ class TimestampOp(Op):
     """The first thread of each warp group records (its SM, its SM's clock) in `buffer` at
     [(unit × warp groups + warp group) × slots + slot]: a phase boundary for a timeline of the kernel
     (`trace-phases`; bench/timeline.py reads it). The unit is the CTA, or `index` (a persistent
-    kernel's tile turn). `label` names the boundary; no effect on values."""
+    kernel's tile turn). `label` names the boundary; no effect on values. `slot_offset` (a loop's trip
+    number, kept below the slots its caller reserved) is added to `slot`."""
 
     buffer: str
     slot: int
     slots: int
     label: str
     index: Expr | None = None
+    slot_offset: Expr | None = None
 
     def check(self) -> None:
         check_ident(self.buffer, "trace buffer")

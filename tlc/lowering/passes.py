@@ -333,17 +333,19 @@ class PrefetchTmaPass(_ScheduleListingPass):
 @dataclass(frozen=True)
 class TracePhasesPass(_ScheduleListingPass):
     """`Param Trace = true`: timestamps at each warp group's phase boundaries into a device buffer, for
-    bench/timeline.py (tlc.lowering.trace_phases). Off by default."""
+    bench/timeline.py (tlc.lowering.trace_phases); `Param TraceTrips = true` also the first trips of
+    each loop. Off by default."""
 
     name: ClassVar[str] = "trace-phases"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         from tlc.lowering.trace_phases import trace_phases
 
-        if not _bool_param(graph, "Trace", False):
+        trips = _bool_param(graph, "TraceTrips", False)
+        if not (_bool_param(graph, "Trace", False) or trips):
             return
         state = _state(ctx, self.name)
-        state.kir, notes = trace_phases(state.kir)
+        state.kir, notes = trace_phases(state.kir, trips)
         state.kir.verify()
         state.schedule = list(state.schedule) + notes
 

@@ -9,6 +9,8 @@ separate. This pass puts a `TimestampOp` at each boundary of every warp group's 
     each top-level loop;  before the first barrier after the last loop (the epilogue)
 
 and a program-level `TraceBufferOp` they write: per (CTA, warp group, slot) the SM and its clock.
+With `Param TraceTrips = true` each top-level loop also stamps the start of its first `TRIPS` trips
+(one slot each), which shows whether a phase's time is spread over its trips or sits in a few.
 `bench/timeline.py` reads the buffer back and reports the phases. The stamps are a few instructions
 each and change no value; a traced kernel is a different build (the Param is in its key). In a
 persistent kernel the stamps inside the loop over tiles go to one unit per turn of that loop
@@ -25,17 +27,30 @@ from tlc.lowering.persistent import ITER
 
 BUFFER = "tlc_trace"
 ENTRIES = 1 << 22   # 32 MB: 4M stamps, e.g. 16k CTAs × 4 warp groups × 64 slots
+TRIPS = 8           # trips stamped per loop with TraceTrips
 
 
 class _Slots:
     """Slot numbers in program order; each slot's label names its role and boundary."""
 
-    def __init__(self) -> None:
-        self.labels: list[str] = []
+    def __init__(self, trips: bool = False) -> None:
+        self.labels = []
+        self.trips = trips
 
     def stamp(self, label: str, index: Expr | None = None) -> K.Op:
         self.labels.append(label)
         return _Pending(len(self.labels) - 1, label, index)
+
+    def trip_stamps(self, loop: K.ForOp, label: str, index: Expr | None) -> K.ForOp:
+        """`loop` with a stamp at the start of each of its first TRIPS trips (TRIPS slots reserved)."""
+        if not self.trips:
+            return loop
+        base = len(self.labels)
+        self.labels += [f"{label}:trip{j}" for j in range(TRIPS)]
+        trip = BinOp("-", Var(loop.var), loop.start)
+        stamp = _Pending(base, f"{label}:trip", index, trip)
+        guard = K.IfOp(cond=BinOp("<", trip, Const(TRIPS)), body=(stamp,))
+        return dataclasses.replace(loop, body=(guard, *loop.body))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +60,7 @@ class _Pending:
     slot: int
     label: str
     index: Expr | None = None
+    offset: Expr | None = None
 
 
 def _turn_unit() -> Expr:
@@ -73,7 +89,9 @@ def _stamp_region(ops: tuple[K.Op, ...], role: str, slots: _Slots, index: Expr |
     epilogue = False
     for i, op in enumerate(ops):
         if isinstance(op, K.ForOp):
-            out += [slots.stamp(f"{role}:loop{loops}:begin", index), op, slots.stamp(f"{role}:loop{loops}:end", index)]
+            begin = slots.stamp(f"{role}:loop{loops}:begin", index)
+            op = slots.trip_stamps(op, f"{role}:loop{loops}", index)
+            out += [begin, op, slots.stamp(f"{role}:loop{loops}:end", index)]
             loops += 1
             continue
         if (not epilogue and last_loop >= 0 and i > last_loop
@@ -92,7 +110,8 @@ def _finish(ops: tuple, total: int) -> tuple:
     out = []
     for op in ops:
         if isinstance(op, _Pending):
-            out.append(K.TimestampOp(buffer=BUFFER, slot=op.slot, slots=total, label=op.label, index=op.index))
+            out.append(K.TimestampOp(buffer=BUFFER, slot=op.slot, slots=total, label=op.label, index=op.index,
+                                     slot_offset=op.offset))
         elif op.regions:
             out.append(dataclasses.replace(op, **{r: _finish(getattr(op, r), total) for r in op.regions}))
         else:
@@ -112,14 +131,14 @@ def _stamp_kernel(kernel: K.KernelOp, slots: _Slots) -> tuple:
     return tuple(stamped)
 
 
-def trace_phases(program: K.ProgramOp) -> tuple[K.ProgramOp, list[str]]:
+def trace_phases(program: K.ProgramOp, trips: bool = False) -> tuple[K.ProgramOp, list[str]]:
     """The program with a trace buffer and every kernel's phase stamps, and a note per kernel."""
     notes, body, traced = [], [], False
     for op in program.body:
         if not isinstance(op, K.KernelOp):
             body.append(op)
             continue
-        slots = _Slots()
+        slots = _Slots(trips)
         stamped = _stamp_kernel(op, slots)
         total = len(slots.labels)
         body.append(dataclasses.replace(op, body=_finish(stamped, total)))
