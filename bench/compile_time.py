@@ -8,6 +8,7 @@ the filled cache (imports, which torch users pay anyway, are reported apart from
 
     python3 bench/compile_time.py [--kernels mha_d128,attn_d64,attn_d128_causal] [--out FILE]
     python3 bench/compile_time.py --kernels attn_d128 --experiment=--split-compile=2 --experiment=--minimal
+    python3 bench/compile_time.py --kernels attn_d128_sm90a -D SplitMasked=false   # a Param's compile cost
 
 `--experiment` compiles the first kernel's CuTe source with changed NVRTC options (`~OPT` drops a
 default option) next to the defaults and says whether the kernel's SASS (its .text section) is
@@ -44,7 +45,11 @@ def kernels() -> dict[str, tuple[str, dict]]:
     for name, arch in KERNEL_ARCH.items():  # the Hopper kernel tlc.attention builds for d=128 (its own tiles)
         spec, defines = attention_spec("bf16", 128, 128, False, arch)
         out[name] = (str(spec), defines)
-    return out
+    extra = dict(kv.split("=", 1) for kv in os.environ.get(_DEFINES_ENV, "").split(";") if "=" in kv)
+    return {name: (spec, {**defines, **extra}) for name, (spec, defines) in out.items()}
+
+
+_DEFINES_ENV = "TLC_COMPILE_TIME_DEFINES"   # -D bindings for every kernel, inherited by the child processes
 
 
 KERNEL_ARCH = {"attn_d128_sm90a": "sm_90a"}  # kernels built for their own target whatever --arch says
@@ -251,8 +256,14 @@ def main() -> int:
                     "('~OPT' drops a default); repeatable")
     ap.add_argument("--no-fold", action="store_true",
                     help="lower without fold-partitions (TLC_FOLD_PARTITIONS=0, inherited by the child processes)")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                    help="bind a Param in every kernel (e.g. SplitMasked=false); repeatable")
     ap.add_argument("--child", choices=("cold", "warm", "experiment"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if any("=" not in d for d in a.defines):
+        ap.error("-D takes NAME=VALUE")
+    if a.defines:
+        os.environ[_DEFINES_ENV] = ";".join(a.defines)
     if a.no_fold:
         os.environ["TLC_FOLD_PARTITIONS"] = "0"
     if a.child == "experiment":
@@ -268,7 +279,7 @@ def main() -> int:
     from tlc.lowering.switches import switches_key
     report: dict = {"machine": _machine(), "arch": a.arch,
                     "fold_partitions": os.environ.get("TLC_FOLD_PARTITIONS", "1").strip() != "0",
-                    "switches": switches_key()}
+                    "switches": switches_key(), "defines": a.defines}
     if a.experiment:
         report["experiments"] = {"kernel": names[0], "rows": experiments(names[0], a.arch, a.experiment)}
     else:
