@@ -346,17 +346,39 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
     @emit.register
     def _(self, op: RowReduceOp) -> None:
         self._at(op)
-        combine = "fmaxf(r, {v})" if op.kind == "max" else "r + {v}"
+        combine = "fmaxf({a}, {b})" if op.kind == "max" else "{a} + {b}"
         with self.w.block(""):
             self._rows(op.src)
             self.w.line("CUTE_UNROLL")
             with self.w.block(f"for (int mi = 0; mi < size<0>({op.src}_rc); ++mi)"):
-                start = "0" if op.accumulate else "1"
-                self.w.line(f"float r = {op.dst}(mi);" if op.accumulate else f"float r = {op.src}_rc(mi, 0);")
-                self.w.line("CUTE_UNROLL")
-                with self.w.block(f"for (int ni = {start}; ni < size<1>({op.src}_rc); ++ni)"):
-                    self.w.line(f"r = {combine.format(v=f'{op.src}_rc(mi, ni)')};")
+                if op.chains == 1:
+                    start = "0" if op.accumulate else "1"
+                    self.w.line(f"float r = {op.dst}(mi);" if op.accumulate else f"float r = {op.src}_rc(mi, 0);")
+                    self.w.line("CUTE_UNROLL")
+                    with self.w.block(f"for (int ni = {start}; ni < size<1>({op.src}_rc); ++ni)"):
+                        self.w.line(f"r = {combine.format(a='r', b=f'{op.src}_rc(mi, ni)')};")
+                else:
+                    self._chained_reduce(op, combine)
                 self.w.line(f"{op.dst}(mi) = r;")
+
+    def _chained_reduce(self, op: RowReduceOp, combine: str) -> None:
+        """`op.chains` partial results over the columns (column ni into chain ni % chains), then pairwise."""
+        c, identity = op.chains, ("-INFINITY" if op.kind == "max" else "0.f")
+        n = f"int(size<1>({op.src}_rc))"
+        self.w.line(f"float r_[{c}];")
+        self.w.line("CUTE_UNROLL")
+        with self.w.block(f"for (int k = 0; k < {c}; ++k)"):
+            self.w.line(f"r_[k] = k < {n} ? {op.src}_rc(mi, k) : {identity};")
+        self.w.line("CUTE_UNROLL")
+        with self.w.block(f"for (int ni = {c}; ni < {n}; ++ni)"):
+            self.w.line(f"r_[ni % {c}] = {combine.format(a=f'r_[ni % {c}]', b=f'{op.src}_rc(mi, ni)')};")
+        half = c // 2
+        while half >= 1:
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int k = 0; k < {half}; ++k)"):
+                self.w.line(f"r_[k] = {combine.format(a='r_[k]', b=f'r_[k + {half}]')};")
+            half //= 2
+        self.w.line(f"float r = {combine.format(a=op.dst + '(mi)', b='r_[0]')};" if op.accumulate else "float r = r_[0];")
 
     @emit.register
     def _(self, op: AllReduceOp) -> None:

@@ -145,17 +145,21 @@ class MaskOp(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class RowReduceOp(Op):
-    """dst[r] = reduce(src[r, :]) over this thread's columns (`accumulate`: fold into dst)."""
+    """dst[r] = reduce(src[r, :]) over this thread's columns (`accumulate`: fold into dst). `chains` > 1
+    reduces each row in that many independent partial results, combined pairwise at the end: the
+    same max, a sum in another order, and a dependency chain that many times shorter."""
 
     dst: str
     src: str
     kind: str
     accumulate: bool
+    chains: int = 1
 
     def check(self) -> None:
         check_ident(self.dst, "row vector")
         check_ident(self.src, "fragment")
         self._need(self.kind in ("max", "sum"), f"kind {self.kind!r}")
+        self._need(self.chains in (1, 2, 4, 8), f"chains {self.chains}: 1, 2, 4 or 8")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from typing import ClassVar
 from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
-from tlc.kir.ops import Exp2ScaleOp, ForOp, KernelOp, MmaOp, walk
+from tlc.kir.ops import Exp2ScaleOp, ForOp, KernelOp, MmaOp, RowReduceOp, walk
 from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
@@ -286,6 +286,33 @@ class EmulateExp2Pass(_ScheduleListingPass):
         count = sum(isinstance(op, Exp2ScaleOp) for op in walk(kernel))
         state.schedule = list(state.schedule) + [f"emulate-exp2: every {every}th exp2 of {count} score exp2 "
                                                  f"site(s) by polynomial on the FMA pipe"]
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
+class ReductionChainsPass(_ScheduleListingPass):
+    """`Param ReduceChains = c` (1, 2, 4 or 8): each thread reduces its row of scores (max, sum) in c
+    independent partial results combined pairwise, instead of one chain through all its columns (32
+    dependent FMNMX or FADD per row at d = 128 on sm_90a, on the softmax's critical path when the warp
+    runs alone between GEMMs). The max is unchanged; the sum is added in another order. 1: one chain."""
+
+    name: ClassVar[str] = "reduction-chains"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        chains = _schedule_param(graph, "ReduceChains", 1, lambda v: v in (1, 2, 4, 8) and not isinstance(v, bool),
+                                 "use 1, 2, 4 or 8")
+        if chains == 1:
+            return
+        state = _state(ctx, self.name)
+        kernel = _kernel(state)
+
+        def block(ops):
+            return tuple(dataclasses.replace(op, chains=chains) if isinstance(op, RowReduceOp) else
+                         dataclasses.replace(op, **{r: block(getattr(op, r)) for r in op.regions}) if op.regions
+                         else op for op in ops)
+        kernel = dataclasses.replace(kernel, body=block(kernel.body))
+        count = sum(isinstance(op, RowReduceOp) for op in walk(kernel))
+        state.schedule = list(state.schedule) + [f"reduction-chains: {count} row reduction(s) in {chains} chains"]
         _with_kernel(state, kernel)
 
 

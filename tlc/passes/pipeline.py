@@ -39,6 +39,7 @@ LOWERING_PIPELINE = [
     "prefetch-tma-descriptors",  # sm_90a, Param PrefetchTma: descriptors fetched while the mbarriers are set up
     "check-resources",    # needs the final buffers and fragments: shared bytes and registers
     "emulate-exp2",       # Param Exp2Poly = k: every k-th score exp2 by polynomial on the FMA pipe (MUFU-bound d = 64)
+    "reduction-chains",   # Param ReduceChains: row max / sum in independent partial results (shorter chains)
     "lazy-rescale",       # warp-specialised: the running max moves only past 2^8; O rescaled when a warp's row moved
     "split-masked-trips", # after check-resources (same registers, twice the loop text): trips before the first masked one run a loop without mask code
     "trace-phases",       # Param Trace: timestamps at phase boundaries (bench/timeline.py), on the final schedule

@@ -32,6 +32,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
     "split-masked-trips": _lazy("tlc.lowering.passes:SplitMaskedTripsPass"),
     "lazy-rescale": _lazy("tlc.lowering.passes:LazyRescalePass"),
+    "reduction-chains": _lazy("tlc.lowering.passes:ReductionChainsPass"),
     "prefetch-tma-descriptors": _lazy("tlc.lowering.passes:PrefetchTmaPass"),
     "trace-phases": _lazy("tlc.lowering.passes:TracePhasesPass"),
     "emulate-exp2": _lazy("tlc.lowering.passes:EmulateExp2Pass"),
