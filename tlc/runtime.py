@@ -321,7 +321,7 @@ def _as_attention_error() -> Iterator[None]:
 
 def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "sm_90") -> tuple[Path, dict[str, Any]]:
     """The shipped spec and its -D bindings that `attention` builds for a call's shape on `arch`."""
-    from tlc.tuning import default_tiles
+    from tlc.tuning import default_schedule, default_tiles
 
     if d_qk == d_v:
         spec, defines = specs_dir() / "gqa_fwd.tl", {"HeadDim": d_qk}
@@ -330,4 +330,5 @@ def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "s
     tiles = default_tiles(d_qk, d_v, arch)  # the tuned tiles for this head dim and target (tlc/tuning.py)
     defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"],
                    Stages=tiles["stages"])  # both specs declare Warps and Stages
+    defines.update(default_schedule(d_qk, d_v, arch))   # schedule knobs tuned per head dim (tlc/tuning.py)
     return spec, defines

@@ -50,6 +50,22 @@ SM90A_TILES = {64: dict(bm=192, bn=128, warps=12, stages=2), 128: dict(bm=128, b
 SM90A_PAIRS: dict[tuple[int, int], dict] = {(192, 128): dict(bm=128, bn=128, warps=8, stages=2)}
 
 
+# sm_90a schedule knobs per tabled width beside the tiles: at d <= 64 the softmax is half of each trip's
+# work, and reducing each score row in two chains (`reduction-chains`) ran 1.011x at d = 64 and d = 64
+# causal on an H200 (2026-11-23, bench/results/2026-11-23-h200-s9-reduce-chains-*.txt); at d = 128 it
+# changed nothing (1.000 / 0.998) and at d = 256 it lost (0.988), four chains lost more.
+SM90A_SCHEDULE = {64: {"ReduceChains": 2}}
+
+
+def default_schedule(d_qk: int, d_v: int, arch: str) -> dict:
+    """The schedule -D bindings tlc.attention adds to the tiles for these head dims on `arch`."""
+    if arch != "sm_90a" or (d_qk, d_v) in SM90A_PAIRS:
+        return {}
+    width = -(-max(d_qk, d_v) // 32) * 32
+    key = min((k for k in SM90A_TILES if k >= width), default=256)
+    return dict(SM90A_SCHEDULE.get(key, {}))
+
+
 def default_tiles(d_qk: int, d_v: int, arch: str = "sm_90") -> dict:
     """BM, BN, warps and stages for these head dims on `arch` (sm_90a has its own table): the tabled
     width at or above the padded one."""

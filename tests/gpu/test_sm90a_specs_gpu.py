@@ -48,6 +48,11 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha64_bm192_exp2poly": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12",
                                          "Causal": "true", "Exp2Poly": "4"}),
     "mha128_causal_br_exp2poly": ("mha_fwd", {"Causal": "true", "Align": "bottom_right", "Exp2Poly": "2"}),
+    # reduction-chains: row max / sum in 4 (8) partial results; the traced kernel (trace-phases) computes the same
+    "mha128_causal_br_chains4": ("mha_fwd", {"Causal": "true", "Align": "bottom_right", "ReduceChains": "4"}),
+    "mha_d40_chains8_traced": ("mha_fwd", {"HeadDim": "40", "ReduceChains": "8", "Trace": "true",
+                                           "TraceTrips": "true"}),
+    "mha128_causal_persistent_traced": ("mha_fwd", {"Causal": "true", "Persistent": "true", "Trace": "true"}),
     # wgmma N outside CuTe's default shapes (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED): 128×176 and d = 256 128×80
     "gqa128_bn176_causal": ("gqa_fwd", {"Warps": "8", "BN": "176", "Causal": "true"}),
     "gqa256_bn80": ("gqa_fwd", {"HeadDim": "256", "Warps": "8", "BN": "80"}),

@@ -40,6 +40,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mla_decode": ("mla_decode_fwd", {}),
     "mla_decode_causal": ("mla_decode_fwd", {"Causal": "true"}),
     "mla_decode_32x8": ("mla_decode_fwd", {"BM": "32", "Warps": "8"}),   # 2 warps of rows, O split 4 ways
+    # reduction-chains on the mma.sync path; trace-phases' stamps change no value
+    "mha64_causal_chains2_traced": ("mha_fwd", {"HeadDim": "64", "Causal": "true", "ReduceChains": "2",
+                                                "Trace": "true"}),
 }
 
 
