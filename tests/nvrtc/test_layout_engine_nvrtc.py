@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
+from tlc.kir.ops_views import CoordViewOp, WgmmaRegisterFragmentOp
 from tlc.layout.crosscheck import CheckProgram
 from tlc.layout.crosscheck_views import ViewChecks
 from tlc.lowering.emit_text import kernel_ir
@@ -39,8 +41,11 @@ VIEW_BINDINGS = {
     "mla_decode_fwd": [BINDINGS["mla_decode_fwd"][1]],
     "mla_prefill_fwd": [BINDINGS["mla_prefill_fwd"][1]],
 }
-# sm_90a kernels fold their epilogue (the persistent one inside its tile loop), the wgmma-matched copy too
-VIEW_BINDINGS_SM90A = {"mha_fwd": [{}, {"Causal": "true", "Persistent": "true"}]}
+# sm_90a kernels fold their epilogue (the persistent one inside its tile loop), the wgmma-matched copy, the
+# wgmma accumulators and their coordinates (masks) too: two and three consumer warp groups, N = 64 and 128
+VIEW_BINDINGS_SM90A = {"mha_fwd": [{}, {"Causal": "true", "Persistent": "true"}],
+                       "gqa_fwd": [{"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12", "Causal": "true"},
+                                   {"HeadDim": "256", "BM": "128", "BN": "64", "Warps": "8"}]}
 
 
 def check_program(views: bool) -> CheckProgram:
@@ -62,6 +67,10 @@ def test_every_shipped_spec_is_checked() -> None:
     assert views.count >= 80, views.count
     folded = fold_partitions(kernel_ir(SPECS / "mha_fwd.tl", "sm_80", SMALL).kernels()[0])[0]
     assert sum(isinstance(op, (K.PartitionOp, K.FragmentOp)) for op in K.walk(folded)) >= 20
+    hopper = fold_partitions(kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", {"Causal": "true"}).kernels()[0], wgmma=True)[0]
+    accumulators = [op for op in K.walk(hopper) if isinstance(op, H.WgmmaFragmentOp) and op.role == "C"]
+    assert accumulators and all(isinstance(op, WgmmaRegisterFragmentOp) for op in accumulators)
+    assert any(isinstance(op, CoordViewOp) and op.slice == "thr_wgmma_S" for op in K.walk(hopper))
 
 
 def _compile(check: CheckProgram) -> None:

@@ -12,7 +12,7 @@ from tlc.backend_cute.handler_table import HandlerTable
 from tlc.kir.expr import Expr, Index, Var
 from tlc.kir.ops_exec import kblock_slice
 from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, CoordViewOp, CopyAtomOp, GlobalTileViewOp,
-                               MmaAtomOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp,
+                               MmaAtomOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, WgmmaRegisterFragmentOp,
                                StaticTransposeLayoutOp, ThreadViewOp)
 
 _TABLE = HandlerTable("ViewEmitter")
@@ -101,6 +101,11 @@ class ViewEmitter(_TABLE.mixin_base()):
         self._at(op)
         self.w.line(f"Tensor {op.name} = make_tensor<{CPP_DTYPE[op.dtype]}>("
                     f"{static_layout(op.layout_shape, op.layout_stride)});")
+
+    @_handles(WgmmaRegisterFragmentOp)
+    def _wgmma_register_fragment(self, op: WgmmaRegisterFragmentOp) -> None:
+        self._at(op)
+        self.w.line(f"Tensor {op.name} = make_tensor<float>({static_layout(op.layout_shape, op.layout_stride)});")
 
     @_handles(CopyAtomOp)
     def _copy_atom(self, op: CopyAtomOp) -> None:

@@ -14,6 +14,7 @@ from tlc.kir.expr import Expr
 from tlc.kir.ops_decl import (FragmentOp, GlobalTileOp, PartitionOp, SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp,
                               TiledMmaOp)
 from tlc.kir.ops_exec import AsyncCopyOp, CopyOp, MmaOp
+from tlc.kir.ops_sm90 import WgmmaFragmentOp
 
 
 def refine(cls: type, op, **extra):
@@ -114,6 +115,19 @@ class RegisterFragmentOp(_StaticLayout, FragmentOp):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WgmmaRegisterFragmentOp(_StaticLayout, WgmmaFragmentOp):
+    """A wgmma accumulator (role C) with the layout CuTe's partition_fragment_C gives it:
+    `make_tensor<float>(layout)` (the same type, so cute::gemm and every reader see what they saw)."""
+
+    layout_shape: tuple
+    layout_stride: tuple
+
+    def check(self) -> None:
+        super().check()
+        self._need(self.role == "C", "only accumulators (role C) fold")
+
+
+@dataclass(frozen=True, kw_only=True)
 class CopyAtomOp(TiledCopyOp):
     """The copy instruction alone, `Copy_Atom<atom, T> name{}`: every partition by this copy was
     folded into a view, so copies need the atom, not the TiledCopy."""
@@ -196,4 +210,4 @@ class GlobalTileViewOp(GlobalTileOp):
                    "a (rows, cols) tile with a positive col_tiles")
 
 
-VIEW_OP_CLASSES = (GlobalTileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, AtomMmaOp, AtomCopyOp, AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, CopyAtomOp, MmaAtomOp)
+VIEW_OP_CLASSES = (GlobalTileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, AtomMmaOp, AtomCopyOp, AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, WgmmaRegisterFragmentOp, CopyAtomOp, MmaAtomOp)

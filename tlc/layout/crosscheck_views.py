@@ -10,6 +10,7 @@ from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Index, Var
 from tlc.kir.ops_views import (CoordViewOp, GlobalTileViewOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp,
+                               WgmmaRegisterFragmentOp,
                                StaticTransposeLayoutOp, ThreadViewOp)
 from tlc.layout.crosscheck import CPP_TYPE, CheckProgram, copy_expr, mma_type
 from tlc.layout.kir_tensors import TileLayouts, engine_copy, engine_mma
@@ -45,7 +46,8 @@ class ViewChecks:
         self.tiles = TileLayouts(kernel)
         self.defs = self.tiles.defs
         self.mmas = {op.name: op for op in K.walk(kernel) if isinstance(op, (K.TiledMmaOp, H.WgmmaTiledMmaOp))}
-        self.owners = {op.thread_slice: op for op in K.walk(kernel) if isinstance(op, (K.TiledMmaOp, K.TiledCopyOp))}
+        self.owners = {op.thread_slice: op for op in K.walk(kernel)
+                       if isinstance(op, (K.TiledMmaOp, K.TiledCopyOp, H.WgmmaTiledMmaOp))}
 
     def _layout_cpp(self, name: str) -> str | None:
         op = self.defs.get(name)
@@ -81,7 +83,7 @@ class ViewChecks:
 
     def _owner(self, op: K.PartitionOp):
         owner = self.owners[op.slice]
-        if isinstance(owner, K.TiledMmaOp):
+        if isinstance(owner, (K.TiledMmaOp, H.WgmmaTiledMmaOp)):
             return self.check.alias(mma_type(owner)), engine_mma(owner), owner
         mma = self.mmas.get(owner.mma)
         mma_t = self.check.alias(mma_type(mma)) if mma else ""
@@ -109,7 +111,7 @@ class ViewChecks:
         src_t, layout, sw, space = found
         owner_t, engine, owner = self._owner(op)
         side = op.method[-1]
-        if isinstance(owner, K.TiledMmaOp):
+        if isinstance(owner, (K.TiledMmaOp, H.WgmmaTiledMmaOp)):
             if side != "C":
                 return
             expr = f"decltype({owner_t}{{}}.thrfrg_C({src_t}{{}}))"
@@ -170,11 +172,14 @@ class ViewChecks:
         self.check.same(f"decltype({owner_t}::retile({layout_type(src)}{{}}))", mine, f"{op.name} retile")
 
     def _wgmma_fragment(self, op: H.WgmmaFragmentOp) -> None:
-        """The layout fold-partitions assumes for a wgmma accumulator CuTe keeps is CuTe's."""
+        """A wgmma accumulator's layout, as fold-partitions spells it (or assumes it, where CuTe keeps the
+        fragment), is CuTe's partition_fragment_C layout, type for type."""
         mma_t = self.check.alias(mma_type(self.mmas[op.mma]))
         shape = ", ".join(f"Int<{d}>" for d in op.shape)
-        self.check.same(f"decltype(partition_fragment_C({mma_t}{{}}, Shape<{shape}>{{}}).layout())",
-                        engine_mma(self.mmas[op.mma]).fragment("C", Layout(op.shape)), f"{op.name} fragment")
+        mine = (Layout(op.layout_shape, op.layout_stride) if isinstance(op, WgmmaRegisterFragmentOp)
+                else engine_mma(self.mmas[op.mma]).fragment("C", Layout(op.shape)))
+        self.check.same(f"decltype(partition_fragment_C({mma_t}{{}}, Shape<{shape}>{{}}).layout())", mine,
+                        f"{op.name} fragment")
 
     def _fragment(self, op: RegisterFragmentOp) -> None:
         mma_t = self.check.alias(mma_type(self.mmas[op.mma]))

@@ -13,9 +13,10 @@ register tensor with CuTe's layout, and a TiledCopy (TiledMMA) all of whose part
 What the engine does not model stays as it was (notes name it), and so do the ldmatrix sources
 (shared→register partitions of an MMA operand copy): folded, their per-thread decayed strides took
 registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
-engine models the epilogue's store (a thread-layout copy of the staged tile); the wgmma partitions stay
-CuTe's; the copy matched to the wgmma accumulator folds too (the engine has CuTe's CLayout_64xN,
-checked by NVRTC), except under TLC_FOLD_PARTITIONS=no-wgmma. On by default; TLC_FOLD_PARTITIONS=0 or
+engine models the epilogue's store (a thread-layout copy of the staged tile) and, with CuTe's CLayout_64xN
+(checked by NVRTC), the wgmma accumulators (register tensors of partition_fragment_C's own layout type),
+their coordinates for the masks and the copy matched to them, except under TLC_FOLD_PARTITIONS=no-wgmma;
+the wgmma shared-operand partitions stay CuTe's (their GMMA descriptors). On by default; TLC_FOLD_PARTITIONS=0 or
 `fold-partitions{enable=false}` turns it off.
 """
 from __future__ import annotations
@@ -26,10 +27,10 @@ from pycute import Layout
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import Var
+from tlc.kir.expr import Var, print_expr
 from tlc.kir.ops_views import (CoordViewOp, CopyAtomOp, GlobalTileViewOp, MmaAtomOp,
                                RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp,
-                               ThreadViewOp, refine)
+                               ThreadViewOp, WgmmaRegisterFragmentOp, refine)
 from tlc.layout.kir_atoms import atom_calls
 from tlc.layout.kir_tensors import TileLayout, TileLayouts, engine_copy, engine_mma, smem_layout, transpose_layout
 from tlc.layout.kir_views import coord_fields, global_strides, nested, offset_expr, swizzled_strides
@@ -48,9 +49,10 @@ class _Folder:
             if isinstance(op, K.TiledMmaOp):
                 self.mmas[op.name] = op
                 self.slices[op.thread_slice] = op
-            elif isinstance(op, H.WgmmaTiledMmaOp):   # its operand partitions stay CuTe's
+            elif isinstance(op, H.WgmmaTiledMmaOp):   # its shared-operand partitions stay CuTe's
                 if wgmma:
                     self.mmas[op.name] = op
+                    self.slices[op.thread_slice] = op
                 else:
                     self.unmodelled[op.name] = "matched to a wgmma accumulator (left to CuTe by TLC_FOLD_PARTITIONS=no-wgmma)"
             elif isinstance(op, K.TiledCopyOp):
@@ -88,6 +90,8 @@ class _Folder:
             return self._keep(op, self.unmodelled[owner.mma])
         if owner is None or tile is None:
             return self._keep(op, f"`{op.src}` is not a tile the engine models")
+        if isinstance(owner, H.WgmmaTiledMmaOp):
+            return self._wgmma_coords(op, owner, tile)
         if isinstance(owner, K.TiledMmaOp):
             engine, mma, side = engine_mma(owner), owner, op.method[-1]
             if op.method not in ("partition_A", "partition_B", "partition_C"):
@@ -123,6 +127,20 @@ class _Folder:
         return self._fold(ThreadViewOp, op, offset=offset, layout_shape=nested(found.values.shape),
                           layout_stride=swizzled_strides(found, offset), swizzle=tuple(tile.swizzle))
 
+    def _wgmma_coords(self, op: K.PartitionOp, mma: H.WgmmaTiledMmaOp, tile: TileLayout) -> K.Op:
+        """A wgmma's accumulator coordinates (masks) fold; its shared operands are GMMA descriptors CuTe builds."""
+        if op.method != "partition_C" or tile.space != "coords":
+            return self._keep(op, f"{op.method} of a wgmma: its GMMA descriptors need CuTe's partition")
+        thr, values = engine_mma(mma).partition("C", tile.layout)
+        return self._coords(op, thr, values, tile, print_expr(mma.thread_index))
+
+    def wgmma_fragment(self, op: H.WgmmaFragmentOp) -> K.Op:
+        """An accumulator: a register tensor of CuTe's partition_fragment_C layout (NVRTC checks the type)."""
+        layout = engine_mma(self.mmas[op.mma]).fragment("C", Layout(op.shape))
+        self.tiles.registers[op.name] = layout
+        return self._fold(WgmmaRegisterFragmentOp, op, layout_shape=nested(layout.shape),
+                          layout_stride=nested(layout.stride))
+
     def _coords(self, op: K.PartitionOp, thr: Layout, values: Layout, tile: TileLayout, index: str) -> K.Op:
         fields = coord_fields(thr, values, tile.layout.shape[0], index)
         if fields is None:
@@ -146,9 +164,8 @@ class _Folder:
                 op = self.fragment(op)
             elif type(op) is K.PartitionOp:
                 op = self.partition(op)
-            elif isinstance(op, H.WgmmaFragmentOp) and op.role == "C" and op.mma in self.mmas:
-                # kept as CuTe's fragment (the wgmma writes it); its layout lets copies of it fold
-                self.tiles.registers[op.name] = engine_mma(self.mmas[op.mma]).fragment("C", Layout(op.shape))
+            elif type(op) is H.WgmmaFragmentOp and op.role == "C" and op.mma in self.mmas:
+                op = self.wgmma_fragment(op)
             elif isinstance(op, K.ConvertOp) and op.src in self.tiles.registers:
                 self.tiles.registers[op.name] = self.tiles.registers[op.src]
             if op.regions:
