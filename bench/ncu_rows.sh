@@ -7,7 +7,8 @@ out=$1; shift
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
 [ -n "$NCU" ] || { echo "ncu_rows: no ncu on this machine"; exit 1; }
 sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
-          --section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats"
+          --section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats
+          --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"   # the stall reasons
 for spec in "$@"; do
   IFS='|' read -r row backend defines <<<"$spec"
   echo "### $row | $backend | ${defines:-}" >>"$out"
