@@ -117,7 +117,7 @@ class RegisterFragmentOp(_StaticLayout, FragmentOp):
 @dataclass(frozen=True, kw_only=True)
 class WgmmaRegisterFragmentOp(_StaticLayout, WgmmaFragmentOp):
     """A wgmma accumulator (role C) with the layout CuTe's partition_fragment_C gives it:
-    `make_tensor<float>(layout)` (the same type, so cute::gemm and every reader see what they saw)."""
+    `make_tensor<float>(layout)` (equal to CuTe's mode by mode, so cute::gemm and every reader index it as before)."""
 
     layout_shape: tuple
     layout_stride: tuple

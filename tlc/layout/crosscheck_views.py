@@ -173,7 +173,7 @@ class ViewChecks:
 
     def _wgmma_fragment(self, op: H.WgmmaFragmentOp) -> None:
         """A wgmma accumulator's layout, as fold-partitions spells it (or assumes it, where CuTe keeps the
-        fragment), is CuTe's partition_fragment_C layout, type for type."""
+        fragment), is CuTe's partition_fragment_C layout, mode by mode."""
         mma_t = self.check.alias(mma_type(self.mmas[op.mma]))
         shape = ", ".join(f"Int<{d}>" for d in op.shape)
         mine = (Layout(op.layout_shape, op.layout_stride) if isinstance(op, WgmmaRegisterFragmentOp)

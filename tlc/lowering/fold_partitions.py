@@ -14,7 +14,7 @@ What the engine does not model stays as it was (notes name it), and so do the ld
 (shared→register partitions of an MMA operand copy): folded, their per-thread decayed strides took
 registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
 engine models the epilogue's store (a thread-layout copy of the staged tile) and, with CuTe's CLayout_64xN
-(checked by NVRTC), the wgmma accumulators (register tensors of partition_fragment_C's own layout type),
+(checked by NVRTC), the wgmma accumulators (register tensors of partition_fragment_C's layout),
 their coordinates for the masks and the copy matched to them, except under TLC_FOLD_PARTITIONS=no-wgmma;
 the wgmma shared-operand partitions stay CuTe's (their GMMA descriptors). On by default; TLC_FOLD_PARTITIONS=0 or
 `fold-partitions{enable=false}` turns it off.
