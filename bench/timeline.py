@@ -161,9 +161,10 @@ def main() -> int:
     print(f"timeline: {row['name']}  {spec.name} {defines}  traced run {ms * 1e3:.1f} µs, "
           f"{result['ctas_traced']} CTAs on {result['sms']} SMs, clock ≈ {mhz:.0f} MHz")
     print(f"{'phase (µs)':58s} {'p10':>7s} {'median':>7s} {'p90':>7s} {'n':>7s}")
-    for key, p in list(result["phases"].items()) + [("unit span (a CTA; a tile's turn when persistent)", result["cta_span_us"]),
-                                                    ("gap before the SM's next unit (< 0: overlapped)", result["sm_gap_us"]),
-                                                    ("SM covered by a unit (fraction of its span)", result["sm_resident_fraction"])]:
+    totals = [("unit span (a CTA; a tile's turn when persistent)", result["cta_span_us"]),
+              ("gap before the SM's next unit (< 0: overlapped)", result["sm_gap_us"]),
+              ("SM covered by a unit (fraction of its span)", result["sm_resident_fraction"])]
+    for key, p in list(result["phases"].items()) + totals:
         if p.get("n"):
             print(f"{key:58s} {p['p10']:7.2f} {p['median']:7.2f} {p['p90']:7.2f} {p['n']:7d}")
     if a.json:

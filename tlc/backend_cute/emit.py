@@ -378,7 +378,8 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
             with self.w.block(f"for (int k = 0; k < {half}; ++k)"):
                 self.w.line(f"r_[k] = {combine.format(a='r_[k]', b=f'r_[k + {half}]')};")
             half //= 2
-        self.w.line(f"float r = {combine.format(a=op.dst + '(mi)', b='r_[0]')};" if op.accumulate else "float r = r_[0];")
+        folded = combine.format(a=op.dst + "(mi)", b="r_[0]") if op.accumulate else "r_[0]"
+        self.w.line(f"float r = {folded};")
 
     @emit.register
     def _(self, op: AllReduceOp) -> None:
