@@ -117,3 +117,24 @@ def test_notes_name_how_each_baseline_ran_and_the_fp16_ratio() -> None:
     assert rows[2]["notes"][1].startswith("cuDNN: K/V heads expanded with repeat_interleave (outside the timing); "
                                           "enable_gqa refused: No available kernel")
     assert rows[3]["notes"] == ["tlc: boom"]
+
+
+def test_precompile_rows_and_variants_select_and_multiply_the_jobs() -> None:
+    from bench.precompile import job_set
+
+    jobs = job_set("bar", "sm_90a", "S=1k", ["Trace=true", "Persistent=true;Stages=3"])
+    plain = [j for j in jobs if "Trace" not in j[1] and "Persistent" not in j[1]]
+    assert len(plain) == 2 and {j[1]["Causal"] for j in plain} == {False, True}
+    assert len(jobs) == 6 and all(j[1]["Stages"] == "3" for j in jobs if "Persistent" in j[1])
+    with pytest.raises(SystemExit, match="--rows selects bar rows"):
+        job_set("tests", "sm_90a", "S=1k")
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        job_set("bar", "sm_90a", None, ["Trace"])
+
+
+def test_compile_time_binds_its_defines_in_every_kernel(monkeypatch) -> None:
+    from bench import compile_time
+
+    monkeypatch.setenv(compile_time._DEFINES_ENV, "SplitMasked=false;ReduceChains=2")
+    for spec, defines in compile_time.kernels().values():
+        assert defines["SplitMasked"] == "false" and defines["ReduceChains"] == "2"
