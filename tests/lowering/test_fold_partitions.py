@@ -14,7 +14,7 @@ from tlc.backend_cute.emit import emit_program
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
-                               RetileViewOp, ThreadViewOp, WgmmaRegisterFragmentOp)
+                               RetileViewOp, ThreadViewOp, WgmmaDescriptorFragmentOp, WgmmaRegisterFragmentOp)
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.emit_text import kernel_ir
 from tlc.lowering.fold_partitions import fold_partitions
@@ -110,9 +110,9 @@ def test_the_pass_is_on_by_default_and_zero_turns_it_off(monkeypatch) -> None:
 def test_sm90a_kernels_fold_their_epilogue(monkeypatch, mode: str) -> None:
     """On sm_90a the engine models the epilogue's store to global memory (with its predicate's
     coordinates) and, unless TLC_FOLD_PARTITIONS=no-wgmma, the register→shared copy matched to the wgmma
-    accumulator, the accumulators themselves (CuTe's partition_fragment_C layout, CLayout_64xN) and the
-    scores' coordinates for the masks. The wgmma shared-operand partitions (GMMA descriptors) stay
-    CuTe's, and the notes say why."""
+    accumulator, the accumulators themselves (CuTe's partition_fragment_C layout, CLayout_64xN), the
+    scores' coordinates for the masks and the shared operands' GMMA descriptors (their partitions
+    dropped); under no-wgmma those stay CuTe's."""
     monkeypatch.setenv("TLC_FOLD_PARTITIONS", mode)
     defines = {"HeadDim": "64", "BM": "64", "BN": "64"}
     program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", defines)
@@ -123,13 +123,21 @@ def test_sm90a_kernels_fold_their_epilogue(monkeypatch, mode: str) -> None:
     operands = {"tSsQ", "tSsK", "tOsV"}
     accumulators = {op.name: op for op in K.walk(program) if isinstance(op, H.WgmmaFragmentOp) and op.role == "C"}
     assert "rO" in accumulators and "acc_S" in accumulators
+    descriptors = {op.name: op for op in K.walk(program) if isinstance(op, WgmmaDescriptorFragmentOp)}
     if mode == "1":
-        assert views == store | {"tOsO", "tOrO", "tSc64x64"} and kept == operands
+        assert views == store | {"tOsO", "tOrO", "tSc64x64"} and kept == set()
+        assert set(descriptors) == {"tSrQ", "tSrK", "tOrV"}
+        q, v = descriptors["tSrQ"], descriptors["tOrV"]   # 64x64 tiles, one warp group, bf16, 128-byte swizzle
+        assert (q.src.name, q.desc_lo, q.desc_hi, q.layout_shape, q.layout_stride) == (
+            "sQ", 1 << 16, 1 << 30 | 64, (1, 1, 4), (0, 0, 2))   # K-major: LBO 1, SBO 1024 B; k16 = 32 B
+        # MN-major V at d = 64: one atom along N, so no leading offset (CuTe's too: tests/nvrtc checks it)
+        assert (v.src.name, v.desc_lo, v.desc_hi) == ("sVt", 0, 1 << 30 | 64)
         assert copies == ["r2s_copy", "store_copy_64"]
         assert all(isinstance(op, WgmmaRegisterFragmentOp) for op in accumulators.values())
         assert accumulators["rO"].layout_shape == ((2, 2, 8), 1, 1)   # 64x64 on one warp group: 32 per thread
     else:
         assert views == store and kept == operands | {"tOsO", "tOrO", "tSc64x64"} and copies == ["store_copy_64"]
+        assert not descriptors
         assert not any(isinstance(op, WgmmaRegisterFragmentOp) for op in accumulators.values())
     monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
     unfolded = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", defines)

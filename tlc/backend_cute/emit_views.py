@@ -10,9 +10,11 @@ import contextlib
 from tlc.backend_cute.cpp import CPP_DTYPE, cpp_expr
 from tlc.backend_cute.handler_table import HandlerTable
 from tlc.kir.expr import Expr, Index, Var
+from tlc.expr.rewrite import substitute
 from tlc.kir.ops_exec import kblock_slice
 from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, CoordViewOp, CopyAtomOp, GlobalTileViewOp,
-                               MmaAtomOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, WgmmaRegisterFragmentOp,
+                               MmaAtomOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, WgmmaDescriptorFragmentOp,
+                               WgmmaRegisterFragmentOp,
                                StaticTransposeLayoutOp, ThreadViewOp)
 
 _TABLE = HandlerTable("ViewEmitter")
@@ -106,6 +108,18 @@ class ViewEmitter(_TABLE.mixin_base()):
     def _wgmma_register_fragment(self, op: WgmmaRegisterFragmentOp) -> None:
         self._at(op)
         self.w.line(f"Tensor {op.name} = make_tensor<float>({static_layout(op.layout_shape, op.layout_stride)});")
+
+    @_handles(WgmmaDescriptorFragmentOp)
+    def _wgmma_descriptors(self, op: WgmmaDescriptorFragmentOp) -> None:
+        self._at(op)
+        # the offset depends on the thread only through its warp group (the fold checks it): taken at the
+        # group's first thread, a warp-uniform value, the descriptors live in uniform registers
+        base = f"{op.name}_wg0"
+        self.w.line(f"const int {base} = tlc::warp_group_thread0();")
+        offset = substitute(op.offset, "threadIdx.x", Var(base))
+        start = f"raw_pointer_cast({cpp_expr(op.src)}.data()) + ({cpp_expr(offset)})"
+        self.w.line(f"Tensor {op.name} = make_tensor(GMMA::DescriptorIterator{{tlc::gmma_desc({start}, "
+                    f"{op.desc_lo:#x}u, {op.desc_hi:#x}u)}}, {static_layout(op.layout_shape, op.layout_stride)});")
 
     @_handles(CopyAtomOp)
     def _copy_atom(self, op: CopyAtomOp) -> None:

@@ -128,6 +128,33 @@ class WgmmaRegisterFragmentOp(_StaticLayout, WgmmaFragmentOp):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WgmmaDescriptorFragmentOp(_StaticLayout, WgmmaFragmentOp):
+    """A wgmma shared operand (A of an SS MMA, or B) as CuTe's make_fragment_A/B gives it, without its
+    partition: GMMA descriptors, `make_tensor(GMMA::DescriptorIterator{desc}, layout)`. `src` is the
+    shared tile; the descriptor starts at its element `offset` (the warp group's first, a function of the
+    thread index) with the static halves `desc_lo` / `desc_hi` make_gmma_desc derives from the layout
+    (tlc/layout/gmma.py); `layout` is the partition's rest modes in 16-byte units after one descriptor.
+
+        WgmmaDescriptorFragmentOp(name=tSrQ, mma=wgmma_S, role=A, src=`sQ`, offset=`threadIdx.x / 128 * 4096`,
+                                  desc_lo=65536, desc_hi=1073741888, layout_shape=(1, 1, (4, 2)),
+                                  layout_stride=(0, 0, (2, 1024)))
+    """
+
+    offset: Expr
+    desc_lo: int
+    desc_hi: int
+    layout_shape: tuple
+    layout_stride: tuple
+
+    def check(self) -> None:
+        super().check()
+        self._need(self.role in ("A", "B"), "only shared operands (roles A, B) are descriptors")
+        self._need(isinstance(self.offset, Expr), "offset must be an expression")
+        self._need(all(_int_stride(v) and 0 <= v < 1 << 32 for v in (self.desc_lo, self.desc_hi)),
+                   "desc_lo and desc_hi must be 32-bit unsigned")
+
+
+@dataclass(frozen=True, kw_only=True)
 class CopyAtomOp(TiledCopyOp):
     """The copy instruction alone, `Copy_Atom<atom, T> name{}`: every partition by this copy was
     folded into a view, so copies need the atom, not the TiledCopy."""
@@ -210,4 +237,6 @@ class GlobalTileViewOp(GlobalTileOp):
                    "a (rows, cols) tile with a positive col_tiles")
 
 
-VIEW_OP_CLASSES = (GlobalTileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, AtomMmaOp, AtomCopyOp, AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp, WgmmaRegisterFragmentOp, CopyAtomOp, MmaAtomOp)
+VIEW_OP_CLASSES = (GlobalTileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp, AtomMmaOp, AtomCopyOp,
+                   AtomAsyncCopyOp, ThreadViewOp, CoordViewOp, RetileViewOp, RegisterFragmentOp,
+                   WgmmaRegisterFragmentOp, WgmmaDescriptorFragmentOp, CopyAtomOp, MmaAtomOp)

@@ -39,6 +39,27 @@ constexpr bool tlc_offsets(int t, const int (&want)[N]) {
   }
   return true;
 }
+// make_gmma_desc's static fields for the partition P (a wgmma operand's shared partition), as
+// make_gmma_desc derives them from its first mode (the atom's tile) recast to 16-byte units.
+template <class P, bool KMajor>
+constexpr bool tlc_gmma_fields(uint32_t lo, uint32_t hi) {
+  using U = decltype(recast<uint128_t const>(tensor<0>(cute::declval<P&>())));
+  constexpr auto type = SM90::GMMA::layout_type(U{});
+  constexpr int W = type == SM90::GMMA::LayoutType::INTERLEAVE ? 1 : type == SM90::GMMA::LayoutType::B32 ? 2
+                  : type == SM90::GMMA::LayoutType::B64 ? 4 : 8;
+  constexpr bool inter = type == SM90::GMMA::LayoutType::INTERLEAVE;
+  uint32_t lbo = 0, sbo = 0;
+  if constexpr (KMajor) {
+    constexpr auto c = logical_divide(typename U::layout_type{}, Tile<Layout<_8, _1>, Layout<_2, _1>>{});
+    sbo = stride<0, 1>(c);
+    lbo = stride<1, 0>(c);
+  } else {
+    constexpr auto c = logical_divide(typename U::layout_type{}, Tile<Layout<Int<W>, _1>, Layout<_8, _1>>{});
+    sbo = inter ? uint32_t(stride<0, 1>(c)) : uint32_t(stride<1, 1>(c));
+    lbo = inter ? uint32_t(stride<1, 1>(c)) : uint32_t(stride<0, 1>(c));
+  }
+  return lo == (lbo << 16) && hi == ((uint32_t(type) << 30) | sbo);
+}
 template <class L, int N>
 constexpr bool tlc_coords(int t, const int (&rows)[N], const int (&cols)[N]) {
   constexpr L l{};

@@ -8,14 +8,16 @@ from pycute import Layout
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
+from tlc.kir.evaluate import evaluate
 from tlc.kir.expr import Index, Var
 from tlc.kir.ops_views import (CoordViewOp, GlobalTileViewOp, RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp,
-                               WgmmaRegisterFragmentOp,
+                               WgmmaDescriptorFragmentOp, WgmmaRegisterFragmentOp,
                                StaticTransposeLayoutOp, ThreadViewOp)
 from tlc.layout.crosscheck import CPP_TYPE, CheckProgram, copy_expr, mma_type
 from tlc.layout.kir_tensors import TileLayouts, engine_copy, engine_mma
 from tlc.layout.cpp import layout_type
 
+_GMMA_ATOM = {0: "INTER", 32: "SW32", 64: "SW64", 128: "SW128"}
 GLOBAL_ROW = 1000  # the row stride a global tile gets in the check (NVRTC needs a static one)
 GLOBAL_ROWS = 300  # and its rows: not a multiple of any tile
 
@@ -53,6 +55,10 @@ class ViewChecks:
         op = self.defs.get(name)
         if isinstance(op, K.SmemLayoutOp):
             return self.check.alias(_smem_type(op))
+        if isinstance(op, H.GmmaSmemLayoutOp):
+            atom = f"GMMA::Layout_{'K' if op.k_major else 'MN'}_{_GMMA_ATOM[op.swizzle]}_Atom<{CPP_TYPE[op.dtype]}>"
+            shape = ", ".join(f"Int<{d}>" for d in op.shape)
+            return self.check.alias(f"decltype(tile_to_shape({atom}{{}}, Shape<{shape}>{{}}))")
         if isinstance(op, K.SmemTransposeLayoutOp):
             base = self._layout_cpp(op.of)
             cols, rows = op.shape[0], op.shape[1]
@@ -101,6 +107,8 @@ class ViewChecks:
                 self._retile(op)
             elif isinstance(op, RegisterFragmentOp):
                 self._fragment(op)
+            elif isinstance(op, WgmmaDescriptorFragmentOp):
+                self._wgmma_descriptors(op)
             elif isinstance(op, H.WgmmaFragmentOp) and op.role == "C" and op.mma in self.mmas:
                 self._wgmma_fragment(op)
 
@@ -180,6 +188,31 @@ class ViewChecks:
                 else engine_mma(self.mmas[op.mma]).fragment("C", Layout(op.shape)))
         self.check.same(f"decltype(partition_fragment_C({mma_t}{{}}, Shape<{shape}>{{}}).layout())", mine,
                         f"{op.name} fragment")
+
+    def _wgmma_descriptors(self, op: WgmmaDescriptorFragmentOp) -> None:
+        """A wgmma operand's descriptors: CuTe's make_fragment_A/B layout, the first element of the
+        partition (before the swizzle: a descriptor's start address) at two warp groups' threads, and
+        make_gmma_desc's static fields."""
+        mma = self.mmas[op.mma]
+        buf = self.defs[op.src.name]
+        lay = self._layout_cpp(buf.layout)
+        if lay is None:
+            return
+        mma_t = self.check.alias(mma_type(mma))
+        dtype = CPP_TYPE[mma.dtype]
+        tensor = f"make_tensor(make_smem_ptr(static_cast<{dtype}*>(nullptr)), {lay}{{}})"
+        part = self.check.alias(f"decltype({mma_t}{{}}.get_slice(0).partition_{op.role}({tensor}))")
+        self.check.same(f"decltype({mma_t}{{}}.get_slice(0).make_fragment_{op.role}(cute::declval<{part}&>()).layout())",
+                        Layout(op.layout_shape, op.layout_stride), f"{op.name} descriptors")
+        k_major = mma.a_k_major if op.role == "A" else mma.b_k_major
+        self.check.raw(f"static_assert(tlc_gmma_fields<{part}, {str(k_major).lower()}>({op.desc_lo:#x}u, "
+                       f"{op.desc_hi:#x}u), \"{op.name} descriptor fields\");")
+        engine = engine_mma(mma)
+        tv_t = self.check.alias(f"decltype({mma_t}{{}}.thrfrg_{op.role}(get_nonswizzle_portion({lay}{{}})))")
+        to_mode0 = engine._thread_to_mode0(op.role)
+        for t in sorted({5, engine.threads - 27}):
+            want = evaluate(op.offset, {"threadIdx.x": t})
+            self.check.raw(f"static_assert(tlc_offsets<{tv_t}>({to_mode0(t)}, {{{want}}}), \"{op.name} thread {t}\");")
 
     def _fragment(self, op: RegisterFragmentOp) -> None:
         mma_t = self.check.alias(mma_type(self.mmas[op.mma]))

@@ -33,13 +33,18 @@ class TileLayout:
 
 def smem_layout(op: K.SmemLayoutOp) -> Layout:
     """CuTe's tile_to_shape of a row-major (r, c) atom: atoms column-major over the shape, stages last."""
-    (r, c), shape = op.atom, op.shape
+    return smem_layout_of_atom(op.atom, op.shape)
+
+
+def smem_layout_of_atom(atom: tuple[int, int], shape: tuple[int, ...], row_major: bool = True) -> Layout:
+    """tile_to_shape of a compact (r, c) atom (row-major, or column-major) over (rows, cols[, stages])."""
+    (r, c) = atom
     rows, cols = shape[0] // r, shape[1] // c
-    atom = r * c
+    size = r * c
     modes_shape = ((r, rows), (c, cols))
-    modes_stride = ((c, atom), (1, atom * rows))
+    modes_stride = ((c, size), (1, size * rows)) if row_major else ((1, size), (r, size * rows))
     if len(shape) == 3:
-        return Layout((*modes_shape, shape[2]), (*modes_stride, atom * rows * cols))
+        return Layout((*modes_shape, shape[2]), (*modes_stride, size * rows * cols))
     return Layout(modes_shape, modes_stride)
 
 

@@ -13,10 +13,11 @@ register tensor with CuTe's layout, and a TiledCopy (TiledMMA) all of whose part
 What the engine does not model stays as it was (notes name it), and so do the ldmatrix sources
 (shared→register partitions of an MMA operand copy): folded, their per-thread decayed strides took
 registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
-engine models the epilogue's store (a thread-layout copy of the staged tile) and, with CuTe's CLayout_64xN
-(checked by NVRTC), the wgmma accumulators (register tensors of partition_fragment_C's layout),
-their coordinates for the masks and the copy matched to them, except under TLC_FOLD_PARTITIONS=no-wgmma;
-the wgmma shared-operand partitions stay CuTe's (their GMMA descriptors). On by default; TLC_FOLD_PARTITIONS=0 or
+engine models the epilogue's store (a thread-layout copy of the staged tile) and, with CuTe's GMMA layouts
+(checked by NVRTC), the wgmma accumulators (register tensors of partition_fragment_C's layout), their
+coordinates for the masks, the copy matched to them and the shared operands' GMMA descriptors (make_fragment_A/B
+without the partition: the warp group's start address and make_gmma_desc's static fields, tlc/layout/gmma.py),
+except under TLC_FOLD_PARTITIONS=no-wgmma. On by default; TLC_FOLD_PARTITIONS=0 or
 `fold-partitions{enable=false}` turns it off.
 """
 from __future__ import annotations
@@ -28,9 +29,12 @@ from pycute import Layout
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Var, print_expr
+from tlc.kir.ops_sm90 import ELEMENT_BYTES
 from tlc.kir.ops_views import (CoordViewOp, CopyAtomOp, GlobalTileViewOp, MmaAtomOp,
                                RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp,
-                               ThreadViewOp, WgmmaRegisterFragmentOp, refine)
+                               ThreadViewOp, WgmmaDescriptorFragmentOp, WgmmaRegisterFragmentOp, refine)
+from tlc.layout.algebra import modes
+from tlc.layout.gmma import descriptor_fields, descriptor_layout, gmma_layout
 from tlc.layout.kir_atoms import atom_calls
 from tlc.layout.kir_tensors import TileLayout, TileLayouts, engine_copy, engine_mma, smem_layout, transpose_layout
 from tlc.layout.kir_views import coord_fields, global_strides, nested, offset_expr, swizzled_strides
@@ -59,6 +63,7 @@ class _Folder:
                 self.slices[op.thread_slice] = op
         self.kept: list[str] = []
         self.folded = 0
+        self.descriptor_sources: set[str] = set()   # wgmma operand partitions whose fragments folded
 
     def _index(self, mma: K.TiledMmaOp | None) -> str:
         """A replicated MMA's threads act as threads 0 … size-1 of each group."""
@@ -88,6 +93,8 @@ class _Folder:
         tile = self.tiles.of(op.src)
         if isinstance(owner, K.TiledCopyOp) and owner.mma in self.unmodelled:
             return self._keep(op, self.unmodelled[owner.mma])
+        if isinstance(owner, H.WgmmaTiledMmaOp) and op.method in ("partition_A", "partition_B"):
+            return op   # read by its fragment: dropped when that folds into descriptors (noted at the end)
         if owner is None or tile is None:
             return self._keep(op, f"`{op.src}` is not a tile the engine models")
         if isinstance(owner, H.WgmmaTiledMmaOp):
@@ -129,8 +136,8 @@ class _Folder:
 
     def _wgmma_coords(self, op: K.PartitionOp, mma: H.WgmmaTiledMmaOp, tile: TileLayout) -> K.Op:
         """A wgmma's accumulator coordinates (masks) fold; its shared operands are GMMA descriptors CuTe builds."""
-        if op.method != "partition_C" or tile.space != "coords":
-            return self._keep(op, f"{op.method} of a wgmma: its GMMA descriptors need CuTe's partition")
+        if op.method != "partition_C" or tile.space != "coords":   # an operand: its fragment folds, or keeps it
+            return op
         thr, values = engine_mma(mma).partition("C", tile.layout)
         return self._coords(op, thr, values, tile, print_expr(mma.thread_index))
 
@@ -140,6 +147,43 @@ class _Folder:
         self.tiles.registers[op.name] = layout
         return self._fold(WgmmaRegisterFragmentOp, op, layout_shape=nested(layout.shape),
                           layout_stride=nested(layout.stride))
+
+    def wgmma_descriptors(self, op: H.WgmmaFragmentOp) -> K.Op:
+        """A shared operand: its GMMA descriptors from the engine's partition of the GMMA tile (the
+        start as the warp group's offset, the static fields as make_gmma_desc derives them)."""
+        part = self.tiles.defs.get(op.src.name) if isinstance(op.src, Var) else None
+        mma = self.mmas[op.mma]
+        if not (type(part) is K.PartitionOp and part.slice == mma.thread_slice and isinstance(part.src, Var)):
+            return self._keep(op, "its source is not a partition of a shared tile by its wgmma")
+        found = self._gmma_tile(part.src.name)
+        if found is None:
+            return self._keep(op, f"`{part.src.name}` is not a GMMA shared layout the engine models")
+        layout, gmma = found
+        thr, values = engine_mma(mma).partition(op.role, layout)
+        first, *rest = modes(values)
+        k_major = mma.a_k_major if op.role == "A" else mma.b_k_major
+        size = ELEMENT_BYTES[gmma.dtype]
+        fields = descriptor_fields(first, k_major, gmma.swizzle, size)
+        if fields is None:
+            return self._keep(op, "its layout is not one make_gmma_desc describes")
+        frag = descriptor_layout(rest, size)
+        self.descriptor_sources.add(part.name)
+        return dataclasses.replace(
+            self._fold(WgmmaDescriptorFragmentOp, op, offset=offset_expr(thr, print_expr(mma.thread_index), None),
+                       desc_lo=fields[0], desc_hi=fields[1], layout_shape=nested(frag.shape),
+                       layout_stride=nested(frag.stride)), src=part.src)
+
+    def _gmma_tile(self, name: str) -> tuple[Layout, H.GmmaSmemLayoutOp] | None:
+        """(layout, GMMA atom op) of a shared buffer in a GMMA layout, or a transposed view of one."""
+        buf = self.tiles.defs.get(name)
+        lay = self.tiles.defs.get(buf.layout) if isinstance(buf, (K.SharedBufferOp, K.SharedViewOp)) else None
+        view = None
+        if type(lay) is K.SmemTransposeLayoutOp and not lay.strip_swizzle:
+            view, lay = lay, self.tiles.defs.get(lay.of)
+        if not isinstance(lay, H.GmmaSmemLayoutOp):
+            return None
+        layout, _ = gmma_layout(ELEMENT_BYTES[lay.dtype], lay.swizzle, lay.shape, lay.k_major)
+        return (transpose_layout(layout, view) if view is not None else layout), lay
 
     def _coords(self, op: K.PartitionOp, thr: Layout, values: Layout, tile: TileLayout, index: str) -> K.Op:
         fields = coord_fields(thr, values, tile.layout.shape[0], index)
@@ -166,6 +210,9 @@ class _Folder:
                 op = self.partition(op)
             elif type(op) is H.WgmmaFragmentOp and op.role == "C" and op.mma in self.mmas:
                 op = self.wgmma_fragment(op)
+            elif type(op) is H.WgmmaFragmentOp and op.mma in self.mmas and (
+                    op.role == "B" or self.mmas[op.mma].kind == "SS"):
+                op = self.wgmma_descriptors(op)
             elif isinstance(op, K.ConvertOp) and op.src in self.tiles.registers:
                 self.tiles.registers[op.name] = self.tiles.registers[op.src]
             if op.regions:
@@ -177,7 +224,10 @@ class _Folder:
 def fold_partitions(kernel: K.KernelOp, wgmma: bool = False) -> tuple[K.KernelOp, list[str]]:
     """`wgmma`: on sm_90a also the copies matched to a wgmma accumulator (off: TLC_FOLD_PARTITIONS=no-wgmma)."""
     folder = _Folder(kernel, wgmma)
-    body = folder.rewrite(kernel.body)
+    body = _drop_unused(folder.rewrite(kernel.body), folder.descriptor_sources)
+    folder.kept += [f"{op.name}: kept (a wgmma operand's partition{' still read' if op.name in folder.descriptor_sources else ''})"
+                    for op in K.walk(dataclasses.replace(kernel, body=body)) if type(op) is K.PartitionOp
+                    and isinstance(folder.slices.get(op.slice), H.WgmmaTiledMmaOp)]
     # A TiledCopy none of whose partitions is left needs only its atom; so does a TiledMMA no
     # fragment, partition or tiled copy refers to any more.
     rest = list(K.walk(dataclasses.replace(kernel, body=body)))
@@ -212,6 +262,16 @@ def fold_partitions(kernel: K.KernelOp, wgmma: bool = False) -> tuple[K.KernelOp
              f"as atoms, {loops} copies and MMAs as atom calls",
              *folder.kept]
     return dataclasses.replace(kernel, body=body), notes
+
+
+def _drop_unused(body: tuple[K.Op, ...], names: set[str]) -> tuple[K.Op, ...]:
+    """`body` without the PartitionOps named in `names` that nothing reads any more."""
+    used = {n for top in body for op in K.walk(top) for n in op.used_names()}
+
+    def keep(ops):
+        return tuple(dataclasses.replace(op, **{r: keep(getattr(op, r)) for r in op.regions}) if op.regions else op
+                     for op in ops if not (type(op) is K.PartitionOp and op.name in names and op.name not in used))
+    return keep(body)
 
 
 def _whole_tile(op: K.GlobalTileOp, tensor: K.Op | None) -> bool:

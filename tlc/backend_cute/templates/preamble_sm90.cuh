@@ -24,4 +24,20 @@ CUTE_HOST_DEVICE constexpr auto acc_to_a(cute::Layout<Shape, Stride> const& acc)
                            cute::get<1>(acc), cute::make_layout(cute::get<0, 1>(n8), cute::get<2>(acc)));
 }
 
+// threadIdx.x of the first thread of this thread's warp group, as a warp-uniform value (a shuffle from
+// lane 0), so that values computed from it (a warp group's descriptors) live in uniform registers.
+CUTE_DEVICE int warp_group_thread0() {
+  return __shfl_sync(0xffffffff, int(threadIdx.x) / 128, 0) * 128;
+}
+
+// A GMMA shared-memory descriptor: the start address of `smem` (>> 4, 14 bits) and the fields tlc
+// computed from the operand's layout (tlc/layout/gmma.py): `lo` the leading byte offset, `hi` the
+// stride byte offset and layout type. What make_gmma_desc builds, without its layout algebra.
+CUTE_DEVICE cute::GmmaDescriptor gmma_desc(void const* smem, uint32_t lo, uint32_t hi) {
+  cute::GmmaDescriptor desc;
+  desc.reg32_[0] = ((cute::cast_smem_ptr_to_uint(smem) >> 4) & 0x3FFFu) | lo;
+  desc.reg32_[1] = hi;
+  return desc;
+}
+
 }  // namespace tlc
