@@ -5,6 +5,7 @@ and emits views instead of CuTe's partitioning; CuTe checks the views themselves
 tests/nvrtc/test_layout_engine_nvrtc.py."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,12 @@ def test_sm90a_kernels_fold_their_epilogue(monkeypatch, mode: str) -> None:
         # MN-major V at d = 64: one atom along N, so no leading offset (CuTe's too: tests/nvrtc checks it)
         assert (v.src.name, v.desc_lo, v.desc_hi) == ("sVt", 0, 1 << 30 | 64)
         assert copies == ["r2s_copy", "store_copy_64"]
+        # universal copies between contiguous runs: plain moves (2 bf16 per 32-bit move; 8 per 128-bit one)
+        vectors = {op.copy: op.vector for op in K.walk(program) if isinstance(op, AtomCopyOp)}
+        assert vectors == {"r2s_copy": (32, 2, 16), "store_copy_64": (128, 8, 1)}, vectors
+        cute = emit_program(program, line_directives=False)
+        assert "*reinterpret_cast<uint32_t*>(&tOsO(v_ * 2, i0_, i1_)) = *reinterpret_cast<uint32_t const*>(" in cute
+        assert ".call(" not in cute
         assert all(isinstance(op, WgmmaRegisterFragmentOp) for op in accumulators.values())
         assert accumulators["rO"].layout_shape == ((2, 2, 8), 1, 1)   # 64x64 on one warp group: 32 per thread
     else:
@@ -142,3 +149,23 @@ def test_sm90a_kernels_fold_their_epilogue(monkeypatch, mode: str) -> None:
     monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
     unfolded = kernel_ir(SPECS / "mha_fwd.tl", "sm_90a", defines)
     assert not any(isinstance(op, (ThreadViewOp, CoordViewOp, RetileViewOp)) for op in K.walk(unfolded))
+
+
+def test_a_universal_copy_becomes_moves_only_between_contiguous_runs() -> None:
+    """The vector form needs both mode-0 slices to be runs of the atom's width (stride-1 first leaf);
+    otherwise the copy keeps the atom's call (which handles any layout)."""
+    from tlc.kir.expr import Var
+    from tlc.layout.kir_atoms import _vector
+
+    def view(name, shape, stride):
+        return RetileViewOp(name=name, slice="s", method="retile_S", src=Var("r"), layout_shape=shape,
+                            layout_stride=stride)
+    atom = CopyAtomOp(name="c", atom="UniversalCopy<uint32_t>", dtype="bf16", kind="C", thread_slice="c_thr",
+                      thread_layout=(), value_layout=(), mma="m")
+    copy = K.CopyOp(copy="c", src=Var("a"), dst=Var("b"))
+    runs = {"a": view("a", ((2, 8), 1), ((1, 2), 0)), "b": view("b", ((2, 8), 1), ((1, 64), 0))}
+    assert _vector(copy, atom, runs) == (32, 2, 8)
+    strided = dict(runs, b=view("b", ((2, 8), 1), ((64, 1), 0)))   # pairs of elements 64 apart
+    assert _vector(copy, atom, strided) == ()
+    wide = dataclasses.replace(atom, atom="SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>")
+    assert _vector(copy, wide, runs) == ()

@@ -9,7 +9,7 @@ import contextlib
 
 from tlc.backend_cute.cpp import CPP_DTYPE, cpp_expr
 from tlc.backend_cute.handler_table import HandlerTable
-from tlc.kir.expr import Expr, Index, Var
+from tlc.kir.expr import Expr, Index, Var, parse_expr
 from tlc.expr.rewrite import substitute
 from tlc.kir.ops_exec import kblock_slice
 from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, AtomMmaOp, CoordViewOp, CopyAtomOp, GlobalTileViewOp,
@@ -53,6 +53,19 @@ def _with_loops(e: Expr, names: list[str]) -> Expr:
         if isinstance(i, Var) and i.name == "_":
             i = Var(next(it)) if seen else i
             seen = True
+        out.append(i)
+    return Index(e.base, tuple(out))
+
+
+_WORDS = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t", 64: "uint64_t", 128: "cute::uint128_t"}
+
+
+def _element(e: Index, v: str) -> Expr:
+    """`t[_, a, b]` with its mode-0 `_` replaced by the linear index `v` (one element)."""
+    out, done = [], False
+    for i in e.indices:
+        if not done and isinstance(i, Var) and i.name == "_":
+            i, done = parse_expr(v), True
         out.append(i)
     return Index(e.base, tuple(out))
 
@@ -133,7 +146,8 @@ class ViewEmitter(_TABLE.mixin_base()):
         self.w.line(f"{op.name}_t {op.name};")
 
     # ------------------------------------------------------------------ copies by a bare atom
-    def _atom_calls(self, copy: str, src: Expr, dst: Expr, rest: tuple[int, ...], first: str = "") -> None:
+    def _atom_calls(self, copy: str, src: Expr, dst: Expr, rest: tuple[int, ...], first: str = "",
+                    vector: tuple[int, ...] = ()) -> None:
         """Loops over the modes after mode 0 (`first` already fixed by an enclosing loop), one call each,
         the first mode fastest as in cute::copy."""
         names = ([first] if first else []) + [f"i{k}_" for k in range(len(rest) - bool(first))]
@@ -141,14 +155,31 @@ class ViewEmitter(_TABLE.mixin_base()):
             for name, extent in reversed(list(zip(names[bool(first):], rest[bool(first):]))):
                 self.w.line("CUTE_UNROLL")
                 loops.enter_context(self.w.block(f"for (int {name} = 0; {name} < {extent}; ++{name})"))
-            self.w.line(f"{copy}.call({cpp_expr(_with_loops(src, names))}, {cpp_expr(_with_loops(dst, names))});")
+            self._call(copy, _with_loops(src, names), _with_loops(dst, names), vector)
+
+    def _call(self, copy: str, src: Expr, dst: Expr, vector: tuple[int, ...]) -> None:
+        """One atom call on the mode-0 slices `src(_, …)` → `dst(_, …)`, or its plain vector moves."""
+        if not vector:
+            self.w.line(f"{copy}.call({cpp_expr(src)}, {cpp_expr(dst)});")
+            return
+        bits, values, moves = vector
+        word = _WORDS[bits]
+        at = (lambda e, v: cpp_expr(_element(e, v)))
+        if moves == 1:
+            self.w.line(f"*reinterpret_cast<{word}*>(&{at(dst, '0')}) = *reinterpret_cast<{word} const*>(&{at(src, '0')});")
+            return
+        self.w.line("CUTE_UNROLL")
+        with self.w.block(f"for (int v_ = 0; v_ < {moves}; ++v_)"):
+            v = f"v_ * {values}"
+            self.w.line(f"*reinterpret_cast<{word}*>(&{at(dst, v)}) = *reinterpret_cast<{word} const*>(&{at(src, v)});")
 
     def _atom_copy(self, op, zero_fill: bool) -> None:
         src, dst = op.src, op.dst
         if getattr(op, "kblock", None) is not None:
             src, dst = kblock_slice(src, op.kblock), kblock_slice(dst, op.kblock)
+        vector = getattr(op, "vector", ())
         if op.pred is None:
-            self._atom_calls(op.copy, src, dst, op.rest)
+            self._atom_calls(op.copy, src, dst, op.rest, vector=vector)
             return
         pred = cpp_expr(op.pred)
         with self.w.block(""):
@@ -161,7 +192,7 @@ class ViewEmitter(_TABLE.mixin_base()):
             with self.w.block(f"for (int m = 0; m < {op.rest[0]}; ++m)"):
                 if op.col_limit is None:  # whole rows in or out
                     with self.w.block(f"if (get<0>({pred}(0, m, 0)) < row_limit_)"):
-                        self._atom_calls(op.copy, Var("src_"), Var("dst_"), op.rest, first="m")
+                        self._atom_calls(op.copy, Var("src_"), Var("dst_"), op.rest, first="m", vector=vector)
                     if zero_fill:
                         with self.w.block("else"):
                             self.w.line("cute::clear(dst_(_, m, _));")
@@ -169,7 +200,7 @@ class ViewEmitter(_TABLE.mixin_base()):
                 self.w.line("CUTE_UNROLL")
                 with self.w.block(f"for (int k = 0; k < {op.rest[1]}; ++k)"):
                     with self.w.block(f"if (get<0>({pred}(0, m, k)) < row_limit_ && get<1>({pred}(0, m, k)) < col_limit_)"):
-                        self.w.line(f"{op.copy}.call(src_(_, m, k), dst_(_, m, k));")
+                        self._call(op.copy, parse_expr("src_[_, m, k]"), parse_expr("dst_[_, m, k]"), vector)
                     if zero_fill:
                         with self.w.block("else"):
                             self.w.line("cute::clear(dst_(_, m, k));")

@@ -177,9 +177,20 @@ class _RestModes:
 @dataclass(frozen=True, kw_only=True)
 class AtomCopyOp(_RestModes, CopyOp):
     """A CopyOp between views, as loops over the `rest` modes (after mode 0, once sliced) calling
-    the atom on each mode-0 slice: what cute::copy does, without its generic layout algebra."""
+    the atom on each mode-0 slice: what cute::copy does, without its generic layout algebra.
+    `vector` = (bits, values, moves) where the atom is a universal copy and both mode-0 slices are
+    `moves` runs of `values` contiguous elements: each call is then `moves` plain `bits`-wide
+    moves, element `v · values` of mode 0 to the same of the destination (what the atom's call
+    does, without instantiating it)."""
 
     rest: tuple[int, ...]
+    vector: tuple[int, ...] = ()
+
+    def check(self) -> None:
+        super().check()
+        self._need(self.vector == () or (len(self.vector) == 3 and self.vector[0] in (8, 16, 32, 64, 128)
+                                         and all(isinstance(v, int) and v > 0 for v in self.vector[1:])),
+                   f"vector {self.vector} must be () or (bits 8..128, values, moves)")
 
 
 @dataclass(frozen=True, kw_only=True)

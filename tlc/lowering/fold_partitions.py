@@ -256,7 +256,7 @@ def fold_partitions(kernel: K.KernelOp, wgmma: bool = False) -> tuple[K.KernelOp
             op = refine(MmaAtomOp, op)
             atoms += 1
         final.append(op)
-    body, loops = atom_calls(tuple(final), {op.name for op in final if isinstance(op, CopyAtomOp)},
+    body, loops = atom_calls(tuple(final), {op.name: op for op in final if isinstance(op, CopyAtomOp)},
                              {op.name: op for op in final if isinstance(op, MmaAtomOp)})
     notes = [f"fold-partitions: {folder.folded} partitions and fragments as flat views, {atoms} copies and MMAs "
              f"as atoms, {loops} copies and MMAs as atom calls",
