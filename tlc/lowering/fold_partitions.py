@@ -53,7 +53,7 @@ class _Folder:
             if isinstance(op, K.TiledMmaOp):
                 self.mmas[op.name] = op
                 self.slices[op.thread_slice] = op
-            elif isinstance(op, H.WgmmaTiledMmaOp):   # its shared-operand partitions stay CuTe's
+            elif isinstance(op, H.WgmmaTiledMmaOp):   # folded unless TLC_FOLD_PARTITIONS=no-wgmma
                 if wgmma:
                     self.mmas[op.name] = op
                     self.slices[op.thread_slice] = op
