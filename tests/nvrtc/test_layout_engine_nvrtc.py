@@ -11,7 +11,7 @@ import pytest
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.ops_views import CoordViewOp, WgmmaRegisterFragmentOp
+from tlc.kir.ops_views import CoordViewOp, WgmmaDescriptorFragmentOp, WgmmaRegisterFragmentOp
 from tlc.layout.crosscheck import CheckProgram
 from tlc.layout.crosscheck_views import ViewChecks
 from tlc.lowering.emit_text import kernel_ir
@@ -42,7 +42,8 @@ VIEW_BINDINGS = {
     "mla_prefill_fwd": [BINDINGS["mla_prefill_fwd"][1]],
 }
 # sm_90a kernels fold their epilogue (the persistent one inside its tile loop), the wgmma-matched copy, the
-# wgmma accumulators and their coordinates (masks) too: two and three consumer warp groups, N = 64 and 128
+# wgmma accumulators, their coordinates (masks) and the operands' GMMA descriptors too: two and three consumer
+# warp groups, N = 64 and 128
 VIEW_BINDINGS_SM90A = {"mha_fwd": [{}, {"Causal": "true", "Persistent": "true"}],
                        "gqa_fwd": [{"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12", "Causal": "true"},
                                    {"HeadDim": "256", "BM": "128", "BN": "64", "Warps": "8"}]}
@@ -71,6 +72,9 @@ def test_every_shipped_spec_is_checked() -> None:
     accumulators = [op for op in K.walk(hopper) if isinstance(op, H.WgmmaFragmentOp) and op.role == "C"]
     assert accumulators and all(isinstance(op, WgmmaRegisterFragmentOp) for op in accumulators)
     assert any(isinstance(op, CoordViewOp) and op.slice == "thr_wgmma_S" for op in K.walk(hopper))
+    descriptors = {op.name for op in K.walk(hopper) if isinstance(op, WgmmaDescriptorFragmentOp)}
+    assert descriptors == {"tSrQ", "tSrK", "tOrV"}   # Q, K and V's GMMA descriptors, their partitions dropped
+    assert not any(type(op) is K.PartitionOp and op.slice.startswith("thr_wgmma") for op in K.walk(hopper))
 
 
 def _compile(check: CheckProgram) -> None:
