@@ -61,9 +61,13 @@ def default_schedule(d_qk: int, d_v: int, arch: str) -> dict:
     """The schedule -D bindings tlc.attention adds to the tiles for these head dims on `arch`."""
     if arch != "sm_90a" or (d_qk, d_v) in SM90A_PAIRS:
         return {}
+    return dict(SM90A_SCHEDULE.get(_table_width(SM90A_TILES, d_qk, d_v), {}))
+
+
+def _table_width(table: dict, d_qk: int, d_v: int) -> int:
+    """The tabled head dim at or above the wider of the two, padded to a multiple of 32."""
     width = -(-max(d_qk, d_v) // 32) * 32
-    key = min((k for k in SM90A_TILES if k >= width), default=256)
-    return dict(SM90A_SCHEDULE.get(key, {}))
+    return min((k for k in table if k >= width), default=256)
 
 
 def default_tiles(d_qk: int, d_v: int, arch: str = "sm_90") -> dict:
@@ -71,9 +75,8 @@ def default_tiles(d_qk: int, d_v: int, arch: str = "sm_90") -> dict:
     width at or above the padded one."""
     table = SM90A_TILES if arch == "sm_90a" else DEFAULT_TILES
     width = -(-max(d_qk, d_v) // 32) * 32
-    key = min((k for k in table if k >= width), default=256)
     pair = SM90A_PAIRS.get((d_qk, d_v)) if arch == "sm_90a" else None
-    tiles = dict(pair or table[key])
+    tiles = dict(pair or table[_table_width(table, d_qk, d_v)])
     if arch == "sm_90a":   # TMA boxes take any rows (warp-specialize)
         return tiles
     # Each copy pass moves 32·warps threads × 16 bytes: tile rows must be whole passes at this width.

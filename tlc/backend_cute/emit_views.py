@@ -164,14 +164,16 @@ class ViewEmitter(_TABLE.mixin_base()):
             return
         bits, values, moves = vector
         word = _WORDS[bits]
-        at = (lambda e, v: cpp_expr(_element(e, v)))
+
+        def move(v: str) -> str:
+            return (f"*reinterpret_cast<{word}*>(&{cpp_expr(_element(dst, v))}) = "
+                    f"*reinterpret_cast<{word} const*>(&{cpp_expr(_element(src, v))});")
         if moves == 1:
-            self.w.line(f"*reinterpret_cast<{word}*>(&{at(dst, '0')}) = *reinterpret_cast<{word} const*>(&{at(src, '0')});")
+            self.w.line(move("0"))
             return
         self.w.line("CUTE_UNROLL")
         with self.w.block(f"for (int v_ = 0; v_ < {moves}; ++v_)"):
-            v = f"v_ * {values}"
-            self.w.line(f"*reinterpret_cast<{word}*>(&{at(dst, v)}) = *reinterpret_cast<{word} const*>(&{at(src, v)});")
+            self.w.line(move(f"v_ * {values}"))
 
     def _atom_copy(self, op, zero_fill: bool) -> None:
         src, dst = op.src, op.dst

@@ -84,6 +84,25 @@ def walk(op: Op) -> Iterator[Op]:
             yield from walk(child)
 
 
+def names_used(ops) -> set[str]:
+    """The names `ops` and their regions read."""
+    return {n for top in ops for op in walk(top) for n in op.used_names()}
+
+
+def rewrite_ops(ops, fn) -> tuple[Op, ...]:
+    """`ops` with each op replaced by `fn(op)` (None drops it), pre-order: a kept op's regions are
+    rewritten the same way."""
+    out = []
+    for op in ops:
+        op = fn(op)
+        if op is None:
+            continue
+        if op.regions:
+            op = replace(op, **{r: rewrite_ops(getattr(op, r), fn) for r in op.regions})
+        out.append(op)
+    return tuple(out)
+
+
 def substitute_op(op: Op, name: str, value: Expr) -> Op:
     """`op` with `name` replaced by `value` in every expression, regions included."""
     changes = {}

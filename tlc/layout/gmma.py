@@ -78,5 +78,5 @@ def _mode_strides(canon: Layout) -> list[tuple[int, int]] | None:
 def descriptor_layout(rest: list[Layout], dtype_bytes: int) -> Layout:
     """make_fragment_A/B's layout: one descriptor for the atom's tile (mode 0 = (1):(0)), then the
     partition's other modes in 16-byte units (what a descriptor's start address counts)."""
-    per = 16 // dtype_bytes
-    return Layout((1, *(upcast(m, per).shape for m in rest)), (0, *(upcast(m, per).stride for m in rest)))
+    units = [upcast(m, 16 // dtype_bytes) for m in rest]
+    return Layout((1, *(u.shape for u in units)), (0, *(u.stride for u in units)))

@@ -224,13 +224,15 @@ class _Folder:
 def fold_partitions(kernel: K.KernelOp, wgmma: bool = False) -> tuple[K.KernelOp, list[str]]:
     """`wgmma`: on sm_90a also the copies matched to a wgmma accumulator (off: TLC_FOLD_PARTITIONS=no-wgmma)."""
     folder = _Folder(kernel, wgmma)
-    body = _drop_unused(folder.rewrite(kernel.body), folder.descriptor_sources)
-    folder.kept += [f"{op.name}: kept (a wgmma operand's partition{' still read' if op.name in folder.descriptor_sources else ''})"
-                    for op in K.walk(dataclasses.replace(kernel, body=body)) if type(op) is K.PartitionOp
-                    and isinstance(folder.slices.get(op.slice), H.WgmmaTiledMmaOp)]
+    body = folder.rewrite(kernel.body)
+    used, dropped = K.names_used(body), folder.descriptor_sources
+    body = K.rewrite_ops(body, lambda op: None if type(op) is K.PartitionOp and op.name in dropped
+                         and op.name not in used else op)   # operand partitions only their descriptors read
+    rest = list(K.walk(dataclasses.replace(kernel, body=body)))
+    folder.kept += [f"{op.name}: kept (a wgmma operand's partition{' still read' if op.name in dropped else ''})"
+                    for op in rest if type(op) is K.PartitionOp and isinstance(folder.slices.get(op.slice), H.WgmmaTiledMmaOp)]
     # A TiledCopy none of whose partitions is left needs only its atom; so does a TiledMMA no
     # fragment, partition or tiled copy refers to any more.
-    rest = list(K.walk(dataclasses.replace(kernel, body=body)))
     left = {op.slice for op in rest if type(op) is K.PartitionOp}
     copies = [op for op in body if type(op) is K.TiledCopyOp and op.thread_slice not in left
               and engine_copy(op, folder.mmas.get(op.mma))]
@@ -262,16 +264,6 @@ def fold_partitions(kernel: K.KernelOp, wgmma: bool = False) -> tuple[K.KernelOp
              f"as atoms, {loops} copies and MMAs as atom calls",
              *folder.kept]
     return dataclasses.replace(kernel, body=body), notes
-
-
-def _drop_unused(body: tuple[K.Op, ...], names: set[str]) -> tuple[K.Op, ...]:
-    """`body` without the PartitionOps named in `names` that nothing reads any more."""
-    used = {n for top in body for op in K.walk(top) for n in op.used_names()}
-
-    def keep(ops):
-        return tuple(dataclasses.replace(op, **{r: keep(getattr(op, r)) for r in op.regions}) if op.regions else op
-                     for op in ops if not (type(op) is K.PartitionOp and op.name in names and op.name not in used))
-    return keep(body)
 
 
 def _whole_tile(op: K.GlobalTileOp, tensor: K.Op | None) -> bool:

@@ -38,7 +38,7 @@ class Declined(Exception):
 
 
 def _names_read(op: K.Op) -> set[str]:
-    return {n for x in K.walk(op) for n in x.used_names()}
+    return K.names_used((op,))
 
 
 def _writes(op: K.Op) -> set[str]:

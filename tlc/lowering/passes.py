@@ -20,7 +20,7 @@ from typing import ClassVar
 from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
-from tlc.kir.ops import Exp2ScaleOp, ForOp, KernelOp, MmaOp, RowReduceOp, walk
+from tlc.kir.ops import Exp2ScaleOp, ForOp, KernelOp, MmaOp, RowReduceOp, rewrite_ops, walk
 from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
@@ -47,6 +47,14 @@ def _with_kernel(state: LoweringState, kernel: KernelOp) -> None:
 
 def _kernel(state: LoweringState) -> KernelOp:
     return state.kir.kernels()[0]
+
+
+def _set_on_every(state: LoweringState, cls: type, **values) -> int:
+    """Sets `values` on every `cls` op of the kernel; how many there are."""
+    kernel = _kernel(state)
+    body = rewrite_ops(kernel.body, lambda op: dataclasses.replace(op, **values) if isinstance(op, cls) else op)
+    _with_kernel(state, dataclasses.replace(kernel, body=body))
+    return sum(isinstance(op, cls) for op in walk(_kernel(state)))
 
 
 LOWERING_ORDER = ("lower-tile-ops", "infer-layouts", "warp-specialize", "insert-sync", "pipeline", "prefetch-operands",
@@ -276,17 +284,9 @@ class EmulateExp2Pass(_ScheduleListingPass):
         if not every:
             return
         state = _state(ctx, self.name)
-        kernel = _kernel(state)
-
-        def block(ops):
-            return tuple(dataclasses.replace(op, poly_every=every) if isinstance(op, Exp2ScaleOp) else
-                         dataclasses.replace(op, **{r: block(getattr(op, r)) for r in op.regions}) if op.regions
-                         else op for op in ops)
-        kernel = dataclasses.replace(kernel, body=block(kernel.body))
-        count = sum(isinstance(op, Exp2ScaleOp) for op in walk(kernel))
+        count = _set_on_every(state, Exp2ScaleOp, poly_every=every)
         state.schedule = list(state.schedule) + [f"emulate-exp2: every {every}th exp2 of {count} score exp2 "
                                                  f"site(s) by polynomial on the FMA pipe"]
-        _with_kernel(state, kernel)
 
 
 @dataclass(frozen=True)
@@ -304,16 +304,8 @@ class ReductionChainsPass(_ScheduleListingPass):
         if chains == 1:
             return
         state = _state(ctx, self.name)
-        kernel = _kernel(state)
-
-        def block(ops):
-            return tuple(dataclasses.replace(op, chains=chains) if isinstance(op, RowReduceOp) else
-                         dataclasses.replace(op, **{r: block(getattr(op, r)) for r in op.regions}) if op.regions
-                         else op for op in ops)
-        kernel = dataclasses.replace(kernel, body=block(kernel.body))
-        count = sum(isinstance(op, RowReduceOp) for op in walk(kernel))
+        count = _set_on_every(state, RowReduceOp, chains=chains)
         state.schedule = list(state.schedule) + [f"reduction-chains: {count} row reduction(s) in {chains} chains"]
-        _with_kernel(state, kernel)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class Declined(Exception):
 
 
 def _names(op: K.Op) -> set[str]:
-    return {n for x in K.walk(op) for n in x.used_names()}
+    return K.names_used((op,))
 
 
 def _empty(full: str) -> str:
