@@ -37,6 +37,9 @@ CASES: dict[str, tuple[str, dict[str, str], tuple[int, int]]] = {
     "mha_d40_causal": ("mha_fwd", {**CAUSAL, "HeadDim": "40"}, (2, 2)),   # columns padded to 64
     "gqa": ("gqa_fwd", SMALL, (4, 2)),
     "gqa_causal_1stage": ("gqa_fwd", {**CAUSAL, "Stages": "1"}, (4, 2)),
+    # gqa_fwd.tl counts its query tiles from the end ([L = block_idx from end]): the partial tile comes first
+    "gqa_causal": ("gqa_fwd", CAUSAL, (4, 2)),
+    "gqa_causal_br_split": ("gqa_fwd", {**CAUSAL, "Align": "bottom_right", "SplitMasked": "true"}, (4, 2)),
     "mqa_causal": ("mqa_fwd", CAUSAL, (2, 1)),
     "mla_prefill": ("mla_prefill_fwd", {"DQK": "48", "DV": "32", "BM": "64", "BN": "32"}, (2, 2)),
     "softcap_causal": ("softcap_fwd", CAUSAL, (2, 2)),
@@ -137,7 +140,7 @@ def test_kernel_ir_equals_interpreter(case: str, sq: int, sk: int) -> None:
 
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(case=st.sampled_from(["mha_causal", "mha_causal_br", "gqa", "mqa_causal", "softcap_causal", "chain3",
-                             "mla_prefill", "gqa_causal_1stage"]),
+                             "mla_prefill", "gqa_causal_1stage", "gqa_causal_br_split"]),
        sq=st.integers(1, 160), sk=st.integers(1, 160), batch=st.integers(1, 2))
 def test_kernel_ir_equals_interpreter_at_random_sizes(case: str, sq: int, sk: int, batch: int) -> None:
     assert mismatch(case, sq, sk, batch) == ""

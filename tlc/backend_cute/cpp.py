@@ -46,3 +46,22 @@ def static_shape(dims: tuple[int, ...]) -> str:
 
 def static_stride(dims: tuple[int, ...]) -> str:
     return f"Stride<{', '.join(f'Int<{d}>' for d in dims)}>"
+
+
+def row_test(coord: str, row_first: Expr | None) -> str:
+    """A predicated copy's row test on `coord` (a coordinate tensor element): below `row_limit_`,
+    and at or past `row_first_` when the tile starts before the tensor's first row."""
+    test = f"get<0>({coord}) < row_limit_"
+    return test if row_first is None else f"{test} && get<0>({coord}) >= row_first_"
+
+
+def shifted_data(op) -> str:
+    """A GlobalTileOp's source data, moved back `row_shift` rows when its tiles are counted from the end."""
+    if op.row_shift is None:
+        return f"{op.src}.data()"
+    return f"({op.src}.data() - ({cpp_expr(op.row_shift)}) * stride<0>({op.src}))"
+
+
+def shifted(op) -> str:
+    """A GlobalTileOp's source tensor, starting `row_shift` rows before the tensor's first row."""
+    return op.src if op.row_shift is None else f"make_tensor({shifted_data(op)}, {op.src}.layout())"

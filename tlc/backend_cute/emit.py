@@ -12,7 +12,8 @@ from importlib import resources
 import tlc
 from tlc.backend_cute.emit_sm90 import Sm90Emitter
 from tlc.backend_cute.emit_views import ViewEmitter
-from tlc.backend_cute.cpp import CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, static_shape, static_stride
+from tlc.backend_cute.cpp import (CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, row_test, shifted, static_shape,
+                                  static_stride)
 from tlc.backend_cute.writer import Writer
 from tlc.diagnostics import fail
 from tlc.kir.expr import Expr, Var
@@ -201,7 +202,7 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
     def _(self, op: GlobalTileOp) -> None:
         self._at(op)
         coord = ", ".join(_ix(c) for c in op.coord)
-        self.w.line(f"Tensor {op.name} = local_tile({op.src}, {static_shape(op.tile)}{{}}, make_coord({coord}));")
+        self.w.line(f"Tensor {op.name} = local_tile({shifted(op)}, {static_shape(op.tile)}{{}}, make_coord({coord}));")
 
     @emit.register
     def _(self, op: IdentityTileOp) -> None:
@@ -244,17 +245,19 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
 
     # ------------------------------------------------------------------ copies and synchronization
     def _predicated_copy(self, copy: str, src: Expr, dst: Expr, pred: Expr, limit: Expr, zero_fill: bool,
-                         col_limit: Expr | None = None) -> None:
+                         col_limit: Expr | None = None, row_first: Expr | None = None) -> None:
         with self.w.block(""):
             self.w.line(f"auto src_ = {_ix(src)};")
             self.w.line(f"auto dst_ = {_ix(dst)};")
             self.w.line(f"const int row_limit_ = {_ix(limit)};")
             if col_limit is not None:
                 self.w.line(f"const int col_limit_ = {_ix(col_limit)};")
+            if row_first is not None:
+                self.w.line(f"const int row_first_ = {_ix(row_first)};")
             self.w.line("CUTE_UNROLL")
             with self.w.block("for (int m = 0; m < size<1>(dst_); ++m)"):
                 if col_limit is None:
-                    with self.w.block(f"if (get<0>({_ix(pred)}(0, m, 0)) < row_limit_)"):
+                    with self.w.block(f"if ({row_test(_ix(pred) + '(0, m, 0)', row_first)})"):
                         self.w.line(f"cute::copy({copy}, src_(_, m, _), dst_(_, m, _));")
                     if zero_fill:
                         with self.w.block("else"):
@@ -262,7 +265,7 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
                     return
                 self.w.line("CUTE_UNROLL")
                 with self.w.block("for (int k = 0; k < size<2>(dst_); ++k)"):
-                    with self.w.block(f"if (get<0>({_ix(pred)}(0, m, k)) < row_limit_ && "
+                    with self.w.block(f"if ({row_test(_ix(pred) + '(0, m, k)', row_first)} && "
                                       f"get<1>({_ix(pred)}(0, m, k)) < col_limit_)"):
                         self.w.line(f"cute::copy({copy}, src_(_, m, k), dst_(_, m, k));")
                     if zero_fill:
@@ -277,7 +280,7 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
             self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
         else:
             self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=True,
-                                  col_limit=op.col_limit)
+                                  col_limit=op.col_limit, row_first=op.row_first)
 
     @emit.register
     def _(self, op: CopyOp) -> None:
@@ -289,7 +292,7 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
             self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
         else:
             self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=False,
-                                  col_limit=op.col_limit)
+                                  col_limit=op.col_limit, row_first=op.row_first)
 
     @emit.register
     def _(self, op: CommitOp) -> None:

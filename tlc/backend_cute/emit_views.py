@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from tlc.backend_cute.cpp import CPP_DTYPE, cpp_expr
+from tlc.backend_cute.cpp import CPP_DTYPE, cpp_expr, row_test, shifted_data
 from tlc.backend_cute.handler_table import HandlerTable
 from tlc.kir.expr import Expr, Index, Var, parse_expr
 from tlc.expr.rewrite import substitute
@@ -190,10 +190,12 @@ class ViewEmitter(_TABLE.mixin_base()):
             self.w.line(f"const int row_limit_ = {cpp_expr(op.row_limit)};")
             if op.col_limit is not None:
                 self.w.line(f"const int col_limit_ = {cpp_expr(op.col_limit)};")
+            if op.row_first is not None:
+                self.w.line(f"const int row_first_ = {cpp_expr(op.row_first)};")
             self.w.line("CUTE_UNROLL")
             with self.w.block(f"for (int m = 0; m < {op.rest[0]}; ++m)"):
                 if op.col_limit is None:  # whole rows in or out
-                    with self.w.block(f"if (get<0>({pred}(0, m, 0)) < row_limit_)"):
+                    with self.w.block(f"if ({row_test(pred + '(0, m, 0)', op.row_first)})"):
                         self._atom_calls(op.copy, Var("src_"), Var("dst_"), op.rest, first="m", vector=vector)
                     if zero_fill:
                         with self.w.block("else"):
@@ -201,7 +203,7 @@ class ViewEmitter(_TABLE.mixin_base()):
                     return
                 self.w.line("CUTE_UNROLL")
                 with self.w.block(f"for (int k = 0; k < {op.rest[1]}; ++k)"):
-                    with self.w.block(f"if (get<0>({pred}(0, m, k)) < row_limit_ && get<1>({pred}(0, m, k)) < col_limit_)"):
+                    with self.w.block(f"if ({row_test(pred + '(0, m, k)', op.row_first)} && get<1>({pred}(0, m, k)) < col_limit_)"):
                         self._call(op.copy, parse_expr("src_[_, m, k]"), parse_expr("dst_[_, m, k]"), vector)
                     if zero_fill:
                         with self.w.block("else"):
@@ -256,7 +258,8 @@ class ViewEmitter(_TABLE.mixin_base()):
     def _global_tile_view(self, op: GlobalTileViewOp) -> None:
         self._at(op)
         rows, cols = op.tile
-        shape = (f"make_shape(Int<{rows}>{{}}, Int<{cols}>{{}}, tlc::ceil_div(int(size<0>({op.src})), {rows}), "
+        extent = f"int(size<0>({op.src}))" + ("" if op.row_shift is None else f" + ({cpp_expr(op.row_shift)})")
+        shape = (f"make_shape(Int<{rows}>{{}}, Int<{cols}>{{}}, tlc::ceil_div({extent}, {rows}), "
                  f"Int<{op.col_tiles}>{{}})")
         stride = (f"make_stride(stride<0>({op.src}), Int<1>{{}}, {rows} * stride<0>({op.src}), Int<{cols}>{{}})")
-        self.w.line(f"Tensor {op.name} = make_tensor({op.src}.data(), make_layout({shape}, {stride}));")
+        self.w.line(f"Tensor {op.name} = make_tensor({shifted_data(op)}, make_layout({shape}, {stride}));")

@@ -76,6 +76,7 @@ class CopyStmt(Stmt):
     coord: tuple[tuple[str, Expr], ...]
     src: str
     dst: str
+    from_end: tuple[str, ...] = ()       # coordinate keys counted from the tensor's end (`[L = i from end]`)
     name_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
     src_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
     dst_loc: Loc = field(default=UNKNOWN_LOC, compare=False)

@@ -46,7 +46,8 @@ def _stmt(s: A.Stmt) -> str:
         if s.tile is not None:
             text += f" {_shape(s.tile)}"
         if s.coord:
-            text += " in coordinate [" + ", ".join(f"{k} = {e}" for k, e in s.coord) + "]"
+            text += " in coordinate [" + ", ".join(f"{k} = {e}{' from end' if k in s.from_end else ''}"
+                                                   for k, e in s.coord) + "]"
         return f"{text} from {s.src} to {s.dst}"
     if isinstance(s, A.GemmStmt):
         mode = "accumulate" if s.accumulate else "get"

@@ -320,6 +320,14 @@ class Lowerer:
             if key not in COORD_KEYS:
                 self.err(f"unknown coordinate '{key}'; use L (tile index along rows) or C (along columns)", s.loc)
             self.check_expr(e, s.loc, "a coordinate")
+        for key in s.from_end:
+            e = dict(s.coord)[key]
+            if key != "L" or str(e) != "block_idx":
+                self.err(f"'{key} = {e} from end' is not supported: only the block's row tile is counted from the "
+                         "end ('[L = block_idx from end]')", s.loc)
+            elif "global" not in (src, dst):
+                self.err("'from end' counts tiles of a global tensor; this copy reads and writes no global tensor",
+                         s.loc)
         if s.tile is not None:
             for d in s.tile:
                 self.check_expr(d, s.loc, f"the tile shape of '{s.name}'")
@@ -339,7 +347,7 @@ class Lowerer:
             dtype = source.value.type.dtype
         ty = TileType(dst, tuple(s.tile) if s.tile is not None else None, dtype)
         v = self.fresh(s.name, ty)
-        self.emit(CopyOp((v,), operands, src_space=src, dst_space=dst, tile=s.tile, coord=s.coord, loc=s.loc))
+        self.emit(CopyOp((v,), operands, src_space=src, dst_space=dst, tile=s.tile, coord=s.coord, from_end="L" in s.from_end, loc=s.loc))
         self.define(s.name, dst, v, s.name_loc)
 
     def operand(self, name: str, loc: Loc, what: str) -> Value | None:

@@ -124,8 +124,11 @@ class _ToAst(Transformer):
     def offset(self, items):
         return ("offset", items[0])
 
+    def from_end(self, items):
+        return "from_end"
+
     def coord_item(self, items):
-        return (str(items[0]), items[1])
+        return (str(items[0]), items[1], len(items) > 2)
 
     def coord(self, items):
         return ("coord", tuple(items))
@@ -174,10 +177,13 @@ class _ToAst(Transformer):
         rest = list(items[1:])
         if rest and isinstance(rest[0], tuple) and rest[0][:1] != ("coord",):
             tile = rest.pop(0)
+        ends: tuple[str, ...] = ()
         if rest and isinstance(rest[0], tuple) and rest[0][:1] == ("coord",):
-            coord = rest.pop(0)[1]
+            items3 = rest.pop(0)[1]
+            coord = tuple((k, e) for k, e, _ in items3)
+            ends = tuple(k for k, _, end in items3 if end)
         src, dst = rest
-        return A.CopyStmt(str(name), tile, coord, str(src), str(dst), name_loc=self._loc(name),
+        return A.CopyStmt(str(name), tile, coord, str(src), str(dst), from_end=ends, name_loc=self._loc(name),
                           src_loc=self._loc(src), dst_loc=self._loc(dst), loc=self._loc(meta))
 
     @v_args(meta=True)
@@ -299,7 +305,7 @@ def _hint(text: str, exc: UnexpectedInput) -> str:
         got = "the end of the line" if isinstance(exc, UnexpectedEOF) or getattr(exc.token, "type", "") == "$END" else f"'{exc.token}'"
         lead = first.lower()
         shape_hint = {
-            "copy": " (form: Copy X [(tile)] [in coordinate [L = expr]] from SPACE to SPACE)",
+            "copy": " (form: Copy X [(tile)] [in coordinate [L = expr [from end]]] from SPACE to SPACE)",
             "allocate": " (form: Allocate X in SPACE (dims) [as dtype] [with offset expr])",
             "reshape": " (form: Reshape X from (MMA_C, ...) to (MMA_A, ...) [as dtype])",
             "for": " (form: 'for n = 0:N' … 'end', or 'for n in 0:N:' with an indented body)",

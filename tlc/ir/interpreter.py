@@ -147,17 +147,20 @@ class Interpreter:
     def _index(self, op: CopyOp, env, extent: tuple[int, int]):
         tile = [int(self.eval(d, env, op)) for d in op.tile] if op.tile else list(extent)
         coord = {k: int(self.eval(e, env, op)) for k, e in op.coord}
-        rows = coord.get("L", 0) * tile[0] + torch.arange(tile[0])
+        first = coord.get("L", 0) * tile[0]
+        if op.from_end:
+            first = extent[0] - (coord.get("L", 0) + 1) * tile[0]
+        rows = first + torch.arange(tile[0])
         cols = coord.get("C", 0) * tile[1] + torch.arange(tile[1])
         return rows, cols
 
     def load(self, op: CopyOp, ref: GlobalRef, env) -> Tile:
         t = ref.slice
         rows, cols = self._index(op, env, tuple(t.shape))
-        inside = (rows < t.shape[0])[:, None] & (cols < t.shape[1])[None, :]
+        r_ok, c_ok = (rows >= 0) & (rows < t.shape[0]), cols < t.shape[1]
+        inside = r_ok[:, None] & c_ok[None, :]
         data = torch.full((len(rows), len(cols)), float("nan"), dtype=torch.float64)
-        r_in, c_in = rows[rows < t.shape[0]], cols[cols < t.shape[1]]
-        data[: len(r_in), : len(c_in)] = t[r_in][:, c_in].to(torch.float64)
+        data[r_ok.nonzero()[:, 0][:, None], c_ok.nonzero()[:, 0][None, :]] = t[rows[r_ok]][:, cols[c_ok]].to(torch.float64)
         if op.oob == "zero":
             return Tile(torch.where(inside, data, torch.zeros_like(data)), torch.ones_like(inside), rows, cols)
         return Tile(data, inside, rows, cols)
@@ -167,9 +170,9 @@ class Interpreter:
         rows, cols = self._index(op, env, tuple(t.shape))
         if tile.data.shape != (len(rows), len(cols)):
             raise InterpError(f"stores a {tuple(tile.data.shape)} tile into a {(len(rows), len(cols))} window", op)
-        keep = (rows < t.shape[0])[:, None] & (cols < t.shape[1])[None, :] & tile.valid
+        keep = ((rows >= 0) & (rows < t.shape[0]))[:, None] & (cols < t.shape[1])[None, :] & tile.valid
         for i in range(len(rows)):
-            if rows[i] >= t.shape[0]:
+            if not 0 <= rows[i] < t.shape[0]:
                 continue
             sel = keep[i]
             t[rows[i], cols[sel]] = tile.data[i, sel].to(t.dtype)

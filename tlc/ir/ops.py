@@ -30,9 +30,12 @@ class Op:
     has_effect: ClassVar[bool] = False
     n_operands: ClassVar[tuple[int, ...] | None] = None
     n_results: ClassVar[tuple[int, ...] | None] = (1,)
+    # attributes printed only when they differ from their default (rarely set ones)
+    quiet_defaults: ClassVar[tuple[str, ...]] = ()
 
     def attrs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _STRUCTURAL}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _STRUCTURAL
+                and not (f.name in self.quiet_defaults and getattr(self, f.name) == f.default)}
 
     @property
     def result(self) -> Value:
@@ -79,14 +82,18 @@ class CopyOp(Op):
     """`Copy K (BN, HeadDim) in coordinate [L = n] from global to shared`.
 
     `oob` says what a load does past the tensor's end: `absent` (the language's meaning:
-    those elements do not exist) or `zero` (the kernel's: zero-filled, masked later)."""
+    those elements do not exist) or `zero` (the kernel's: zero-filled, masked later).
+    `from_end`: the row tile L counts from the tensor's end (`[L = block_idx from end]`): rows
+    `extent − (L+1)·r … extent − L·r − 1`, so a partial tile is the first one, not the last."""
 
     src_space: str = "global"
     dst_space: str = "shared"
     tile: tuple[Expr, ...] | None = None
     coord: tuple[tuple[str, Expr], ...] = ()
     oob: str = "absent"
+    from_end: bool = False
     mnemonic: ClassVar[str] = "copy"
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("from_end",)
     has_effect: ClassVar[bool] = True
     n_operands: ClassVar[tuple[int, ...] | None] = (1, 2)
 

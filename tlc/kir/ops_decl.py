@@ -195,12 +195,15 @@ class GlobalTensorOp(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class GlobalTileOp(Op):
-    """`local_tile(src, tile, coord)`; a coord of `_` keeps that tile mode for iteration."""
+    """`local_tile(src, tile, coord)`; a coord of `_` keeps that tile mode for iteration.
+    `row_shift`: the tiles start that many rows before the tensor's first row (rows counted from
+    the end: tiles · tile rows − rows), so tile r covers rows r · tile − row_shift onwards."""
 
     name: str
     src: str
     tile: tuple[int, ...]
     coord: tuple[Expr, ...]
+    row_shift: Expr | None = None
     defines = ("name",)
 
     def check(self) -> None:

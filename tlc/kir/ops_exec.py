@@ -15,7 +15,8 @@ _ALL = Var("_")
 @dataclass(frozen=True, kw_only=True)
 class AsyncCopyOp(Op):
     """Issue cp.async `copy` src→dst (per thread partitions). Rows whose coordinate in `pred`
-    is ≥ `row_limit` are zero-filled instead. Defines `token` (complete after a WaitOp)."""
+    is ≥ `row_limit` (or < `row_first`, when given) are zero-filled instead. Defines `token`
+    (complete after a WaitOp)."""
 
     token: str
     copy: str
@@ -27,11 +28,14 @@ class AsyncCopyOp(Op):
     col_limit: Expr | None = None
     # The shared buffer written (scheduling passes read it; the emitter does not).
     buffer: str = ""
+    # Rows before `row_first` (a tile that starts before the tensor's first row) are zero-filled too.
+    row_first: Expr | None = None
     defines = ("token",)
 
     def check(self) -> None:
         check_ident(self.copy, "tiled copy")
         self._need((self.pred is None) == (self.row_limit is None), "pred and row_limit go together")
+        self._need(self.row_first is None or self.pred is not None, "row_first needs pred")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +69,7 @@ class BarrierOp(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class CopyOp(Op):
-    """Synchronous tiled copy (S2R, R2S, S2G); rows with `pred` row ≥ `row_limit` are skipped.
+    """Synchronous tiled copy (S2R, R2S, S2G); rows with `pred` row ≥ `row_limit` (or < `row_first`) are skipped.
     With `kblock`, only that k-block (mode 2 of both partitions) is copied: one GEMM operand load."""
 
     copy: str
@@ -79,10 +83,12 @@ class CopyOp(Op):
     # Shared buffers read and written (scheduling passes read them; the emitter does not).
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
+    row_first: Expr | None = None
 
     def check(self) -> None:
         check_ident(self.copy, "tiled copy")
         self._need((self.pred is None) == (self.row_limit is None), "pred and row_limit go together")
+        self._need(self.row_first is None or self.pred is not None, "row_first needs pred")
 
 
 # ----------------------------------------------------------------------------- fragment math

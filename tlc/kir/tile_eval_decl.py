@@ -113,10 +113,12 @@ def _global_tile(blk: Block, op: K.GlobalTileOp) -> None:
     if view.cols and op.tile[1] > view.cols:
         raise TileFault(f"{op.name}'s tile is {op.tile[1]} columns wide, {op.src} only {view.cols}")
     coord = tuple(None if c == Var("_") else blk.integer(c) for c in op.coord)
+    shift = blk.integer(op.row_shift) if op.row_shift is not None else 0
     if all(c is not None for c in coord):
-        blk.values[op.name] = Window(view, tuple(c * t for c, t in zip(coord, op.tile)), op.tile, rank=len(op.tile))
+        start = tuple(c * t - (shift if i == 0 else 0) for i, (c, t) in enumerate(zip(coord, op.tile)))
+        blk.values[op.name] = Window(view, start, op.tile, rank=len(op.tile))
     else:
-        blk.values[op.name] = GlobalTiles(view, op.tile, coord, rank=len(op.tile))
+        blk.values[op.name] = GlobalTiles(view, op.tile, coord, rank=len(op.tile), row_shift=shift)
 
 
 @handles(K.IdentityTileOp)

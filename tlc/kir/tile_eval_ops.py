@@ -46,7 +46,7 @@ def _async_copy(blk: Block, op: K.AsyncCopyOp) -> None:
     _pred_shape(pred, src.shape)
     if op.buffer and op.buffer != dst.buffer:
         raise TileFault(f"says it writes buffer {op.buffer} but writes {dst.buffer} (sync decisions read `buffer`)")
-    value = read_window(src, blk.integer(op.row_limit), blk.integer(op.col_limit))
+    value = read_window(src, blk.integer(op.row_limit), blk.integer(op.col_limit), blk.integer(op.row_first))
     blk.smem.write(dst.key(), dst.transposed, value, "async")
 
 
@@ -69,7 +69,7 @@ def _copy(blk: Block, op: K.CopyOp) -> None:
     rows, cols = blk.integer(op.row_limit), blk.integer(op.col_limit)
     if isinstance(dst, Window):
         _pred_shape(pred, dst.shape)
-        write_window(dst, value, rows, cols, blk.cta)
+        write_window(dst, value, rows, cols, blk.cta, blk.integer(op.row_first))
         return
     if not isinstance(dst, SharedRef):
         raise TileFault(f"copies into `{op.dst}`, a {type(dst).__name__}; expected shared or global memory")
@@ -77,8 +77,11 @@ def _copy(blk: Block, op: K.CopyOp) -> None:
         raise TileFault(f"writes shared {dst.buffer} but lists writes={op.writes} (sync decisions read them)")
     _pred_shape(pred, tuple(value.shape))
     keep = None
-    if rows is not None or cols is not None:
+    first = blk.integer(op.row_first)
+    if rows is not None or cols is not None or first is not None:
         r = torch.arange(value.shape[0])[:, None] < (value.shape[0] if rows is None else rows)
+        if first is not None:
+            r &= torch.arange(value.shape[0])[:, None] >= first
         c = torch.arange(value.shape[1])[None, :] < (value.shape[1] if cols is None else cols)
         keep = r & c
     blk.smem.write(dst.key(), dst.transposed, value, "reg", keep)

@@ -59,6 +59,7 @@ class GlobalTiles:
     coord: tuple[int | None, ...]
     rank: int = 2
     slice: str = ""
+    row_shift: int = 0    # the tiles start this many rows before the view's first row
 
 
 @dataclass(frozen=True)
@@ -142,44 +143,47 @@ def partitioned(v: TileValue, slice_: str) -> TileValue:
 
 
 # ----------------------------------------------------------------------------- global windows
-def _extent(w: Window, limits: tuple[int | None, ...]) -> tuple[int, ...]:
+def _extent(w: Window, limits: tuple[int | None, ...], row_first: int | None = None) -> tuple[slice, ...]:
+    """The tile-local span of each axis a predicated copy touches: [first, limit), clipped to the tile."""
     out = []
     for axis, (size, limit) in enumerate(zip(w.shape, limits)):
-        n = size if limit is None else max(0, min(size, limit))
+        lo = max(0, min(size, row_first)) if axis == 0 and row_first is not None else 0
+        hi = max(lo, size if limit is None else min(size, limit))
         real = w.view.data.shape[axis]
-        if n and not 0 <= w.start[axis] <= w.start[axis] + n <= real:
+        if hi > lo and not 0 <= w.start[axis] + lo <= w.start[axis] + hi <= real:
             what = ("rows", "columns")[axis]
-            raise TileFault(f"touches {what} {w.start[axis]}..{w.start[axis] + n - 1} of {w.view.name}, which has "
-                            f"{real} {what}: the copy needs a predicate (row_limit / col_limit) there")
-        out.append(n)
+            raise TileFault(f"touches {what} {w.start[axis] + lo}..{w.start[axis] + hi - 1} of {w.view.name}, which has "
+                            f"{real} {what}: the copy needs a predicate (row_limit / row_first / col_limit) there")
+        out.append(slice(lo, hi))
     return tuple(out)
 
 
-def read_window(w: Window, row_limit: int | None, col_limit: int | None) -> torch.Tensor:
-    """The tile, elements at or past the limits zero-filled (cp.async's src-size 0)."""
-    n = _extent(w, (row_limit, col_limit))
+def read_window(w: Window, row_limit: int | None, col_limit: int | None, row_first: int | None = None) -> torch.Tensor:
+    """The tile, elements at or past the limits (or before `row_first`) zero-filled (cp.async's src-size 0)."""
+    local = _extent(w, (row_limit, col_limit), row_first)
     out = torch.zeros(w.shape, dtype=F64)
-    region = tuple(slice(s, s + k) for s, k in zip(w.start, n))
-    out[tuple(slice(0, k) for k in n)] = w.view.data[region]
+    region = tuple(slice(s + k.start, s + k.stop) for s, k in zip(w.start, local))
+    out[local] = w.view.data[region]
     return out
 
 
-def write_window(w: Window, value: torch.Tensor, row_limit: int | None, col_limit: int | None, cta: int) -> None:
-    """Store the tile (rounded to the tensor's dtype), skipping elements at or past the limits.
-    Only outputs are writable, and no element by two CTAs (that is a race between them)."""
+def write_window(w: Window, value: torch.Tensor, row_limit: int | None, col_limit: int | None, cta: int,
+                 row_first: int | None = None) -> None:
+    """Store the tile (rounded to the tensor's dtype), skipping elements at or past the limits (or
+    before `row_first`). Only outputs are writable, and no element by two CTAs (that is a race between them)."""
     if tuple(value.shape) != w.shape:
         raise TileFault(f"stores a {tuple(value.shape)} tile into a {w.shape} window of {w.view.name}")
     if w.view.owner is None:
         raise TileFault(f"stores into {w.view.name}, an input of the kernel")
-    n = _extent(w, (row_limit, col_limit))
-    region = tuple(slice(s, s + k) for s, k in zip(w.start, n))
+    local = _extent(w, (row_limit, col_limit), row_first)
+    region = tuple(slice(s + k.start, s + k.stop) for s, k in zip(w.start, local))
     owner = w.view.owner[region]
     others = owner[(owner >= 0) & (owner != cta)]
     if others.numel():
         raise TileFault(f"stores elements of {w.view.name} that CTA #{int(others[0])} stored too (a race between "
                         "CTAs: their tiles overlap)")
     owner.fill_(cta)
-    w.view.data[region] = round_to(value[tuple(slice(0, k) for k in n)], w.view.dtype)
+    w.view.data[region] = round_to(value[local], w.view.dtype)
 
 
 # ----------------------------------------------------------------------------- one CTA
@@ -257,7 +261,8 @@ class Block:
             coord = list(v.coord)
             for i, s in zip(free, sel):
                 coord[i] = s
-            return Window(v.view, tuple(c * t for c, t in zip(coord, v.tile)), v.tile, v.rank, v.slice)
+            start = tuple(c * t - (v.row_shift if i == 0 else 0) for i, (c, t) in enumerate(zip(coord, v.tile)))
+            return Window(v.view, start, v.tile, v.rank, v.slice)
         if isinstance(v, SharedRef) and v.stages and v.stage is None and len(sel) == 1:
             if not 0 <= sel[0] < v.stages:
                 raise TileFault(f"`{e}` selects stage {sel[0]} of {v.buffer}, which has {v.stages}")

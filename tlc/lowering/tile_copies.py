@@ -10,7 +10,7 @@ from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
 from tlc.ir.ops import CopyOp, GemmOp, LoopOp
 from tlc.kir import ops as K
-from tlc.kir.expr import BinOp, Const, Expr, Index, Var
+from tlc.kir.expr import BinOp, Call, Const, Expr, Index, Var
 from tlc.lowering.storage import Buffer, Slot
 
 CP_ASYNC = "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>"
@@ -96,13 +96,27 @@ class CopyRules:
             self.memo[key] = name
         return self.memo[key]
 
-    def _global_tile(self, g: Slot, rows: int, cols: int) -> str:
-        key = ("gtile", g.name, rows, cols)
+    def _global_tile(self, g: Slot, rows: int, cols: int, shift: Expr | None = None) -> str:
+        key = ("gtile", g.name, rows, cols, str(shift))
         if key not in self.memo:
-            name = self.names.fresh("g" + g.name[1:])
-            self.decls.append(K.GlobalTileOp(name=name, src=g.name, tile=(rows, cols), coord=(ALL, ALL)))
+            name = self.names.fresh("g" + g.name[1:] + ("_end" if shift is not None else ""))
+            self.decls.append(K.GlobalTileOp(name=name, src=g.name, tile=(rows, cols), coord=(ALL, ALL),
+                                             row_shift=shift))
             self.memo[key] = name
         return self.memo[key]
+
+    def _row_tiles(self, op: CopyOp, g: Slot, tr: int, r: Expr) -> tuple[Expr, Expr | None, Expr, Expr | None]:
+        """(tile index, row shift, row limit, first row) of the copy's row tile `r`, in the tile's own rows.
+        Counted from the end (`[L = block_idx from end]`), tile r is tile T − 1 − r of a tiling that starts
+        T·tr − rows rows before the tensor (T = cdiv(rows, tr)): its rows before (r + 1)·tr − rows are absent."""
+        rows = self.global_rows[g.name]
+        if not op.from_end:
+            return r, None, BinOp("-", rows, BinOp("*", r, Const(tr))), None
+        tiles = Call("ceil_div", (rows, Const(tr)))
+        index = BinOp("-", BinOp("-", tiles, Const(1)), r)
+        shift = BinOp("-", BinOp("*", tiles, Const(tr)), rows)
+        first = BinOp("-", BinOp("*", BinOp("+", r, Const(1)), Const(tr)), rows)
+        return index, shift, Const(tr), first
 
     def _identity(self, rows: int, cols: int) -> str:
         key = ("ident", rows, cols)
@@ -129,25 +143,26 @@ class CopyRules:
             raise fail(f"tlc build: no `Allocate {op.result.base} in shared` for this copy to write", op.loc)
         tr, tc, logical, r, c = self._copy_tile(op, g, (buf.rows, buf.logical_cols), f"shared '{buf.tl_name}'")
         copy, thr = self._copy_atom(tc, buf.dtype, CP_ASYNC, tr, op.loc)
-        gt = self._global_tile(g, tr, tc)
+        r, shift, limit, first = self._row_tiles(op, g, tr, r)
+        gt = self._global_tile(g, tr, tc, shift)
         src = self._partition(("S", gt, copy), f"t{buf.tl_name}{gt}", thr, "partition_S", Var(gt))
         dst = self._partition(("D", buf.name, copy), f"t{buf.tl_name}{buf.name}", thr, "partition_D", Var(buf.name))
         ident = self._identity(tr, tc)
         pred = self._partition(("S", ident, copy), f"t{buf.tl_name}{ident}", thr, "partition_S", Var(ident))
         tile = Index(Var(src), (ALL, ALL, ALL, r, c))
-        rows = self.global_rows[g.name]
-        limit = BinOp("-", rows, BinOp("*", r, Const(tr)))
         full, part = self.names.fresh(f"tok_{buf.tl_name}"), self.names.fresh(f"tok_{buf.tl_name}_edge")
         if tc != logical:  # padded columns: every load checks them (zero-filled past `logical`)
             out += [K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
-                                  col_limit=Const(logical), buffer=buf.name, loc=op.loc),
+                                  col_limit=Const(logical), row_first=first, buffer=buf.name, loc=op.loc),
                     K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(part,), loc=op.loc)]
         else:
-            out += [K.IfOp(cond=BinOp(">=", limit, Const(tr)), loc=op.loc, body=(
+            whole = BinOp("<=", first, Const(0)) if first is not None else BinOp(">=", limit, Const(tr))
+            edge = BinOp(">", first, Const(0)) if first is not None else BinOp("<", limit, Const(tr))
+            out += [K.IfOp(cond=whole, loc=op.loc, body=(
                     K.AsyncCopyOp(token=full, copy=copy, src=tile, dst=Var(dst), buffer=buf.name, loc=op.loc),)),
-                K.IfOp(cond=BinOp("<", limit, Const(tr)), loc=op.loc, body=(
+                K.IfOp(cond=edge, loc=op.loc, body=(
                     K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
-                                  buffer=buf.name, loc=op.loc),)),
+                                  row_first=first, buffer=buf.name, loc=op.loc),)),
                     K.CommitOp(name=self.names.fresh(f"grp_{buf.tl_name}"), tokens=(full, part), loc=op.loc)]
         buf.last_write = op.result.uid
         for _, written in self.loops:
@@ -174,7 +189,8 @@ class CopyRules:
                        "accumulator you allocated in registers, or use more rows per block", op.loc)
         r2s = self._memo_copy(("r2s", t.dtype, src.mma), "r2s_copy", "UniversalCopy<uint32_t>", t.dtype, "C", src.mma)
         s2g, thr = self._copy_atom(tc, t.dtype, "UniversalCopy<cute::uint128_t>", tr, op.loc)
-        gt = self._global_tile(g, tr, tc)
+        r, shift, limit, first = self._row_tiles(op, g, tr, r)
+        gt = self._global_tile(g, tr, tc, shift)
         ident = self._identity(tr, tc)
         r_view = self.names.fresh(f"t{t.name}r{t.name}")
         s_dst = self._partition(("D", stage.name, r2s), f"t{t.name}s{t.name}", f"{r2s}_thr", "partition_D",
@@ -182,13 +198,12 @@ class CopyRules:
         s_src = self._partition(("S", stage.name, s2g), f"t{t.name}s{t.name}_out", thr, "partition_S", Var(stage.name))
         g_dst = self._partition(("D", gt, s2g), f"t{t.name}{gt}", thr, "partition_D", Var(gt))
         pred = self._partition(("D", ident, s2g), f"t{t.name}{ident}", thr, "partition_D", Var(ident))
-        rows = self.global_rows[g.name]
         out += [K.ConvertOp(name=rname, src=src.name, dtype=t.dtype, loc=op.loc),
                 K.PartitionOp(name=r_view, slice=f"{r2s}_thr", method="retile_S", src=Var(rname), loc=op.loc),
                 K.CopyOp(copy=r2s, src=Var(r_view), dst=Var(s_dst), writes=(stage.name,), loc=op.loc),
                 K.CopyOp(copy=s2g, src=Var(s_src), dst=Index(Var(g_dst), (ALL, ALL, ALL, r, c)), pred=Var(pred),
-                         row_limit=BinOp("-", rows, BinOp("*", r, Const(tr))),
-                         col_limit=Const(logical) if tc != logical else None, reads=(stage.name,), loc=op.loc)]
+                         row_limit=limit, col_limit=Const(logical) if tc != logical else None, row_first=first,
+                         reads=(stage.name,), loc=op.loc)]
         self._bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
 
     def _memo_copy(self, key: tuple, base: str, atom: str, dtype: str, kind: str, mma: str = "tiled_mma") -> str:

@@ -22,7 +22,7 @@ from tlc.arch import ArchInfo
 from tlc.diagnostics import Loc, fail
 from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
-from tlc.ir.ops import (AllocateOp, ElementwiseOp, FullOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp, ScalarOp,
+from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp, ScalarOp,
                         ScaledExpOp, SoftmaxOp)
 from tlc.ir.types import Value
 from tlc.kir import ops as K
@@ -93,8 +93,10 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
         self._lower_region(self.g, body)
         if self.m_rows is None:
             raise fail("tlc build: the program has no GEMM; the sm_80 lowering needs one to fix the thread layout")
+        # a loop whose trips grow with block_idx (causal): its longest tiles first, the hardware's launch order;
+        # rows counted from the end put them first already
         rev = any(isinstance(op, LoopOp) and op.stop is not None and "block_idx" in str(op.stop)
-                  for _, op in self.g.walk())
+                  for _, op in self.g.walk()) and not self._rows_from_end()
         lets = [K.LetOp(name="block_idx", type="i32", value=E("gridDim.x - 1 - blockIdx.x" if rev else "blockIdx.x")),
                 K.LetOp(name="head_idx", type="i32", value=E("blockIdx.y")),
                 K.LetOp(name="batch_idx", type="i32", value=E("blockIdx.z")),
@@ -110,6 +112,9 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
         program = K.ProgramOp(name=self.name, body=(self.abi.params_op(), kernel))
         program.verify()
         return program
+
+    def _rows_from_end(self) -> bool:
+        return any(isinstance(op, CopyOp) and op.from_end for _, op in self.g.walk())
 
     def _int_param(self, name: str, default: int) -> int:
         v = self.g.params.get(name, default)
@@ -290,7 +295,8 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
         if rows_o is None or cols_o is None:
             raise fail("tlc build: cannot tell which query rows and key columns this tile holds (mask a GEMM "
                        "result of tiles copied from global)", op.loc)
-        row0 = BinOp("*", self.x.lower(rows_o.coord, op.loc), self.x.lower(rows_o.tile, op.loc))
+        row0 = (self.x.lower(rows_o.start, op.loc) if rows_o.from_end
+                else BinOp("*", self.x.lower(rows_o.coord, op.loc), self.x.lower(rows_o.tile, op.loc)))
         col0 = BinOp("*", self.x.lower(cols_o.coord, op.loc), self.x.lower(cols_o.tile, op.loc))
         ident = self._identity(s.rows, s.cols)
         coord = self._partition(("C", ident, s.mma), f"tS{ident}", self.warp_plan.slice_of(s.mma), "partition_C",

@@ -61,10 +61,17 @@ class Load:
     batch: Expr
     head: Expr
     loc: object
+    row_shift: Expr | None = None   # the tiling starts this many rows before the tensor (rows counted from the end)
 
     @property
     def name(self) -> str:
         return self.tensor.ptr.name[2:-4]          # p.K_ptr → K
+
+    @property
+    def row0(self) -> Expr:
+        """The tile's first row in the tensor (negative for a partial first tile: TMA zero-fills and clips it)."""
+        row0 = BinOp("*", self.row, Const(self.rows))
+        return row0 if self.row_shift is None else BinOp("-", row0, self.row_shift)
 
 
 def _copies(op: K.Op) -> list[K.AsyncCopyOp]:
@@ -127,7 +134,7 @@ class WarpSpecializer:
         span = SWIZZLE // H.ELEMENT_BYTES[tensor.dtype]
         if cols % span or rows > 256:
             raise Declined(f"{where}: a {rows}×{cols} tile is not whole TMA boxes of at most 256×{span}")
-        return Load("", tensor, rows, cols, e.indices[3], e.indices[4], batch[0], head[0], None)
+        return Load("", tensor, rows, cols, e.indices[3], e.indices[4], batch[0], head[0], None, tile.row_shift)
 
     def _load(self, group: list[K.AsyncCopyOp]) -> Load:
         first = group[0]
@@ -248,7 +255,7 @@ class WarpSpecializer:
         names every thread has (the declarations), parameters and built-ins."""
         known = {name for op in decls for name in op.defined_names()}
         for loop, loads in [(None, once)] + [(lp, lds) for lp, lds in loops]:
-            exprs = [e for ld in loads for e in (ld.row, ld.col, ld.batch, ld.head)]
+            exprs = [e for ld in loads for e in (ld.row0, ld.col, ld.batch, ld.head)]
             if loop is not None:
                 exprs += [loop.start, loop.stop]
             for e in exprs:
@@ -290,7 +297,7 @@ class WarpSpecializer:
                 continue
             desc = self._descriptor(ld, descriptors)
             span = desc.box[-1]
-            row0 = BinOp("*", ld.row, Const(ld.rows))
+            row0 = ld.row0
             stores = [H.TmaStoreOp(desc=desc.name, src=ld.buffer, src_coord=(0, j * span), loc=op.loc,
                                    coord=(ld.batch, ld.head, row0,
                                           BinOp("+", BinOp("*", ld.col, Const(ld.cols)), Const(j * span))))
@@ -408,7 +415,7 @@ class WarpSpecializer:
         span = desc.box[-1]
         nbytes = ld.rows * ld.cols * H.ELEMENT_BYTES[ld.tensor.dtype]
         out: list[K.Op] = [H.MbarrierArriveExpectTxOp(bar=f"full_{ld.buffer}", stage=stage, bytes=nbytes, loc=ld.loc)]
-        row0 = BinOp("*", ld.row, Const(ld.rows))
+        row0 = ld.row0
         for j in range(ld.cols // span):
             col0 = BinOp("+", BinOp("*", ld.col, Const(ld.cols)), Const(j * span))
             out.append(H.TmaLoadOp(desc=desc.name, bar=f"full_{ld.buffer}", stage=stage, dst=ld.buffer,

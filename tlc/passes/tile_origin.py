@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlc.expr import Const, Expr
+from tlc.expr import BinOp, Call, Const, Expr
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
                         ScaledExpOp, SoftmaxOp)
@@ -19,14 +19,33 @@ _PASS_THROUGH = (ElementwiseOp, MaskOp, ReshapeOp, SoftmaxOp, ScaledExpOp)
 
 @dataclass(frozen=True)
 class Origin:
-    """Tile axis ↔ global tensor axis: positions are `coord * tile + i`, `i < tile`,
-    and `extent` is the tensor's length along that axis (elements past it are absent)."""
+    """Tile axis ↔ global tensor axis: positions are `start + i`, `i < tile`, where `start` is
+    `coord * tile`, or `extent - (coord + 1) * tile` for rows counted from the end (`from_end`),
+    and `extent` is the tensor's length along that axis (elements outside it are absent)."""
 
     copy: CopyOp
     axis: int
     coord: Expr
     tile: Expr
     extent: Expr | None
+    from_end: bool = False
+
+    @property
+    def start(self) -> Expr:
+        """The tile's first position (negative for a partial first tile counted from the end)."""
+        if self.from_end:
+            assert self.extent is not None
+            return BinOp("-", self.extent, BinOp("*", BinOp("+", self.coord, Const(1)), self.tile))
+        return BinOp("*", self.coord, self.tile)
+
+    @property
+    def end(self) -> Expr:
+        """One past the tile's last position inside the tensor (at most `extent` when it is known)."""
+        if self.from_end:
+            assert self.extent is not None
+            return BinOp("-", self.extent, BinOp("*", self.coord, self.tile))
+        stop: Expr = BinOp("*", BinOp("+", self.coord, Const(1)), self.tile)
+        return stop if self.extent is None else Call("min", (stop, self.extent))
 
 
 def tile_operand(op: Op) -> Value | None:
@@ -89,7 +108,9 @@ def origin(region: Graph, v: Value, axis: int) -> Origin | None:
             coord = dict(op.coord).get("L" if axis == 0 else "C", Const(0))
             alloc = region.producer(op.operands[0])
             ext = alloc.shape[axis] if isinstance(alloc, AllocateOp) and len(alloc.shape) > axis else None
-            return Origin(op, axis, coord, op.tile[axis], ext)
+            if op.from_end and axis == 0 and ext is None:
+                return None   # counted from an end that is not known here
+            return Origin(op, axis, coord, op.tile[axis], ext, op.from_end and axis == 0)
         step = _through(region, v, axis)
         if step is None:
             return None

@@ -40,6 +40,7 @@ class ProgramChoices:
     named_stats: bool = True            # `with max m, sum l` + a final Divide, or a normalised Softmax
     loop: str = "end"                   # "end" or "indented"
     bound: str = "div"                  # "div" (seqlen_k / BN) or "cdiv"
+    rows_from_end: bool = False         # query tiles counted from the end: `[L = block_idx from end]`
     case: str = "paper"
     decorate: bool = False              # comments, blank lines, trailing spaces
 
@@ -103,7 +104,8 @@ class _Writer:
         self.line(f"Allocate {k} in shared {ktile}")
         self.line(f"Allocate {v} in shared {vtile}")
         self.line(f"Allocate O in register (BM, {dv})")
-        self.line(f"Copy {q} (BM, {dq}) in coordinate [L = block_idx] from global to shared")
+        rows = "block_idx from end" if c.rows_from_end else "block_idx"
+        self.line(f"Copy {q} (BM, {dq}) in coordinate [L = {rows}] from global to shared")
         if c.register_copies:
             self.line(f"Copy {q} from shared to register")
         bound = "seqlen_k / BN" if c.bound == "div" else "cdiv(seqlen_k, BN)"
@@ -132,7 +134,7 @@ class _Writer:
             self.line("end")
         if c.named_stats and not b2b:
             self.line("Compute Divide O, l and get new O")
-        self.line(f"Copy O (BM, {dv}) in coordinate [L = block_idx] from register to global")
+        self.line(f"Copy O (BM, {dv}) in coordinate [L = {rows}] from register to global")
         return "\n".join(self.lines) + "\n"
 
     def _scores(self) -> None:
@@ -182,6 +184,7 @@ def program_choices(draw, variant: str | None = None, causal: bool | None = None
         named_stats=draw(st.booleans()),
         loop=draw(st.sampled_from(["end", "indented"])),
         bound=draw(st.sampled_from(["div", "cdiv"])),
+        rows_from_end=draw(st.booleans()),
         case=draw(st.sampled_from(CASES)),
         decorate=draw(st.booleans()),
     )
