@@ -59,7 +59,7 @@ def shifted_data(op) -> str:
     """A GlobalTileOp's source data, moved back `row_shift` rows when its tiles are counted from the end."""
     if op.row_shift is None:
         return f"{op.src}.data()"
-    return f"({op.src}.data() - ({cpp_expr(op.row_shift)}) * stride<0>({op.src}))"
+    return f"({op.src}.data() + -({cpp_expr(op.row_shift)}) * stride<0>({op.src}))"   # CuTe's pointers have no `-`
 
 
 def shifted(op) -> str:
