@@ -26,7 +26,8 @@ CASES = [(128, True, "bottom_right", 2, 1, 2, 1, 77, 333), (64, False, "top_left
          (128, True, "top_left", 1, 1, 2, 1, 333, 77), (40, True, "top_left", 2, 1, 4, 2, 130, 200)]
 ARCH = sys.argv[sys.argv.index("--arch") + 1] if "--arch" in sys.argv else "sm_90"
 if ARCH == "sm_90a":
-    CASES += [(128, False, "top_left", 3, 2, 4, 2, 1000, 1000), (128, True, "top_left", 2, 2, 40, 8, 555, 555)]
+    CASES += [(128, False, "top_left", 3, 2, 4, 2, 1000, 1000), (128, True, "top_left", 2, 2, 40, 8, 555, 555),
+              (64, True, "top_left", 2, 1, 2, 1, 1000, 1000)]   # 192-row tiles from the end: the first is partial
 _D = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "-D"]
 if any("=" not in d for d in _D) or sys.argv[-1] == "-D":
     sys.exit("bench/sanitize_one.py: -D takes NAME=VALUE, e.g. -D Persistent=true")
