@@ -13,7 +13,9 @@ from the first partial tile on.
       %m.4 = row_reduce(%S.2) {fn = max}            %S.3 = mask(%S.2) {kind = bounds, limit = `seqlen_k`, from_iteration = [n = `seqlen_k / BN`]}
                                                     %m.4 = row_reduce(%S.3) {fn = max}
 
-`from_iteration` divisions round down (only loop bounds round up). A trip cut off by the
+A query tile counted from the end (`[L = block_idx from end]`, tile_origin.Origin.start) starts at
+`seqlen_q - (block_idx + 1) * BM` and ends at `seqlen_q - block_idx * BM`: the diagonal trip and the
+loop bound come from those. `from_iteration` divisions round down (only loop bounds round up). A trip cut off by the
 diagonal has every score masked, so it adds nothing once the softmax is online; with a
 domain softmax still in the loop the cut is left out (its statistics need a trip per row).
 """
