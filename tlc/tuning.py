@@ -57,9 +57,18 @@ SM90A_PAIRS: dict[tuple[int, int], dict] = {(192, 128): dict(bm=128, bn=128, war
 SM90A_SCHEDULE = {64: {"ReduceChains": 2}}
 
 
+# sm_80-family schedule knobs: at d = 64 the folded ldmatrix sources (fold-partitions, which compile the
+# kernel 3x faster) ran 0.967x (causal) and 0.965x (128x64 tiles) of CuTe's partitions on an H200, so d = 64
+# keeps CuTe's; d = 128, 256 and MLA prefill ran 0.993-1.006x folded (2026-11-27,
+# bench/results/2026-11-27-h200-s11-fold-ldsm-*.txt).
+DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
+
+
 def default_schedule(d_qk: int, d_v: int, arch: str) -> dict:
     """The schedule -D bindings tlc.attention adds to the tiles for these head dims on `arch`."""
-    if arch != "sm_90a" or (d_qk, d_v) in SM90A_PAIRS:
+    if arch != "sm_90a":
+        return dict(DEFAULT_SCHEDULE.get(_table_width(DEFAULT_TILES, d_qk, d_v), {}))
+    if (d_qk, d_v) in SM90A_PAIRS:
         return {}
     return dict(SM90A_SCHEDULE.get(_table_width(SM90A_TILES, d_qk, d_v), {}))
 

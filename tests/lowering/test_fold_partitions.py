@@ -43,21 +43,29 @@ def test_the_folded_kernel_ir_equals_the_interpreter(case: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_partition_of_the_shipped_kernels_folds(case: str) -> None:
-    """All but the ldmatrix sources (kept for speed) and the copies and MMA they need."""
+    """Every partition, fragment, tiled copy and TiledMMA: the ldmatrix sources too (CuTe's select spelling)."""
     _, kir, _ = lowered(case)
     program, notes = folded(kir)
     ops = list(K.walk(program))
-    ldsm = {op.name for op in ops if type(op) is K.TiledCopyOp and op.kind in ("A", "B")}
-    left = [op for op in ops if type(op) in (K.PartitionOp, K.FragmentOp, K.TiledCopyOp, K.TiledMmaOp)]
-    kept = [op for op in left if type(op) is K.PartitionOp and op.method == "partition_S"
-            and op.slice in {f"{c}_thr" for c in ldsm}]
-    assert kept and all(f"{op.name}: kept (an ldmatrix source" in "\n".join(notes) for op in kept)
-    others = [op.name for op in left if op not in kept and op.name not in ldsm and type(op) is not K.TiledMmaOp]
-    assert others == [], notes
-    assert not any(type(op) is K.FragmentOp for op in ops), notes
+    left = [op.name for op in ops if type(op) in (K.PartitionOp, K.FragmentOp, K.TiledCopyOp, K.TiledMmaOp)]
+    assert left == [], notes
     assert print_kir(parse_kir(print_kir(program))) == print_kir(program)
     copies = [op for op in ops if isinstance(op, (K.CopyOp, K.AsyncCopyOp))]
-    assert copies and all(isinstance(op, (AtomCopyOp, AtomAsyncCopyOp)) or op.copy in ldsm for op in copies), notes
+    assert copies and all(isinstance(op, (AtomCopyOp, AtomAsyncCopyOp)) for op in copies), notes
+
+
+@pytest.mark.parametrize("case", ["mha", "gqa_causal", "mla_prefill"])
+def test_param_fold_ldmatrix_false_keeps_cutes_ldmatrix_sources(case: str) -> None:
+    """And the tiled copies and the TiledMMA they need; the folded rest still equals the interpreter."""
+    spec, defines, _ = CASES[case]
+    program = kernel_ir(SPECS / f"{spec}.tl", "sm_90", {**defines, "FoldLdmatrix": "false"})
+    kernel, notes = fold_partitions(program.kernels()[0], ldsm=False)   # idempotent: the pass ran already
+    ops = list(K.walk(program))
+    ldsm = {op.name for op in ops if type(op) is K.TiledCopyOp and op.kind in ("A", "B")}
+    kept = [op for op in ops if type(op) is K.PartitionOp]
+    assert ldsm and kept and all(op.method == "partition_S" and op.slice in {f"{c}_thr" for c in ldsm} for op in kept)
+    assert all(f"{op.name}: kept (an ldmatrix source, by Param FoldLdmatrix = false)" in notes for op in kept)
+    assert mismatch(case, 17, 33, program=program) == ""
 
 
 def test_mha_views() -> None:
@@ -72,24 +80,23 @@ def test_mha_views() -> None:
     # the same threads' shared side: 32 bf16 = 4 chunks per row, Swizzle<2,3,3>, base swizzle(offset)
     s = ops["tQsQ"]
     assert s.swizzle == (2, 3, 3) and str(s.offset) == "threadIdx.x * 8" and s.layout_stride == ((1, 0), 1024, 0)
-    assert isinstance(ops["gmem_copy_32"], CopyAtomOp) and "tiled_mma" not in ops   # the TiledMMA stays
+    assert isinstance(ops["gmem_copy_32"], CopyAtomOp) and isinstance(ops["tiled_mma"], MmaAtomOp)
     c = ops["tSc64x32"]  # accumulator values: +1 column, +8 rows; then 4 n8 atoms
     assert str(c.row) == "threadIdx.x / 4 % 8 + threadIdx.x / 32 * 16" and str(c.col) == "threadIdx.x % 4 * 2"
     assert c.layout_stride == (((1, 1), (0, 8)), (0, 0), (1, 8))
     assert ops["rO"].layout_shape == ((2, 2), 1, 4) and ops["rO"].layout_stride == ((1, 2), 4, 4)
     cute = emit_program(program, line_directives=False)
-    assert "partition_fragment" not in cute and "make_tiled_copy(" not in cute   # the cp.async copy is an atom
-    # the ldmatrix sources stay CuTe's partitions, so their tiled copies and the TiledMMA stay too
-    assert "Tensor tAsQ = s2r_A_thr.partition_S(sQ);" in cute and "make_tiled_copy_A(" in cute
-    assert "TiledMMA<MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>" in cute
+    assert "partition_fragment" not in cute and "make_tiled_copy" not in cute   # every copy is an atom
+    assert "TiledMMA<" not in cute and "cute::copy(" not in cute and "cute::gemm(" not in cute
+    # the ldmatrix sources: the decayed swizzle's strides as CuTe spells them, a select on a bit of the offset
+    q = next(line for line in cute.splitlines() if "Tensor tAsQ = " in line)
+    assert q.startswith("  Tensor tAsQ = make_tensor(sQ.data() + (Swizzle<2, 3, 3>{}(int(") and " % 2 == 0 ? " in q
     assert "Swizzle<" in cute and "make_inttuple_iter(make_coord(" in cute
-    # copies between views: loops calling the atom, the first rest mode fastest as in cute::copy; the
-    # ldmatrix copies and the MMAs stay cute::copy / cute::gemm on the kept tiled copies and TiledMMA
+    # copies between views: loops calling the atom, the first rest mode fastest as in cute::copy
     assert "gmem_copy_32.call(tQgQ(_, i0_, i1_, block_idx, 0), tQsQ(_, i0_, i1_));" in cute
     assert cute.index("for (int i1_ = 0; i1_ < 1; ++i1_)") < cute.index("for (int i0_ = 0; i0_ < 2; ++i0_)")
-    assert {line.split("(")[1].split(",")[0] for line in cute.splitlines() if "cute::copy(" in line} == {"s2r_A", "s2r_B",
-                                                                                                     "s2r_B_trans"}
-    assert "cute::gemm(tiled_mma, tArQ(_, _, kb), tBrK(_, _, kb), acc_S);" in cute
+    assert "s2r_A.call(tAsQ(_, i0_, kb + 1), tArQ_view(_, i0_, kb + 1));" in cute
+    assert "tiled_mma.call(d_, tArQ(_, m_s, kb), tBrK(_, n_, kb), d_);" in cute
     # shared layouts: the static layout tlc computed, not CuTe's tile_to_shape
     assert "local_tile" not in cute and "tlc::ceil_div(int(size<0>(mQ)), 64)" in cute
     assert "tile_to_shape" not in cute and "using sQ_layout = decltype(composition(Swizzle<2, 3, 3>{}, Layout<" in cute

@@ -2,6 +2,8 @@
 refused at a location — none builds into the MHA kernel (emitted source only: no NVRTC)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.lowering.variants import BUILDS, MHA, REFUSED, write
@@ -62,4 +64,5 @@ def test_three_gemms_lower_to_three_mmas():
     from pathlib import Path
     spec = Path(__file__).resolve().parents[2] / "specs" / "chain3_fwd.tl"
     src = emit_text(spec.read_bytes(), str(spec), "sm_90", {}, "cute", line_directives=False)
-    assert src.count("cute::gemm(") == 3
+    calls = re.findall(r"tiled_mma\.call\(d_, (\w+)\(_, m_s, \w+\), (\w+)\(_, n_, \w+\), d_\);", src)
+    assert len(calls) == 3 and len(set(calls)) == 3, calls   # one MMA per GEMM, each on its own operands

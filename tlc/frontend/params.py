@@ -16,7 +16,8 @@ WORD = "an identifier"
 # not declare them, like a launch option; the pass that reads one checks its value at the Param (or -D).
 SCHEDULE_PARAMS = {"Stages": POSITIVE, "WarpSpecialize": BOOL, "TmaStore": BOOL, "Overlap": BOOL, "PingPong": BOOL,
                    "Persistent": BOOL, "SplitMasked": BOOL,
-                   "LazyRescale": BOOL, "Exp2Poly": NUMBER, "PrefetchTma": BOOL, "Trace": BOOL, "TraceTrips": BOOL, "ReduceChains": NUMBER}
+                   "LazyRescale": BOOL, "Exp2Poly": NUMBER, "PrefetchTma": BOOL, "Trace": BOOL, "TraceTrips": BOOL, "ReduceChains": NUMBER,
+                   "FoldLdmatrix": BOOL}
 
 
 def parse_define(value: str) -> Any:

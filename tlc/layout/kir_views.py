@@ -55,11 +55,16 @@ def global_strides(values: Layout, row_stride: Expr | None) -> tuple:
     return nested(map_strides(values.stride, value))
 
 
-def swizzled_strides(found: Decayed, offset: Expr) -> tuple:
-    """The decayed slice's strides (Decayed.stride_terms) as expressions of the thread's offset."""
+def swizzled_strides(found: Decayed, offset: Expr, select: bool = False) -> tuple:
+    """The decayed slice's strides (Decayed.stride_terms) as expressions of the thread's offset:
+    `base − step · bit`, or with `select` as CuTe spells them, one of two constants on the bit."""
     off = print_expr(offset)
-    flat = [base if bit is None else parse_expr(f"{base} - {step} * (({off}) / {1 << bit} % 2)")
-            for base, step, bit in found.stride_terms()]
+
+    def term(base: int, step: int, bit: int) -> Expr:
+        if select:
+            return parse_expr(f"select(({off}) / {1 << bit} % 2 == 0, {base}, {base - step})")
+        return parse_expr(f"{base} - {step} * (({off}) / {1 << bit} % 2)")
+    flat = [base if bit is None else term(base, step, bit) for base, step, bit in found.stride_terms()]
     return nested(unflatten(flat, found.values.shape))
 
 

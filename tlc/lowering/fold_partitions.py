@@ -10,9 +10,11 @@ register tensor with CuTe's layout, and a TiledCopy (TiledMMA) all of whose part
                          offset=`threadIdx.x * 8`, layout_shape=((8, 1), 8, 2),
                          layout_stride=((1, 0), 1024, 8192), swizzle=(3, 3, 3), keep=0)
 
-What the engine does not model stays as it was (notes name it), and so do the ldmatrix sources
-(shared→register partitions of an MMA operand copy): folded, their per-thread decayed strides took
-registers and 5 % of the kernel's speed on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
+What the engine does not model stays as it was (notes name it). The ldmatrix sources (shared→register
+partitions of an MMA operand copy) fold with their decayed strides spelled as CuTe spells them, a select of
+two constants on one bit of the thread's offset (an arithmetic `d − 2d·bit` cost registers and up to 6 %);
+`Param FoldLdmatrix = false` keeps CuTe's partitions, which tlc.tuning binds at d = 64, where the folded
+kernels ran 3 % slower on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
 engine models the epilogue's store (a thread-layout copy of the staged tile) and, with CuTe's GMMA layouts
 (checked by NVRTC), the wgmma accumulators (register tensors of partition_fragment_C's layout), their
 coordinates for the masks, the copy matched to them and the shared operands' GMMA descriptors (make_fragment_A/B
@@ -44,7 +46,8 @@ from tlc.layout.swizzle import decay
 class _Folder:
     """One kernel's rewrite: the tile layouts, the thread slices and what was (not) folded."""
 
-    def __init__(self, kernel: K.KernelOp, wgmma: bool = False) -> None:
+    def __init__(self, kernel: K.KernelOp, wgmma: bool = False, ldsm: bool = True) -> None:
+        self.ldsm = ldsm
         self.tiles = TileLayouts(kernel)
         self.slices: dict[str, K.Op] = {}
         self.unmodelled: dict[str, str] = {}   # MMA name → why copies matched to it stay CuTe's
@@ -116,10 +119,9 @@ class _Folder:
                               layout_stride=nested(layout.stride))
         if tile.space == "registers":
             return self._keep(op, "a partition of registers")
-        if isinstance(owner, K.TiledCopyOp) and owner.kind in ("A", "B") and tile.space == "shared":
-            # measured on an H200: the decayed-stride views of ldmatrix sources cost registers, spills
-            # and 5 % of the kernel's speed; CuTe's own partitions address them with immediates
-            return self._keep(op, "an ldmatrix source: CuTe's partition addresses it more cheaply")
+        ldsm = isinstance(owner, K.TiledCopyOp) and owner.kind in ("A", "B") and tile.space == "shared"
+        if ldsm and not self.ldsm:   # Param FoldLdmatrix = false (docs/compile_time.md)
+            return self._keep(op, "an ldmatrix source, by Param FoldLdmatrix = false")
         thr, values = engine.partition(side, tile.layout)
         index = self._index(mma if isinstance(owner, K.TiledMmaOp) or owner.kind != "threads" else None)
         if tile.space == "coords":
@@ -132,7 +134,7 @@ class _Folder:
         if found is None:
             return self._keep(op, "its values move a swizzle bit and its partner")
         return self._fold(ThreadViewOp, op, offset=offset, layout_shape=nested(found.values.shape),
-                          layout_stride=swizzled_strides(found, offset), swizzle=tuple(tile.swizzle))
+                          layout_stride=swizzled_strides(found, offset, select=ldsm), swizzle=tuple(tile.swizzle))
 
     def _wgmma_coords(self, op: K.PartitionOp, mma: H.WgmmaTiledMmaOp, tile: TileLayout) -> K.Op:
         """A wgmma's accumulator coordinates (masks) fold; its shared operands are GMMA descriptors CuTe builds."""
@@ -221,9 +223,11 @@ class _Folder:
         return tuple(out)
 
 
-def fold_partitions(kernel: K.KernelOp, wgmma: bool = False) -> tuple[K.KernelOp, list[str]]:
-    """`wgmma`: on sm_90a also the copies matched to a wgmma accumulator (off: TLC_FOLD_PARTITIONS=no-wgmma)."""
-    folder = _Folder(kernel, wgmma)
+def fold_partitions(kernel: K.KernelOp, wgmma: bool = False, ldsm: bool = True) -> tuple[K.KernelOp, list[str]]:
+    """`wgmma`: on sm_90a also the copies matched to a wgmma accumulator (off: TLC_FOLD_PARTITIONS=no-wgmma);
+    `ldsm`: the ldmatrix sources too, their decayed strides spelled as CuTe spells them (off: Param
+    FoldLdmatrix = false)."""
+    folder = _Folder(kernel, wgmma, ldsm)
     body = folder.rewrite(kernel.body)
     used, dropped = K.names_used(body), folder.descriptor_sources
     body = K.rewrite_ops(body, lambda op: None if type(op) is K.PartitionOp and op.name in dropped

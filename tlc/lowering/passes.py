@@ -511,7 +511,9 @@ class CheckResourcesPass(Pass):
 @dataclass(frozen=True)
 class FoldPartitionsPass(_KernelPass):
     """Partitions, fragments and tiled copies as flat layouts computed by tlc/layout
-    (tlc.lowering.fold_partitions, imported only when the pass is on)."""
+    (tlc.lowering.fold_partitions, imported only when the pass is on). `Param FoldLdmatrix = false`
+    keeps the ldmatrix sources CuTe's partitions (slower to compile, faster at d = 64 on an H200:
+    tlc.tuning binds it there)."""
 
     name: ClassVar[str] = "fold-partitions"
     enable: bool = field(default_factory=fold_partitions_enabled)   # TLC_FOLD_PARTITIONS=0: off
@@ -520,11 +522,12 @@ class FoldPartitionsPass(_KernelPass):
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         state = _state(ctx, self.name)
         kernel = _kernel(state)
+        ldsm = _bool_param(graph, "FoldLdmatrix", True)
         if not self.enable:
             return
         from tlc.lowering.fold_partitions import fold_partitions
 
-        kernel, notes = fold_partitions(kernel, wgmma=self.wgmma)
+        kernel, notes = fold_partitions(kernel, wgmma=self.wgmma, ldsm=ldsm)
         state.schedule = list(state.schedule) + notes
         _with_kernel(state, kernel)
 
