@@ -65,6 +65,11 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha_d40_causal_tma_store_persistent": ("mha_fwd", {"HeadDim": "40", "Causal": "true", "TmaStore": "true",
                                                         "Persistent": "true"}),
     "mha_d256_persistent": ("mha_fwd", {"HeadDim": "256", "Persistent": "true"}),   # O staged over Q's bytes
+    # gqa_fwd counts its query tiles from the end: the first tile's TMA boxes start before row 0 (zero-filled
+    # loads; the store's rows before 0 clipped by TMA, or skipped by row_first in the threads' copy)
+    "gqa128_causal_tma_store_from_end": ("gqa_fwd", {"Warps": "8", "BN": "128", "Causal": "true", "TmaStore": "true"}),
+    "gqa128_tma_store_from_end_persistent": ("gqa_fwd", {"Warps": "8", "BN": "128", "TmaStore": "true",
+                                                         "Persistent": "true"}),
 }
 
 
