@@ -70,6 +70,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "gqa128_causal_tma_store_from_end": ("gqa_fwd", {"Warps": "8", "BN": "128", "Causal": "true", "TmaStore": "true"}),
     "gqa128_tma_store_from_end_persistent": ("gqa_fwd", {"Warps": "8", "BN": "128", "TmaStore": "true",
                                                          "Persistent": "true"}),
+    # persistent with static tiles (blockIdx.x + k·gridDim.x, no counter)
+    "gqa128_causal_static_tiles": ("gqa_fwd", {"Warps": "8", "BN": "128", "Causal": "true", "Persistent": "true",
+                                               "StaticTiles": "true"}),
 }
 
 
@@ -115,7 +118,8 @@ def test_sm90a_grouped_heads_and_batches() -> None:
 
 
 @pytest.mark.parametrize("case,hkv", [("mha128_persistent", None), ("mha128_causal_persistent", None),
-                                      ("gqa128_3stage_causal_persistent", 6), ("mha_d256_persistent", None)])
+                                      ("gqa128_3stage_causal_persistent", 6), ("mha_d256_persistent", None),
+                                      ("gqa128_causal_static_tiles", 6)])
 def test_sm90a_persistent_many_tiles_per_cta(case: str, hkv: int | None) -> None:
     """7 × 72 = 504 tiles: every CTA of a 132-SM grid runs three or four, so the carried ring
     position, the Q re-arm and (causal) tiles of different lengths in one CTA are exercised."""

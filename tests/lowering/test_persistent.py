@@ -93,6 +93,22 @@ def test_both_roles_loop_over_the_tiles_the_producer_draws(defines: dict) -> Non
     assert print_kir(parse_kir(print_kir(program))) == print_kir(program)
 
 
+@pytest.mark.parametrize("spec,defines", [("mha_fwd", {}), ("gqa_fwd", {"Causal": "true", "Warps": "8", "BN": "128"})])
+def test_static_tiles_step_by_the_grid_without_the_counter(spec: str, defines: dict) -> None:
+    """`Param StaticTiles = true`: the producer's next tile is its tile + gridDim.x (no atomicAdd), so its
+    TMA coordinates derive from blockIdx and gridDim alone; the consumers still read the number it hands over."""
+    state = _lower(spec, StaticTiles="true", **defines)
+    roles = _roles(state.kir.kernels()[0])
+    producer = _tile_loop(roles.producer[0].body)
+    assert not [op for op in K.walk(producer) if isinstance(op, H.AtomicAddOp)]
+    assert isinstance(producer.body[-1], K.CounterSetOp) and str(producer.body[-1].value) == "tile + gridDim.x"
+    assert "tile_next" not in {n for op in K.walk(producer) for n in op.used_names()}
+    consumer = _tile_loop(roles.consumer)
+    assert isinstance(consumer.body[1], H.TileSlotLoadOp)
+    assert "takes every gridDim.x-th tile from blockIdx.x on (Param StaticTiles)" in "\n".join(state.schedule)
+    assert print_kir(parse_kir(print_kir(state.kir))) == print_kir(state.kir)
+
+
 def _release_index(consumer: K.ForOp) -> int:
     return next(i for i, op in enumerate(consumer.body) if isinstance(op, H.MbarrierArriveOp) and op.bar == "empty_sQ")
 

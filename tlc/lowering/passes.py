@@ -225,17 +225,20 @@ class OverlapGemmsPass(_ScheduleListingPass, _ScheduleRewritePass):
 class PersistentPass(_ScheduleListingPass):
     """sm_90a, warp-specialised kernels: a CTA per resident slot loops over the output tiles, the
     producer loading the next tile while the consumers finish this one (tlc.lowering.persistent).
-    `Param Persistent = true` turns it on (off by default)."""
+    `Param Persistent = true` turns it on (off by default); `Param StaticTiles = true` hands each CTA the
+    tiles blockIdx.x + k·gridDim.x instead of a dynamic scheduler's (the producer's TMA coordinates then
+    stay uniform: no register→uniform moves per load)."""
 
     name: ClassVar[str] = "persistent"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         from tlc.lowering.persistent import make_persistent
 
+        static = _bool_param(graph, "StaticTiles", False)
         if not _bool_param(graph, "Persistent", False):
             return
         state = _state(ctx, self.name)
-        state.kir, notes = make_persistent(state.kir, state.arch.smem_per_block)
+        state.kir, notes = make_persistent(state.kir, state.arch.smem_per_block, static)
         state.schedule = list(state.schedule) + notes
 
 

@@ -69,8 +69,8 @@ def _align(n: int, to: int) -> int:
 
 
 class Persistent:
-    def __init__(self, kernel: H.Sm90KernelOp, smem_limit: int) -> None:
-        self.kernel, self.limit = kernel, smem_limit
+    def __init__(self, kernel: H.Sm90KernelOp, smem_limit: int, static: bool = False) -> None:
+        self.kernel, self.limit, self.static = kernel, smem_limit, static
         self.notes: list[str] = []
 
     def run(self, params: H.TmaParamsOp) -> tuple[H.Sm90KernelOp, H.TmaParamsOp, list[str]]:
@@ -129,11 +129,16 @@ class Persistent:
         producer_head = [K.IfOp(cond=BinOp(">=", tile, count), loc=loc, body=(
             released, H.TileSlotStoreOp(slot=SLOT, value=tile, loc=loc),
             H.MbarrierArriveOp(bar=handover, stage=Const(0), loc=loc), K.BreakOp(loc=loc)))]
-        producer_tail = [*advance, K.CounterSetOp(counter=TILE, value=BinOp("+", Var(NEXT), Var("gridDim.x")), loc=loc)]
-        next_tile = H.AtomicAddOp(name=NEXT, ptr=Var(f"p.{COUNTER}"), value=Const(1), loc=loc)
+        if self.static:   # tiles blockIdx.x, + gridDim.x, …: the producer's coordinates stay uniform
+            producer_tail = [*advance, K.CounterSetOp(counter=TILE, value=BinOp("+", tile, Var("gridDim.x")), loc=loc)]
+            draw = []
+        else:
+            producer_tail = [*advance, K.CounterSetOp(counter=TILE, value=BinOp("+", Var(NEXT), Var("gridDim.x")),
+                                                      loc=loc)]
+            draw = [H.AtomicAddOp(name=NEXT, ptr=Var(f"p.{COUNTER}"), value=Const(1), loc=loc)]
         first = roles.producer[0]
         producer_body = [K.CounterOp(name=TILE, init=Var("blockIdx.x"), loc=loc),
-                         *looped(producer_head, [next_tile, *produce], producer_tail)]
+                         *looped(producer_head, [*draw, *produce], producer_tail)]
         new_roles = dataclasses.replace(roles, consumer=tuple(looped(consumer_head, consumer, advance)),
                                         producer=(dataclasses.replace(first, body=tuple(producer_body)),))
 
@@ -152,8 +157,10 @@ class Persistent:
             body=(*stay, new_roles))
         params = dataclasses.replace(params, fields=(*params.fields, (COUNTER, "ptr<i32>")))
         once = ", ".join(b[len("full_"):] for b in once_bars)
+        how = ("takes every gridDim.x-th tile from blockIdx.x on (Param StaticTiles)" if self.static else
+               f"draws each next tile from p.{COUNTER} (atomicAdd, zeroed per launch)")
         self.notes.append(f"persistent: a CTA per resident slot loops over the tiles (grid min(tiles, {RESIDENT_CTAS})); "
-                          f"the producer draws each next tile from p.{COUNTER} (atomicAdd, zeroed per launch) and "
+                          f"the producer {how} and "
                           f"hands its number over in shared memory with {once.split(', ')[0]}'s barrier; {once} "
                           f"released per tile through {', '.join(b.name for b in empties)}"
                           + ("; the rings' position carried across tiles" if trips is not None else ""))
@@ -351,8 +358,9 @@ class Persistent:
         return out
 
 
-def make_persistent(program: K.ProgramOp, smem_limit: int) -> tuple[K.ProgramOp, list[str]]:
-    """`program` with its kernel looping over its tiles, or unchanged with the reason in the notes."""
+def make_persistent(program: K.ProgramOp, smem_limit: int, static: bool = False) -> tuple[K.ProgramOp, list[str]]:
+    """`program` with its kernel looping over its tiles, or unchanged with the reason in the notes; `static`:
+    each CTA takes tiles blockIdx.x + k·gridDim.x instead of drawing them from the atomic counter."""
     kernels = program.kernels()
     if not any(isinstance(op, H.WarpSpecializeOp) for op in K.walk(program)):
         return program, ["persistent: kept one tile per CTA: the kernel is not warp-specialised"]
@@ -360,7 +368,7 @@ def make_persistent(program: K.ProgramOp, smem_limit: int) -> tuple[K.ProgramOp,
     if len(kernels) != 1 or not isinstance(kernels[0], H.Sm90KernelOp) or len(params) != 1:
         return program, ["persistent: kept one tile per CTA: not one sm_90a kernel with TMA parameters"]
     try:
-        kernel, new_params, notes = Persistent(kernels[0], smem_limit).run(params[0])
+        kernel, new_params, notes = Persistent(kernels[0], smem_limit, static).run(params[0])
     except Declined as why:
         return program, [f"persistent: kept one tile per CTA: {why}"]
     body = tuple(kernel if op is kernels[0] else new_params if op is params[0] else op for op in program.body)
