@@ -101,6 +101,8 @@ def test_static_tiles_step_by_the_grid_without_the_counter(spec: str, defines: d
     roles = _roles(state.kir.kernels()[0])
     producer = _tile_loop(roles.producer[0].body)
     assert not [op for op in K.walk(producer) if isinstance(op, H.AtomicAddOp)]
+    (params,) = [op for op in state.kir.body if isinstance(op, H.TmaParamsOp)]
+    assert H.TILE_COUNTER not in dict(params.fields)   # no counter for the launcher to zero
     assert isinstance(producer.body[-1], K.CounterSetOp) and str(producer.body[-1].value) == "tile + gridDim.x"
     assert "tile_next" not in {n for op in K.walk(producer) for n in op.used_names()}
     consumer = _tile_loop(roles.consumer)

@@ -48,6 +48,16 @@ def static_stride(dims: tuple[int, ...]) -> str:
     return f"Stride<{', '.join(f'Int<{d}>' for d in dims)}>"
 
 
+def predicate_limits(row_limit: Expr, col_limit: Expr | None, row_first: Expr | None) -> list[str]:
+    """The constants a predicated copy's row (and column) tests read."""
+    lines = [f"const int row_limit_ = {cpp_expr(row_limit)};"]
+    if col_limit is not None:
+        lines.append(f"const int col_limit_ = {cpp_expr(col_limit)};")
+    if row_first is not None:
+        lines.append(f"const int row_first_ = {cpp_expr(row_first)};")
+    return lines
+
+
 def row_test(coord: str, row_first: Expr | None) -> str:
     """A predicated copy's row test on `coord` (a coordinate tensor element): below `row_limit_`,
     and at or past `row_first_` when the tile starts before the tensor's first row."""

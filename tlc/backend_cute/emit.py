@@ -12,8 +12,8 @@ from importlib import resources
 import tlc
 from tlc.backend_cute.emit_sm90 import Sm90Emitter
 from tlc.backend_cute.emit_views import ViewEmitter
-from tlc.backend_cute.cpp import (CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, row_test, shifted, static_shape,
-                                  static_stride)
+from tlc.backend_cute.cpp import (CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, predicate_limits, row_test, shifted,
+                                  static_shape, static_stride)
 from tlc.backend_cute.writer import Writer
 from tlc.diagnostics import fail
 from tlc.kir.expr import Expr, Var
@@ -249,11 +249,8 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
         with self.w.block(""):
             self.w.line(f"auto src_ = {_ix(src)};")
             self.w.line(f"auto dst_ = {_ix(dst)};")
-            self.w.line(f"const int row_limit_ = {_ix(limit)};")
-            if col_limit is not None:
-                self.w.line(f"const int col_limit_ = {_ix(col_limit)};")
-            if row_first is not None:
-                self.w.line(f"const int row_first_ = {_ix(row_first)};")
+            for line in predicate_limits(limit, col_limit, row_first):
+                self.w.line(line)
             self.w.line("CUTE_UNROLL")
             with self.w.block("for (int m = 0; m < size<1>(dst_); ++m)"):
                 if col_limit is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from tlc.backend_cute.cpp import CPP_DTYPE, cpp_expr, row_test, shifted_data
+from tlc.backend_cute.cpp import CPP_DTYPE, cpp_expr, predicate_limits, row_test, shifted_data
 from tlc.backend_cute.handler_table import HandlerTable
 from tlc.kir.expr import Expr, Index, Var, parse_expr
 from tlc.expr.rewrite import substitute
@@ -187,11 +187,8 @@ class ViewEmitter(_TABLE.mixin_base()):
         with self.w.block(""):
             self.w.line(f"auto src_ = {cpp_expr(src)};")
             self.w.line(f"auto dst_ = {cpp_expr(dst)};")
-            self.w.line(f"const int row_limit_ = {cpp_expr(op.row_limit)};")
-            if op.col_limit is not None:
-                self.w.line(f"const int col_limit_ = {cpp_expr(op.col_limit)};")
-            if op.row_first is not None:
-                self.w.line(f"const int row_first_ = {cpp_expr(op.row_first)};")
+            for line in predicate_limits(op.row_limit, op.col_limit, op.row_first):
+                self.w.line(line)
             self.w.line("CUTE_UNROLL")
             with self.w.block(f"for (int m = 0; m < {op.rest[0]}; ++m)"):
                 if op.col_limit is None:  # whole rows in or out

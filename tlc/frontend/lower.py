@@ -347,7 +347,8 @@ class Lowerer:
             dtype = source.value.type.dtype
         ty = TileType(dst, tuple(s.tile) if s.tile is not None else None, dtype)
         v = self.fresh(s.name, ty)
-        self.emit(CopyOp((v,), operands, src_space=src, dst_space=dst, tile=s.tile, coord=s.coord, from_end="L" in s.from_end, loc=s.loc))
+        self.emit(CopyOp((v,), operands, src_space=src, dst_space=dst, tile=s.tile, coord=s.coord,
+                         from_end="L" in s.from_end, loc=s.loc))
         self.define(s.name, dst, v, s.name_loc)
 
     def operand(self, name: str, loc: Loc, what: str) -> Value | None:

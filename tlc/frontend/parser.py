@@ -179,9 +179,9 @@ class _ToAst(Transformer):
             tile = rest.pop(0)
         ends: tuple[str, ...] = ()
         if rest and isinstance(rest[0], tuple) and rest[0][:1] == ("coord",):
-            items3 = rest.pop(0)[1]
-            coord = tuple((k, e) for k, e, _ in items3)
-            ends = tuple(k for k, _, end in items3 if end)
+            coord_items = rest.pop(0)[1]
+            coord = tuple((k, e) for k, e, _ in coord_items)
+            ends = tuple(k for k, _, end in coord_items if end)
         src, dst = rest
         return A.CopyStmt(str(name), tile, coord, str(src), str(dst), from_end=ends, name_loc=self._loc(name),
                           src_loc=self._loc(src), dst_loc=self._loc(dst), loc=self._loc(meta))

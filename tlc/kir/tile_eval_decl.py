@@ -8,7 +8,7 @@ from tlc.kir import ops as K
 from tlc.kir.expr import Var
 from tlc.kir.tile_eval_expr import F64, TileFault, round_to
 from tlc.kir.tile_eval_state import (Block, Coords, Frag, GlobalTiles, GlobalView, OperandFrag, SharedRef, Window,
-                                     handles, partitioned)
+                                     handles, partitioned, tile_start)
 
 
 @handles(K.LetOp)
@@ -115,8 +115,7 @@ def _global_tile(blk: Block, op: K.GlobalTileOp) -> None:
     coord = tuple(None if c == Var("_") else blk.integer(c) for c in op.coord)
     shift = blk.integer(op.row_shift) if op.row_shift is not None else 0
     if all(c is not None for c in coord):
-        start = tuple(c * t - (shift if i == 0 else 0) for i, (c, t) in enumerate(zip(coord, op.tile)))
-        blk.values[op.name] = Window(view, start, op.tile, rank=len(op.tile))
+        blk.values[op.name] = Window(view, tile_start(coord, op.tile, shift), op.tile, rank=len(op.tile))
     else:
         blk.values[op.name] = GlobalTiles(view, op.tile, coord, rank=len(op.tile), row_shift=shift)
 

@@ -143,6 +143,11 @@ def partitioned(v: TileValue, slice_: str) -> TileValue:
 
 
 # ----------------------------------------------------------------------------- global windows
+def tile_start(coord: tuple[int, ...], tile: tuple[int, ...], row_shift: int = 0) -> tuple[int, ...]:
+    """The element where tile `coord` of a local_tile starts (its rows `row_shift` earlier)."""
+    return tuple(c * t - (row_shift if axis == 0 else 0) for axis, (c, t) in enumerate(zip(coord, tile)))
+
+
 def _extent(w: Window, limits: tuple[int | None, ...], row_first: int | None = None) -> tuple[slice, ...]:
     """The tile-local span of each axis a predicated copy touches: [first, limit), clipped to the tile."""
     out = []
@@ -261,8 +266,7 @@ class Block:
             coord = list(v.coord)
             for i, s in zip(free, sel):
                 coord[i] = s
-            start = tuple(c * t - (v.row_shift if i == 0 else 0) for i, (c, t) in enumerate(zip(coord, v.tile)))
-            return Window(v.view, start, v.tile, v.rank, v.slice)
+            return Window(v.view, tile_start(tuple(coord), v.tile, v.row_shift), v.tile, v.rank, v.slice)
         if isinstance(v, SharedRef) and v.stages and v.stage is None and len(sel) == 1:
             if not 0 <= sel[0] < v.stages:
                 raise TileFault(f"`{e}` selects stage {sel[0]} of {v.buffer}, which has {v.stages}")

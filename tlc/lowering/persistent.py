@@ -155,7 +155,8 @@ class Persistent:
         kernel = dataclasses.replace(
             self.kernel, grid=(Call("min", (count, Var(RESIDENT_CTAS))), Const(1), Const(1)), smem_bytes=smem,
             body=(*stay, new_roles))
-        params = dataclasses.replace(params, fields=(*params.fields, (COUNTER, "ptr<i32>")))
+        if not self.static:   # the dynamic scheduler's counter, zeroed by the launcher per launch
+            params = dataclasses.replace(params, fields=(*params.fields, (COUNTER, "ptr<i32>")))
         once = ", ".join(b[len("full_"):] for b in once_bars)
         how = ("takes every gridDim.x-th tile from blockIdx.x on (Param StaticTiles)" if self.static else
                f"draws each next tile from p.{COUNTER} (atomicAdd, zeroed per launch)")

@@ -295,9 +295,7 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
         if rows_o is None or cols_o is None:
             raise fail("tlc build: cannot tell which query rows and key columns this tile holds (mask a GEMM "
                        "result of tiles copied from global)", op.loc)
-        row0 = (self.x.lower(rows_o.start, op.loc) if rows_o.from_end
-                else BinOp("*", self.x.lower(rows_o.coord, op.loc), self.x.lower(rows_o.tile, op.loc)))
-        col0 = BinOp("*", self.x.lower(cols_o.coord, op.loc), self.x.lower(cols_o.tile, op.loc))
+        row0, col0 = self.x.lower(rows_o.start, op.loc), self.x.lower(cols_o.start, op.loc)
         ident = self._identity(s.rows, s.cols)
         coord = self._partition(("C", ident, s.mma), f"tS{ident}", self.warp_plan.slice_of(s.mma), "partition_C",
                                 Var(ident))

@@ -140,19 +140,13 @@ class _LoopMasks:
             self.ctx.remark("causal mask left as is: the scores' rows do not come from a tiled load", mask.loc)
             return
         shift = _shift(mask.alignment)
-        row_start = rows.start if rows.from_end else BinOp("*", rows.coord, rows.tile)
-        first = BinOp("/", _add(_add(row_start, shift), Const(1)), cols.tile)
+        first = BinOp("/", _add(_add(rows.start, shift), Const(1)), cols.tile)
         self.body.replace(mask, replace(mask, from_iteration=((self.loop.var, first),)))
         msg = f"causal ({mask.alignment}): masked only from trip {self.loop.var} = {first}"
         if any(isinstance(o, SoftmaxOp) for o in self.body.ops()):
             self.ctx.remark(msg + "; loop bound kept (run online-softmax first to cut it)", mask.loc)
             return
-        row_end: Expr = BinOp("*", _add(rows.coord, Const(1)), rows.tile)
-        if rows.from_end:
-            row_end = rows.end
-        elif rows.extent is not None:
-            row_end = Call("min", (row_end, rows.extent))
-        cut = _cdiv(_add(row_end, shift), cols.tile)
+        cut = _cdiv(_add(rows.end, shift), cols.tile)
         assert self.loop.stop is not None
         new_loop = replace(self.loop, stop=Call("min", (self.loop.stop, cut)))
         self.region.replace(self.loop, new_loop)
