@@ -1,4 +1,4 @@
-"""SASS of a cubin (cuobjdump): its opcodes, and the counts of the instructions a kernel was meant to use."""
+"""SASS of a cubin (cuobjdump): its opcodes, its loops, and the counts of the instructions a kernel was meant to use."""
 from __future__ import annotations
 
 import collections
@@ -47,6 +47,28 @@ def sass_listing(cubin: bytes) -> str:
 def opcodes(listing: str) -> collections.Counter:
     """Each instruction's opcode with its modifiers (predicates dropped), counted."""
     return collections.Counter(m.group(1) for m in map(_OPCODE.search, listing.splitlines()) if m)
+
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
+_BRANCH = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+.*?0x([0-9a-f]+)")
+
+
+def loops(listing: str, containing: tuple[str, ...] = ("HMMA", "HGMMA", "UTMALDG")) -> list[tuple[int, int, collections.Counter]]:
+    """(first address, last address, opcode counts) of each backward branch's body that holds one of
+    `containing` (the steady KV loops, the TMA producer's loops), in listing order. A loop's count is
+    every instruction from the branch target to the branch, inner loops included."""
+    body = [(int(m.group(1), 16), m.group(2).strip()) for m in _INSTRUCTION.finditer(listing)]
+    index = {addr: i for i, (addr, _) in enumerate(body)}
+    out = []
+    for i, (addr, text) in enumerate(body):
+        branch = _BRANCH.search(text)
+        target = int(branch.group(1), 16) if branch else None
+        if target is None or target >= addr or target not in index:
+            continue
+        ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0] for _, t in body[index[target]:i + 1])
+        if any(op.split(".")[0] in containing for op in ops):
+            out.append((target, addr, ops))
+    return out
 
 
 def sass_summary(cubin: bytes) -> dict:

@@ -6,7 +6,9 @@ side, biggest differences first, and both listings under $OUT.
     python3 bench/sass_compare.py specs/gqa_fwd.tl --switch Persistent=true --arch sm_90a
 
 Where a lowering change costs time, the opcode counts say which instructions it added (address
-arithmetic, spills, barriers) before anyone reads the listings.
+arithmetic, spills, barriers) before anyone reads the listings. `--loops` adds each build's loops that
+hold an MMA or a TMA load (bench/sass.py `loops`) with their sizes, and the opcodes that differ most
+between the two builds' largest MMA loops that hold no other (the steady KV loops).
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ def main() -> int:
     ap.add_argument("-D", dest="defines", action="append", default=[])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--loops", action="store_true", help="also each build's MMA / TMA loops")
     a = ap.parse_args()
     import tlc
-    from bench.sass import opcodes, sass_listing
+    from bench.sass import loops, opcodes, sass_listing
     from tlc.diagnostics import TlcError
 
     name, _, value = a.switch.partition("=")
@@ -53,12 +56,28 @@ def main() -> int:
         (out_dir / f"sass_{i}.txt").write_text(listing)
         counts[label] = opcodes(listing)
         print(f"{label}: {sum(counts[label].values())} instructions, ptxas {ptxas}")
-    a_c, b_c = counts.values()
+    _table(*counts.values(), a.top)
+    if a.loops:
+        steady = []
+        for label, (listing, _) in builds.items():
+            print(f"loops of {label}:")
+            found = loops(listing)
+            for first, last, ops in found:
+                common = ", ".join(f"{k} {n}" for k, n in ops.most_common(8))
+                print(f"  {first:#07x}-{last:#07x} {sum(ops.values()):5d} instructions: {common}")
+            innermost = [(f, l, o) for f, l, o in found if not any(f < f2 and l2 < l for f2, l2, _ in found)]
+            steady.append(max((o for _, _, o in innermost), key=lambda o: sum(o.values()), default=None))
+        if all(steady):
+            print(f"the steady loops: {sum(steady[0].values())} against {sum(steady[1].values())} instructions")
+            _table(*steady, a.top)
+    return 0
+
+
+def _table(a_c, b_c, top: int) -> None:
     keys = sorted(set(a_c) | set(b_c), key=lambda k: -abs(b_c[k] - a_c[k]))
     print(f"{'opcode':28s} {'default':>8s} {'switched':>9s} {'diff':>6s}")
-    for k in keys[:a.top]:
+    for k in keys[:top]:
         print(f"{k:28s} {a_c[k]:8d} {b_c[k]:9d} {b_c[k] - a_c[k]:+6d}")
-    return 0
 
 
 if __name__ == "__main__":

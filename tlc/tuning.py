@@ -59,8 +59,10 @@ SM90A_SCHEDULE = {64: {"ReduceChains": 2}}
 
 # sm_80-family schedule knobs: at d = 64 the folded ldmatrix sources (fold-partitions, which compile the
 # kernel 3x faster) ran 0.967x (causal) and 0.965x (128x64 tiles) of CuTe's partitions on an H200, so d = 64
-# keeps CuTe's; d = 128, 256 and MLA prefill ran 0.993-1.006x folded (2026-11-27,
-# bench/results/2026-11-27-h200-s11-fold-ldsm-*.txt).
+# keeps CuTe's; d = 128, 256 and MLA prefill ran 0.993-1.006x folded (2026-11-27, `python3
+# bench/bench_attention.py --extra --arch sm_90 --no-baselines`, folded against kept, alternating twice;
+# bench/results/2026-11-27-h200-s11-fold-ldsm-*.txt; today's spelling of the switch:
+# TLC_BENCH_DEFINES="FoldLdmatrix=true" against "FoldLdmatrix=false").
 DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
 
 
