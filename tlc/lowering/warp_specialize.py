@@ -302,8 +302,19 @@ class WarpSpecializer:
                                    coord=(ld.batch, ld.head, row0,
                                           BinOp("+", BinOp("*", ld.col, Const(ld.cols)), Const(j * span))))
                       for j in range(ld.cols // span)]
-            out.append(K.IfOp(cond=BinOp("==", Var("threadIdx.x"), Const(0)), loc=op.loc,
-                              body=(*stores, H.TmaStoreWaitOp(loc=op.loc))))
+            by_tma = K.IfOp(cond=BinOp("==", Var("threadIdx.x"), Const(0)), loc=op.loc,
+                            body=(*stores, H.TmaStoreWaitOp(loc=op.loc)))
+            if ld.row_shift is None:
+                out.append(by_tma)
+            else:
+                # A box that starts before row 0 is an illegal TMA store (the H200 stops the kernel with
+                # an illegal instruction; loads zero-fill): the partial first tile of rows counted from
+                # the end keeps the threads' predicated copy. The TMA branch comes first, so insert-sync
+                # puts the writers' proxy fence and barrier ahead of both.
+                out += [K.IfOp(cond=BinOp(">=", row0, Const(0)), body=(by_tma,), loc=op.loc),
+                        K.IfOp(cond=BinOp("<", row0, Const(0)), body=(op,), loc=op.loc)]
+                self._notes.append("warp-specialize: the TMA store's first tile of rows counted from the end "
+                                   "starts before row 0; that tile keeps the threads' predicated copy")
             buf = self.defs[ld.buffer]
             self._relayout[buf.layout] = H.GmmaSmemLayoutOp(name=buf.layout, dtype=buf.dtype, swizzle=SWIZZLE,
                                                             shape=(ld.rows, ld.cols), k_major=True, loc=buf.loc)
