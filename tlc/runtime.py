@@ -330,5 +330,5 @@ def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "s
     tiles = default_tiles(d_qk, d_v, arch)  # the tuned tiles for this head dim and target (tlc/tuning.py)
     defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"],
                    Stages=tiles["stages"])  # both specs declare Warps and Stages
-    defines.update(default_schedule(d_qk, d_v, arch))   # schedule knobs tuned per head dim (tlc/tuning.py)
+    defines.update(default_schedule(d_qk, d_v, arch, causal))   # schedule knobs tuned per head dim (tlc/tuning.py)
     return spec, defines

@@ -66,13 +66,23 @@ SM90A_SCHEDULE = {64: {"ReduceChains": 2}}
 DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
 
 
-def default_schedule(d_qk: int, d_v: int, arch: str) -> dict:
+# sm_90a causal kernels: at d = 64 (192-row tiles, three consumer warp groups) the first group's rows see
+# no key of the tile's last trip in most tiles; skipping those trips per group (`skip-masked-trips`) ran
+# 1.018x and 1.011x on d = 64 causal, alternating twice with it off, while the other causal rows (d = 256
+# skips one trip in about 32 per group, d = 128 and MLA none) lost 0.4-2.3 % to the guarded wgmma (H200,
+# 2026-11-27, `TLC_BENCH_DEFINES="SkipMaskedTrips=..." python3 bench/bench_attention.py --bar --arch sm_90a
+# --no-baselines --rows causal`, bench/results/2026-11-27-h200-s12-skip-masked-trips-*.txt).
+SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True}}
+
+
+def default_schedule(d_qk: int, d_v: int, arch: str, causal: bool = False) -> dict:
     """The schedule -D bindings tlc.attention adds to the tiles for these head dims on `arch`."""
     if arch != "sm_90a":
         return dict(DEFAULT_SCHEDULE.get(_table_width(DEFAULT_TILES, d_qk, d_v), {}))
     if (d_qk, d_v) in SM90A_PAIRS:
         return {}
-    return dict(SM90A_SCHEDULE.get(_table_width(SM90A_TILES, d_qk, d_v), {}))
+    width = _table_width(SM90A_TILES, d_qk, d_v)
+    return {**SM90A_SCHEDULE.get(width, {}), **(SM90A_CAUSAL_SCHEDULE.get(width, {}) if causal else {})}
 
 
 def _table_width(table: dict, d_qk: int, d_v: int) -> int:

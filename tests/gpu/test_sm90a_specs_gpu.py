@@ -66,13 +66,25 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
                                                         "Persistent": "true"}),
     "mha_d256_persistent": ("mha_fwd", {"HeadDim": "256", "Persistent": "true"}),   # O staged over Q's bytes
     # gqa_fwd counts its query tiles from the end: the first tile's TMA boxes start before row 0 (zero-filled
-    # loads; the store's rows before 0 clipped by TMA, or skipped by row_first in the threads' copy)
+    # loads; TMA may not store a box that starts before row 0, so that tile keeps the threads' copy, whose
+    # row_first predicate skips the rows before 0)
     "gqa128_causal_tma_store_from_end": ("gqa_fwd", {"Warps": "8", "BN": "128", "Causal": "true", "TmaStore": "true"}),
     "gqa128_tma_store_from_end_persistent": ("gqa_fwd", {"Warps": "8", "BN": "128", "TmaStore": "true",
                                                          "Persistent": "true"}),
     # persistent with static tiles (blockIdx.x + k·gridDim.x, no counter)
     "gqa128_causal_static_tiles": ("gqa_fwd", {"Warps": "8", "BN": "128", "Causal": "true", "Persistent": "true",
                                                "StaticTiles": "true"}),
+    # skip-masked-trips: a warp group skips the trips its own rows mask (192-row tiles: the first group's
+    # last trip; 64-key trips: the first group's last at d = 256; bottom-right shifts the diagonal)
+    "gqa64_bm192_causal": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12", "Causal": "true",
+                                       "SkipMaskedTrips": "true"}),
+    "gqa64_bm192_causal_br_persistent": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12",
+                                                     "Causal": "true", "Align": "bottom_right", "Persistent": "true",
+                                                     "SkipMaskedTrips": "true"}),
+    "mha256_bn64_causal_br": ("mha_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
+                                          "Align": "bottom_right", "SkipMaskedTrips": "true"}),
+    "mha128_bn64_causal_one_loop": ("mha_fwd", {"BN": "64", "Causal": "true", "SplitMasked": "false",
+                                                "SkipMaskedTrips": "true"}),
 }
 
 
@@ -119,7 +131,7 @@ def test_sm90a_grouped_heads_and_batches() -> None:
 
 @pytest.mark.parametrize("case,hkv", [("mha128_persistent", None), ("mha128_causal_persistent", None),
                                       ("gqa128_3stage_causal_persistent", 6), ("mha_d256_persistent", None),
-                                      ("gqa128_causal_static_tiles", 6)])
+                                      ("gqa128_causal_static_tiles", 6), ("gqa64_bm192_causal_br_persistent", 6)])
 def test_sm90a_persistent_many_tiles_per_cta(case: str, hkv: int | None) -> None:
     """7 × 72 = 504 tiles: every CTA of a 132-SM grid runs three or four, so the carried ring
     position, the Q re-arm and (causal) tiles of different lengths in one CTA are exercised."""

@@ -272,6 +272,29 @@ class SplitMaskedTripsPass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
+class SkipMaskedTripsPass(_ScheduleListingPass):
+    """sm_90a, causal, two or more consumer warp groups: each group skips the Q·Kᵀ, softmax and P·V of
+    the trips its own rows mask entirely (tlc.lowering.skip_masked_trips), keeping every wait, release
+    and barrier. `Param SkipMaskedTrips = true` turns it on (off by default: its guarded wgmma cost 1-2 %
+    where nothing is skipped; tlc.tuning sets it for the sm_90a d = 64 kernels)."""
+
+    name: ClassVar[str] = "skip-masked-trips"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.lowering.skip_masked_trips import skip_masked_trips
+
+        if not _bool_param(graph, "SkipMaskedTrips", False):
+            return
+        state = _state(ctx, self.name)
+        kernel = _kernel(state)
+        if not any(isinstance(op, WarpSpecializeOp) for op in walk(kernel)):
+            return
+        kernel, notes = skip_masked_trips(kernel)
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
 class EmulateExp2Pass(_ScheduleListingPass):
     """`Param Exp2Poly = k` (k > 0): every k-th exp2 of each thread's scores by a polynomial on the FMA
     pipe (tlc::exp2_poly) instead of the MUFU unit, whose 16 results per clock and SM bound the softmax

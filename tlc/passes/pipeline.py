@@ -42,6 +42,7 @@ LOWERING_PIPELINE = [
     "reduction-chains",   # Param ReduceChains: row max / sum in independent partial results (shorter chains)
     "lazy-rescale",       # warp-specialised: the running max moves only past 2^8; O rescaled when a warp's row moved
     "split-masked-trips", # after check-resources (same registers, twice the loop text): trips before the first masked one run a loop without mask code
+    "skip-masked-trips",  # after split-masked-trips (rewrites its masked loop): each warp group skips the trips its rows mask
     "trace-phases",       # Param Trace: timestamps at phase boundaries (bench/timeline.py), on the final schedule
     "fold-partitions",    # last: partitions of the final tiles and schedule as flat views (TLC_FOLD_PARTITIONS=0: off)
 ]

@@ -31,6 +31,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "overlap-gemms": _lazy("tlc.lowering.passes:OverlapGemmsPass"),
     "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
     "split-masked-trips": _lazy("tlc.lowering.passes:SplitMaskedTripsPass"),
+    "skip-masked-trips": _lazy("tlc.lowering.passes:SkipMaskedTripsPass"),
     "lazy-rescale": _lazy("tlc.lowering.passes:LazyRescalePass"),
     "reduction-chains": _lazy("tlc.lowering.passes:ReductionChainsPass"),
     "prefetch-tma-descriptors": _lazy("tlc.lowering.passes:PrefetchTmaPass"),

@@ -1,0 +1,163 @@
+"""`skip-masked-trips` (sm_90a, causal, two or more consumer warp groups, `Param SkipMaskedTrips = true`):
+each warp group skips the GEMMs and softmax of the trips its own rows mask. The consumer's control flow
+is walked for concrete sizes (every ring wait and release, named barrier and wgmma a group executes, in
+order) with the pass on and off: the protocol the producer and the other groups see must be the same,
+the group must compute a prefix of the trips, and the trips it skips must be masked for all its rows.
+NVRTC: tests/nvrtc/test_sm90a_nvrtc.py; GPU (odd sizes, bottom-right, persistent): tests/gpu/test_sm90a_specs_gpu.py.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tlc.api import compile_graph
+from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
+from tlc.kir.evaluate import evaluate
+from tlc.kir.expr import free_names
+from tlc.lowering.passes import run_lowering
+from tlc.runtime import attention_spec
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+D64 = {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12", "Causal": "true"}
+D256 = {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true"}
+_PROTOCOL = (H.MbarrierWaitOp, H.MbarrierArriveOp, H.NamedBarrierOp, H.WgmmaWaitOp, H.WgmmaCommitOp)
+
+
+def _lower(spec: str = "gqa_fwd", **defines: str):
+    return _lowered(spec, tuple(sorted(defines.items())))
+
+
+@lru_cache(maxsize=None)
+def _lowered(spec: str, defines: tuple):
+    path = SPECS / f"{spec}.tl"
+    graph, _ = compile_graph(path.read_bytes(), str(path), defines=dict(defines))
+    return run_lowering(graph, "sm_90a", name=spec)[0]
+
+
+def _consumer(state) -> tuple[K.Op, ...]:
+    return next(op for op in K.walk(state.kir.kernels()[0]) if isinstance(op, H.WarpSpecializeOp)).consumer
+
+
+def _run(ops, env: dict, events: list) -> None:
+    """Walk one warp group's control flow: lets, counters and loops evaluated, each synchronising op and
+    wgmma recorded with its evaluated stage / phase (a wgmma with the trip `n` it runs in)."""
+    for op in ops:
+        if isinstance(op, K.LetOp):
+            env[op.name] = evaluate(op.value, env)
+        elif isinstance(op, K.CounterOp):
+            env[op.name] = evaluate(op.init, env)
+        elif isinstance(op, K.CounterSetOp):
+            env[op.counter] = evaluate(op.value, env)
+        elif isinstance(op, K.IfOp):
+            if not free_names(op.cond) <= env.keys():   # a data-dependent branch (a warp vote): no protocol in it
+                assert not any(isinstance(x, (*_PROTOCOL, H.WgmmaOp)) for x in K.walk(op)), op.cond
+            elif evaluate(op.cond, env):
+                _run(op.body, env, events)
+        elif isinstance(op, K.ForOp) and not op.unroll:
+            n = evaluate(op.start, env)
+            while n < evaluate(op.stop, env):
+                env[op.var] = n
+                _run(op.body, env, events)
+                n += op.step
+        elif isinstance(op, (H.MbarrierWaitOp, H.MbarrierArriveOp)):
+            phase = evaluate(op.phase, env) if isinstance(op, H.MbarrierWaitOp) else None
+            events.append((op.bar, evaluate(op.stage, env), phase))
+        elif isinstance(op, H.NamedBarrierOp):
+            events.append(("named", op.id if isinstance(op.id, int) else evaluate(op.id, env), op.arrive_only))
+        elif isinstance(op, (H.WgmmaWaitOp, H.WgmmaCommitOp)):
+            events.append(("wgmma-sync", type(op).__name__, getattr(op, "pending", None)))
+        elif isinstance(op, H.WgmmaOp):
+            events.append(("wgmma", op.acc, env.get("n", 0)))
+
+
+def _events(consumer, sq: int, sk: int, block: int, group: int) -> list:
+    env = {"p.seqlen_q": sq, "p.seqlen_k": sk, "block_idx": block, "warp_group": group,
+           "threadIdx.x": 128 * group, "p.scale": 1.0}
+    events: list = []
+    _run(consumer, env, events)
+    return events
+
+
+@pytest.mark.parametrize("defines", [D64, {**D64, "Align": "bottom_right", "Stages": "3"},
+                                     {**D64, "SplitMasked": "false"}, D256])
+@settings(max_examples=40, deadline=None)
+@given(sq=st.integers(1, 1200), sk=st.integers(1, 1200), block=st.integers(0, 7), group=st.integers(0, 2))
+def test_a_group_computes_the_trips_its_rows_see_and_keeps_the_protocol(defines: dict, sq: int, sk: int,
+                                                                      block: int, group: int) -> None:
+    group %= int(defines["Warps"]) // 4
+    bm, bn = int(defines.get("BM", 128)), int(defines["BN"])
+    block %= -(-sq // bm)      # a tile of the grid (ceil_div(sq, BM) of them)
+    on = _events(_consumer(_lower(**defines, SkipMaskedTrips="true")), sq, sk, block, group)
+    off = _events(_consumer(_lower(**defines)), sq, sk, block, group)
+    # the producer and the other groups see the same ring traffic and ping-pong turns; the group's wgmma
+    # commit groups and waits are the same too (a skipped GEMM leaves an empty group)
+    assert [e for e in on if e[0] != "wgmma"] == [e for e in off if e[0] != "wgmma"]
+    # compute: Q·Kᵀ for a prefix of the trips, one P·V per Q·Kᵀ
+    trips_off = [e[2] for e in off if e[:2] == ("wgmma", "acc_S")]
+    trips_on = [e[2] for e in on if e[:2] == ("wgmma", "acc_S")]
+    assert trips_on == trips_off[:len(trips_on)]
+    assert sum(e[:2] == ("wgmma", "rO") for e in on) == len(trips_on)
+    # every trip the group skips is masked for all its rows (gqa_fwd: query tiles counted from the end)
+    row0 = sq - (block + 1) * bm + 64 * group
+    diag = sk - sq if defines.get("Align") == "bottom_right" else 0
+    for n in trips_off[len(trips_on):]:
+        assert all(c > r + diag for r in range(max(row0, 0), row0 + 64) for c in range(n * bn, n * bn + bn)), n
+
+
+def test_192_row_tiles_guard_both_gemms_and_the_softmax_of_masked_trips() -> None:
+    state = _lower(**D64, SkipMaskedTrips="true")
+    consumer = _consumer(state)
+    (end,) = [op for top in consumer for op in K.walk(top) if isinstance(op, K.LetOp) and op.name == "n_wg_end"]
+    assert str(end.value) == "floor_div(p.seqlen_q - (block_idx + 1) * 192 + (64 * (warp_group + 1) - 1) + 0, 128) + 1"
+    guarded = [(str(op.cond), x.acc) for top in consumer for op in K.walk(top) if isinstance(op, K.IfOp)
+               and ("n_wg_end" in str(op.cond) or "p_live" in str(op.cond)) for x in op.body if isinstance(x, H.WgmmaOp)]
+    # the peeled first trip and the masked loop: Q·Kᵀ under the trip bound; each P·V under p_live (the
+    # masked loop's, reading the trip before, and the last after the loop); the unmasked loop untouched
+    assert guarded == [("0 < n_wg_end", "acc_S"), ("n < n_wg_end", "acc_S"), ("p_live", "rO"), ("p_live", "rO")]
+    sets = [str(op.value) for top in consumer for op in K.walk(top) if isinstance(op, K.CounterSetOp)]
+    assert sets == ["0 < n_wg_end", "n < n_wg_end"]
+    assert any("skip-masked-trips: each of 3 consumer warp groups" in n for n in state.schedule)
+
+
+def test_persistent_tiles_are_guarded_inside_the_tile_loop() -> None:
+    consumer = _consumer(_lower(**D64, Persistent="true", SkipMaskedTrips="true"))
+    (tiles,) = [op for op in consumer if isinstance(op, K.ForOp)]
+    assert any(isinstance(op, K.LetOp) and op.name == "n_wg_end" for op in tiles.body)
+
+
+@pytest.mark.parametrize("defines, why", [
+    ({"HeadDim": "64", "BM": "64", "BN": "128", "Causal": "true"}, "one consumer warp group"),
+    ({**D64, "Overlap": "false"}, "the first trip is not peeled (overlap-gemms off)"),
+])
+def test_declines_with_the_reason(defines: dict, why: str) -> None:
+    state = _lower(**defines, SkipMaskedTrips="true")
+    assert f"skip-masked-trips: kept: {why}" in state.schedule
+    assert not any(isinstance(op, K.CounterSetOp) for top in _consumer(state) for op in K.walk(top))
+
+
+def test_off_by_default_and_on_for_tlc_attention_at_d64_causal() -> None:
+    assert not any("skip-masked-trips" in n for n in _lower(**D64).schedule)
+    assert not any("skip-masked-trips" in n for n in _lower(**{**D64, "Causal": "false"}, SkipMaskedTrips="true").schedule)
+    assert attention_spec("bf16", 64, 64, True, "sm_90a")[1]["SkipMaskedTrips"] is True
+    for d, causal, arch in ((64, False, "sm_90a"), (128, True, "sm_90a"), (64, True, "sm_90")):
+        assert "SkipMaskedTrips" not in attention_spec("bf16", d, d, causal, arch)[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(sq=st.integers(1, 3000), sk=st.integers(1, 3000), block=st.integers(0, 20), group=st.integers(0, 2),
+       bottom_right=st.booleans())
+def test_n_wg_end_is_one_past_the_last_trip_a_row_of_the_group_sees(sq: int, sk: int, block: int, group: int,
+                                                                      bottom_right: bool) -> None:
+    align = "bottom_right" if bottom_right else "top_left"
+    state = _lower(**D64, Align=align, SkipMaskedTrips="true")
+    (end,) = [op for top in _consumer(state) for op in K.walk(top) if isinstance(op, K.LetOp) and op.name == "n_wg_end"]
+    got = evaluate(end.value, {"p.seqlen_q": sq, "p.seqlen_k": sk, "block_idx": block, "warp_group": group})
+    row0 = sq - (block + 1) * 192 + 64 * group
+    diag = sk - sq if bottom_right else 0
+    assert got == math.floor((row0 + 63 + diag) / 128) + 1

@@ -1,0 +1,180 @@
+"""`skip-masked-trips` (sm_90a, warp-specialised causal kernels with two or more consumer warp groups):
+a warp group skips the GEMMs and the softmax of the trips its own rows mask entirely.
+
+The `mask` pass bounds the KV loop by the tile's last row, but consumer warp group w owns rows
+row0 + R·w … row0 + R·w + R − 1 of the tile (R = BM / groups = 64, the wgmma's M): a causal mask hides
+every key past its last row, so the trips from
+
+    n_wg_end = floor_div(row0 + R·(w + 1) − 1 + diag, BN) + 1     (diag: 0 top_left, sk − sq bottom_right)
+
+on are all −inf for it — on 192-row tiles (d = 64) the first group's last trip, and at S = 4096 three
+percent of all warp-group trips. Such a trip adds nothing: its scores are masked, so the row max and
+sum are unchanged, alpha is 1 and P is 0. The group keeps every synchronising op of the trip (the
+ring's waits and releases, the ping-pong named barriers, the wgmma fences, commits and waits, empty
+commit groups included), so the producer, the other groups and the next tile see the same protocol;
+it drops only
+
+    the Q·Kᵀ wgmma of trip n               IfOp(n < n_wg_end, [G1])
+    the softmax of trip n                  IfOp(n < n_wg_end, [tail]), IfOp(n >= n_wg_end, [its waits and releases])
+    the P·V wgmma that reads trip n's P    IfOp(p_live, [G2]); p_live = n < n_wg_end after each softmax
+
+`p_live` travels with P (overlap-gemms issues P·V of trip n − 1 in trip n, and the last after the loop).
+Covered: the rotated trips overlap-gemms emits (its peeled first trip, the loops that hold the causal
+mask guard, the last P·V), in any op list of the consumer (the persistent tile loop's too). The loop
+before the first masked trip (split-masked-trips) is untouched: a trip no row of the tile masks is
+skipped by no group. Another shape keeps its trips, with the reason in the schedule notes.
+
+A wgmma under a branch costs: ptxas waits for the GEMMs around it (C7517, "wgmma.wait_group is
+injected"), 0.4-2.3 % on the causal rows where little or nothing is skipped (d = 128, 256, MLA). So it
+is off unless `Param SkipMaskedTrips = true`; `tlc.tuning` sets it for the sm_90a d = 64 causal kernels
+(192-row tiles), where the skipped trips outweigh that (H200, docs/hopper.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
+from tlc.kir.expr import BinOp, Call, Const, Expr, Var
+
+END, LIVE = "n_wg_end", "p_live"
+_SYNC = (H.WgmmaOp, H.WgmmaCommitOp, H.WgmmaWaitOp, H.WgmmaArriveOp, H.WgmmaFenceOperandOp, H.MbarrierWaitOp,
+         H.MbarrierArriveOp, H.NamedBarrierOp)
+_PROTOCOL = (H.WgmmaWaitOp, H.MbarrierWaitOp, H.MbarrierArriveOp, H.NamedBarrierOp)
+
+
+class Declined(Exception):
+    """The kernel keeps its trips; the message says why."""
+
+
+def _is_sync(op: K.Op) -> bool:
+    """A wgmma/mbarrier/named-barrier op, or an IfOp holding only such ops (one thread's release)."""
+    if isinstance(op, K.IfOp):
+        return bool(op.body) and all(_is_sync(x) for x in op.body)
+    return isinstance(op, _SYNC)
+
+
+def _causal_mask(ops) -> K.MaskOp | None:
+    return next((x for op in ops for x in K.walk(op) if isinstance(x, K.MaskOp) and x.causal), None)
+
+
+def _mask_guard_at(body: list[K.Op]) -> int | None:
+    """Index of the first op of `body` that holds the causal MaskOp (its `n >= E` guard)."""
+    return next((i for i, op in enumerate(body) if _causal_mask((op,)) is not None), None)
+
+
+class _Trips:
+    def __init__(self, scores: str, groups: int, rows: int, cols: int, mask: K.MaskOp, group: str) -> None:
+        self.scores, self.groups, self.rows, self.cols, self.mask, self.group = scores, groups, rows, cols, mask, group
+        self.done = 0
+
+    def end(self) -> Expr:
+        """n_wg_end: the trips this group's rows see (its last row's keys, in BN-wide trips)."""
+        m = self.mask
+        diag = BinOp("-", m.sk, m.sq) if m.alignment == "bottom_right" else Const(0)
+        last = BinOp("+", m.row0, BinOp("-", BinOp("*", Const(self.rows // self.groups),
+                                                   BinOp("+", Var(self.group), Const(1))), Const(1)))
+        return BinOp("+", Call("floor_div", (BinOp("+", last, diag), Const(self.cols))), Const(1))
+
+    def _gemms(self, body) -> tuple[int | None, int | None]:
+        s = [i for i, op in enumerate(body) if isinstance(op, H.WgmmaOp) and op.acc == self.scores]
+        o = [i for i, op in enumerate(body) if isinstance(op, H.WgmmaOp) and op.acc != self.scores]
+        if len(s) > 1 or len(o) > 1:
+            raise Declined("a trip issues more than one Q·Kᵀ or P·V wgmma")
+        return (s[0] if s else None), (o[0] if o else None)
+
+    def trip(self, body: tuple[K.Op, ...], n: Expr, loc) -> tuple[K.Op, ...]:
+        """One rotated trip: G1 and the softmax under n < n_wg_end, G2 under p_live."""
+        body = list(body)
+        i1, i2 = self._gemms(body)
+        at = _mask_guard_at(body)
+        if i1 is None or at is None or at < i1 or (i2 is not None and i2 > at):
+            raise Declined("a masked trip is not G1, [G2 of the trip before], then the softmax (overlap-gemms off?)")
+        sees = BinOp("<", n, Var(END))
+        k = 1 + max(i for i in range(at) if _is_sync(body[i]))
+        head, tail = body[:k], body[k:]
+        keep = [op for op in tail if _is_sync(op)]
+        if any(isinstance(x, _PROTOCOL) for op in tail if not _is_sync(op) for x in K.walk(op)):
+            raise Declined("the softmax of a trip holds a wait, release or barrier inside another op")
+        if any(isinstance(x, H.WgmmaOp) for op in keep for x in K.walk(op)):
+            raise Declined("a wgmma follows the softmax in a trip")
+        head[i1] = K.IfOp(cond=sees, body=(head[i1],), loc=head[i1].loc)
+        if i2 is not None:
+            head[i2] = K.IfOp(cond=Var(LIVE), body=(head[i2],), loc=head[i2].loc)
+        out = [*head, K.IfOp(cond=sees, body=tuple(tail), loc=loc)]
+        if keep:
+            out.append(K.IfOp(cond=BinOp(">=", n, Var(END)), body=tuple(keep), loc=loc))
+        out.append(K.CounterSetOp(counter=LIVE, value=sees, loc=loc))
+        self.done += 1
+        return tuple(out)
+
+    def last_pv(self, body: tuple[K.Op, ...]) -> tuple[K.Op, ...]:
+        i1, i2 = self._gemms(list(body))
+        if i1 is not None or i2 is None:
+            raise Declined("the op after the loops is not the last P·V alone")
+        g2 = body[i2]
+        return (*body[:i2], K.IfOp(cond=Var(LIVE), body=(g2,), loc=g2.loc), *body[i2 + 1:])
+
+    def seq(self, ops: tuple[K.Op, ...]) -> tuple[K.Op, ...]:
+        """Rewrite the trips found directly in `ops`, else look inside its loops (a persistent tile loop)."""
+        trips = [i for i, op in enumerate(ops) if isinstance(op, (K.IfOp, K.ForOp))
+                 and any(isinstance(x, H.WgmmaOp) and x.acc == self.scores for x in op.body)]
+        if not trips:
+            return tuple(dataclasses.replace(op, body=self.seq(op.body)) if isinstance(op, K.ForOp) else op
+                         for op in ops)
+        first, last = trips[0], trips[-1]
+        if not isinstance(ops[first], K.IfOp):
+            raise Declined("the first trip is not peeled (overlap-gemms off)")
+        pv = next((i for i in range(last + 1, len(ops)) if isinstance(ops[i], K.IfOp)
+                   and any(isinstance(x, H.WgmmaOp) for x in ops[i].body)), None)
+        if pv is None:
+            raise Declined("no P·V after the loops")
+        out = list(ops)
+        peeled: K.IfOp = ops[first]
+        body = list(peeled.body)
+        # The ping-pong round's opening arrival (before the trip's first wait) stays with every group's trip count.
+        split = next(i for i, op in enumerate(body) if isinstance(op, (H.MbarrierWaitOp, K.LetOp)))
+        opening, rest = tuple(body[:split]), tuple(body[split:])
+        trip0 = self.trip(rest, Const(0), peeled.loc)
+        out[first] = dataclasses.replace(peeled, body=(*opening, *trip0))
+        for i in trips[1:]:
+            loop = ops[i]
+            if isinstance(loop, K.ForOp) and _mask_guard_at(list(loop.body)) is not None:
+                out[i] = dataclasses.replace(loop, body=self.trip(loop.body, Var(loop.var), loop.loc))
+        out[pv] = dataclasses.replace(ops[pv], body=self.last_pv(ops[pv].body))
+        loc = peeled.loc
+        return (*out[:first], K.LetOp(name=END, type="i32", value=self.end(), loc=loc),
+                K.CounterOp(name=LIVE, init=Const(0), loc=loc), *out[first:])
+
+
+def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
+    """The kernel with each consumer group's fully masked trips skipped, and the schedule notes."""
+    roles = next((op for op in K.walk(kernel) if isinstance(op, H.WarpSpecializeOp)), None)
+    if roles is None:
+        return kernel, []
+    mask = _causal_mask(roles.consumer)
+    if mask is None:
+        return kernel, []
+    groups = (kernel.threads - roles.producer_threads) // H.WARP_GROUP
+    coord = {op.name: op for op in K.walk(kernel) if hasattr(op, "name")}
+    view = coord.get(mask.coord)
+    tile = coord.get(view.src.name) if view is not None and isinstance(getattr(view, "src", None), Var) else None
+    names = {getattr(x, d) for x in K.walk(kernel) for d in x.defines}
+    try:
+        if groups < 2:
+            raise Declined("one consumer warp group")
+        if not isinstance(tile, K.IdentityTileOp) or tile.shape[0] != 64 * groups:
+            raise Declined(f"the scores' rows are not {groups} warp groups of 64")
+        if END in names or LIVE in names:
+            raise Declined(f"the kernel already names {END} or {LIVE}")
+        trips = _Trips(mask.target, groups, tile.shape[0], tile.shape[1], mask, roles.group)
+        consumer = trips.seq(roles.consumer)
+        if not trips.done:
+            raise Declined("no masked trip found")
+    except Declined as why:
+        return kernel, [f"skip-masked-trips: kept: {why}"]
+    new_roles = dataclasses.replace(roles, consumer=consumer)
+    body = K.rewrite_ops(kernel.body, lambda op: new_roles if op is roles else op)
+    return dataclasses.replace(kernel, body=body), [
+        f"skip-masked-trips: each of {groups} consumer warp groups skips the Q·Kᵀ, softmax and P·V of trips its "
+        f"{tile.shape[0] // groups} rows mask entirely ({trips.done} trip bodies guarded by n < {END}, P·V by {LIVE})"]
