@@ -79,7 +79,8 @@ def _safe(text: str) -> str:
 
 def render(diag: Diagnostic, sources: SourceMap | None = None) -> str:
     sources = sources or GLOBAL_SOURCES
-    where = f"{diag.loc}: " if diag.loc and diag.loc.line > 0 else (f"{diag.loc.file}: " if diag.loc else "")
+    where = f"{diag.loc}: " if diag.loc and diag.loc.line > 0 else (
+        f"{diag.loc.file}: " if diag.loc and diag.loc.file and diag.loc.file != UNKNOWN_LOC.file else "")
     out = [f"{where}{diag.severity}: {diag.message}"]
     if diag.loc and diag.loc.line > 0:
         text = sources.line(diag.loc)
@@ -102,8 +103,9 @@ class TlcError(Exception):
         super().__init__("\n".join(d.render() for d in self.diagnostics))
 
     def render(self, sources: SourceMap | None = None, file: str | None = None) -> str:
-        """Every diagnostic; with `file`, one that has no location of its own is prefixed with it."""
-        return "\n".join(d.render(sources) if file is None or (d.loc is not None and d.loc.line > 0)
+        """Every diagnostic; with `file`, one that names no file of its own is prefixed with it."""
+        return "\n".join(d.render(sources) if file is None or (d.loc is not None and d.loc.file and
+                                                               (d.loc.line > 0 or d.loc.file != UNKNOWN_LOC.file))
                          else f"{file}: {d.render(sources)}" for d in self.diagnostics)
 
 

@@ -117,3 +117,20 @@ def test_fmt_in_place_in_a_folder_it_cannot_write_is_one_line(tmp_path, capsys, 
     assert "cannot write beside" in err and "Traceback" not in err and str(path) in err
     assert len(err.strip().splitlines()) == 1 and path.read_text() == MHA
     assert [p.name for p in tmp_path.iterdir()] == ["a.tl"]
+
+
+def test_a_bad_schedule_define_names_its_file_once(capsys) -> None:
+    """`tlc build F -D TmaStore=maybe`: one line, the file named once (it was printed twice)."""
+    spec = str(Path(__file__).resolve().parents[2] / "specs" / "mha_fwd.tl")
+    assert main(["build", spec, "--arch", "sm_90a", "-D", "TmaStore=maybe"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{spec}: error: -D TmaStore=maybe: the schedule option TmaStore needs a bool (true or false); "
+                   "write e.g. -D TmaStore=true"]
+
+
+def test_a_diagnostic_is_prefixed_with_the_file_only_when_it_names_none() -> None:
+    from tlc.diagnostics import UNKNOWN_LOC, Loc, fail
+
+    assert fail("x", Loc("b.tl", 0, 0)).render(file="a.tl") == "b.tl: error: x"
+    assert fail("x", Loc("b.tl", 3, 1)).render(file="a.tl") == "b.tl:3:1: error: x"
+    assert fail("x").render(file="a.tl") == fail("x", UNKNOWN_LOC).render(file="a.tl") == "a.tl: error: x"
