@@ -16,7 +16,9 @@ CTAs one SM holds, from the driver at launch) and
 Tile numbers map to grid coordinates x fastest, the order the hardware launches a grid in (causal's
 reversed query tiles: longest first), and a CTA takes the next number when it is ready for it, as the
 hardware assigns CTAs. So the producer loads the next tile's Q and first K/V stages while the
-consumers finish this one. The rings keep turning across tiles: `ring` (the trips of earlier tiles)
+consumers finish this one. With `static` (Param StaticTiles) CTA b takes tiles b, b + gridDim.x, …; a
+causal kernel's tiles then number the heads and batches fastest (query tile slowest, longest first), so
+each CTA sweeps the tile lengths instead of taking one query tile of every head. The rings keep turning across tiles: `ring` (the trips of earlier tiles)
 is added to the trip each stage and phase is computed from, identically in both roles. An epilogue
 buffer that reuses a once-tile's bytes moves to its own bytes when shared memory allows, so the
 once-tile is released after its last GEMM instead of after the store.
@@ -102,9 +104,18 @@ class Persistent:
         count = BinOp("*", BinOp("*", gx, gy), gz)
         tile = Var(TILE)
         loc = self.kernel.loc
-        order = [K.LetOp(name="tile_x", type="i32", value=BinOp("%", tile, gx), loc=loc),
-                 K.LetOp(name="tile_y", type="i32", value=BinOp("%", BinOp("/", tile, gx), gy), loc=loc),
-                 K.LetOp(name="tile_z", type="i32", value=BinOp("/", tile, BinOp("*", gx, gy)), loc=loc)]
+        # Static tiles of different lengths (causal) number the heads and batches fastest: CTA b's tiles
+        # b, b + gridDim.x, … then sweep every query tile once instead of landing on one (x fastest with 22
+        # query tiles and 132 CTAs gives CTA b query tile b % 22 of every head).
+        by_head = self.static and any(isinstance(x, K.MaskOp) and x.causal for x in K.walk(roles))
+        if by_head:
+            order = [K.LetOp(name="tile_x", type="i32", value=BinOp("/", tile, BinOp("*", gy, gz)), loc=loc),
+                     K.LetOp(name="tile_y", type="i32", value=BinOp("%", tile, gy), loc=loc),
+                     K.LetOp(name="tile_z", type="i32", value=BinOp("%", BinOp("/", tile, gy), gz), loc=loc)]
+        else:
+            order = [K.LetOp(name="tile_x", type="i32", value=BinOp("%", tile, gx), loc=loc),
+                     K.LetOp(name="tile_y", type="i32", value=BinOp("%", BinOp("/", tile, gx), gy), loc=loc),
+                     K.LetOp(name="tile_z", type="i32", value=BinOp("/", tile, BinOp("*", gx, gy)), loc=loc)]
         coords = {f"blockIdx.{a}": Var(f"tile_{a}") for a in "xyz"}
         coords.update({f"gridDim.{a}": e for a, e in zip("xyz", (gx, gy, gz))})
         tile_lets = [reduce(lambda o, kv: substitute_op(o, *kv), coords.items(), op) for op in moved]
@@ -158,8 +169,9 @@ class Persistent:
         if not self.static:   # the dynamic scheduler's counter, zeroed by the launcher per launch
             params = dataclasses.replace(params, fields=(*params.fields, (COUNTER, "ptr<i32>")))
         once = ", ".join(b[len("full_"):] for b in once_bars)
-        how = ("takes every gridDim.x-th tile from blockIdx.x on (Param StaticTiles)" if self.static else
-               f"draws each next tile from p.{COUNTER} (atomicAdd, zeroed per launch)")
+        how = ("takes every gridDim.x-th tile from blockIdx.x on (Param StaticTiles"
+               + ("; heads and batches numbered fastest, so each CTA sweeps the causal tile lengths)" if by_head else ")")
+               if self.static else f"draws each next tile from p.{COUNTER} (atomicAdd, zeroed per launch)")
         self.notes.append(f"persistent: a CTA per resident slot loops over the tiles (grid min(tiles, {RESIDENT_CTAS})); "
                           f"the producer {how} and "
                           f"hands its number over in shared memory with {once.split(', ')[0]}'s barrier; {once} "
