@@ -18,8 +18,9 @@ reversed query tiles: longest first), and a CTA takes the next number when it is
 hardware assigns CTAs. So the producer loads the next tile's Q and first K/V stages while the
 consumers finish this one. With `static` (Param StaticTiles) CTA b takes tiles b, b + gridDim.x, …; a
 causal kernel's tiles then number the heads and batches fastest (query tile slowest, longest first), so
-each CTA sweeps the tile lengths instead of taking one query tile of every head. The rings keep turning across tiles: `ring` (the trips of earlier tiles)
-is added to the trip each stage and phase is computed from, identically in both roles. An epilogue
+each CTA sweeps the tile lengths instead of taking one query tile of every head. The rings keep turning
+across tiles: `ring` (the trips of earlier tiles) is added to the trip each stage and phase is computed
+from, identically in both roles. An epilogue
 buffer that reuses a once-tile's bytes moves to its own bytes when shared memory allows, so the
 once-tile is released after its last GEMM instead of after the store.
 
