@@ -27,6 +27,10 @@ BUILDS = {  # name → (spec, -D bindings, (SS wgmma shape, RS wgmma shape) as P
     # tlc.attention's d = 64 causal kernel: skip-masked-trips guards its masked trips' GEMMs
     "gqa_d64_bm192_causal": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12", "Causal": "true",
                                          "ReduceChains": "2", "SkipMaskedTrips": "true"}, ("m64n128k16", "m64n64k16")),
+    # persistent, static tiles numbered heads fastest (causal): no tile counter, so no atomic
+    "gqa_d64_causal_static_tiles": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12",
+                                                "Causal": "true", "Persistent": "true", "StaticTiles": "true"},
+                                    ("m64n128k16", "m64n64k16")),
     "mha_d128_traced_prefetch": ("mha_fwd", {"Trace": "true", "PrefetchTma": "true"}, ("m64n64k16", "m64n128k16")),
 }
 
@@ -93,6 +97,7 @@ def test_spec_compiles_to_wgmma_for_sm90a(case: str) -> None:
         # a wgmma.wait_group ptxas injected (serialised GEMMs): only where skip-masked-trips put wgmma under a branch
         assert ("C7517" in log) == (schedule.get("SkipMaskedTrips") == "true"), log
         # persistent: the producer draws tiles from the launch's counter; one tile per CTA draws none
-        assert ("atom.global.add.u32" in ptx) == (schedule.get("Persistent") == "true")
+        assert ("atom.global.add.u32" in ptx) == (schedule.get("Persistent") == "true"
+                                                  and schedule.get("StaticTiles") != "true")
         assert ("prefetch.tensormap" in ptx) == (schedule.get("PrefetchTma") == "true")
         assert ("%smid" in ptx and "%clock64" in ptx) == (schedule.get("Trace") == "true")   # trace-phases' stamps
