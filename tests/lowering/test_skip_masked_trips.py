@@ -147,6 +147,12 @@ def test_off_by_default_and_on_for_tlc_attention_at_d64_causal() -> None:
     assert attention_spec("bf16", 64, 64, True, "sm_90a")[1]["SkipMaskedTrips"] is True
     for d, causal, arch in ((64, False, "sm_90a"), (128, True, "sm_90a"), (64, True, "sm_90")):
         assert "SkipMaskedTrips" not in attention_spec("bf16", d, d, causal, arch)[1]
+    # asked for on an sm_80-family kernel: nothing to skip per warp group, and the notes say so
+    path = SPECS / "mha_fwd.tl"
+    graph, _ = compile_graph(path.read_bytes(), str(path), defines={"Causal": "true", "SkipMaskedTrips": "true"})
+    state = run_lowering(graph, "sm_90", name="mha_fwd")[0]
+    assert "skip-masked-trips: kept: not warp-specialised (sm_90a only)" in state.schedule
+    assert not any(isinstance(op, K.CounterSetOp) for op in K.walk(state.kir))
 
 
 @settings(max_examples=60, deadline=None)
