@@ -1,8 +1,16 @@
 """A kernel that faults (illegal instruction or address, a launch failure) loses the process's CUDA
 context: every later GPU test then fails with the same error at its first allocation, and the one
 kernel at fault is hard to find among them. After such a failure the later tests of the run fail at
-once, naming the test that lost the context, instead of running."""
+once, naming the test that lost the context, instead of running.
+
+A kernel that hangs (a barrier nobody arrives at) would stall the run until something outside kills it,
+with no word of which test: a test that runs longer than TLC_GPU_TEST_TIMEOUT seconds (300; 0: no limit)
+ends the process with one line naming it."""
 from __future__ import annotations
+
+import os
+import sys
+import threading
 
 import pytest
 
@@ -25,3 +33,31 @@ def pytest_runtest_makereport(item, call):
 def _cuda_context_intact() -> None:
     if _lost:
         pytest.fail(f"not run: the CUDA context was lost earlier, in {_lost[0]}", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    raw = os.environ.get("TLC_GPU_TEST_TIMEOUT", "300")
+    try:
+        limit = float(raw or 0)
+    except ValueError:
+        raise pytest.UsageError(f"TLC_GPU_TEST_TIMEOUT={raw!r}: write seconds, e.g. 300 (0: no limit)") from None
+    timer = None
+    if limit > 0:
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+
+        def stalled() -> None:
+            if capture is not None:
+                capture.suspend_global_capture(in_=True)   # the line must reach the terminal, not the capture
+            sys.stderr.write(f"\n{item.nodeid}: still running after {limit:g} s (a kernel that hangs?); "
+                             "stopping the run (TLC_GPU_TEST_TIMEOUT sets the limit)\n")
+            sys.stderr.flush()
+            os._exit(3)
+        timer = threading.Timer(limit, stalled)
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()

@@ -32,3 +32,13 @@ def test_an_error_that_keeps_the_context_changes_nothing(tmp_path: Path) -> None
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert "1 failed, 1 passed" in run.stdout, run.stdout
+
+
+def test_a_test_that_stalls_ends_the_run_naming_it(tmp_path: Path) -> None:
+    shutil.copy(CONFTEST, tmp_path / "conftest.py")
+    (tmp_path / "test_z.py").write_text("import time\ndef test_a():\n    pass\ndef test_stuck():\n    time.sleep(60)\n")
+    env = {**__import__("os").environ, "TLC_GPU_TEST_TIMEOUT": "2"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=50, env=env)
+    assert run.returncode == 3
+    assert "test_z.py::test_stuck: still running after 2 s (a kernel that hangs?)" in run.stderr, run.stderr
