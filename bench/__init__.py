@@ -10,3 +10,41 @@ def require_cuda(script: str) -> None:
 
     if not torch.cuda.is_available():
         sys.exit(f"{script}: needs a CUDA GPU (torch sees none); run it on the GPU machine (bench/README.md)")
+
+
+class watchdog:
+    """`with watchdog("MHA d=64 causal"):` — a kernel that hangs would stall the whole call with no word
+    of which one; past TLC_BENCH_TIMEOUT seconds (240; 0: no limit) this prints one line naming it,
+    flushes what the script printed, and ends the process (exit status 3)."""
+
+    def __init__(self, label: str) -> None:
+        import os
+
+        raw = os.environ.get("TLC_BENCH_TIMEOUT", "240")
+        try:
+            self.limit = float(raw or 0)
+        except ValueError:
+            sys.exit(f"TLC_BENCH_TIMEOUT={raw!r}: write seconds, e.g. 240 (0: no limit)")
+        self.label, self.timer = label, None
+
+    def _stalled(self) -> None:
+        import os
+
+        sys.stdout.flush()
+        sys.stderr.write(f"\n{self.label}: still running after {self.limit:g} s (a kernel that hangs?); "
+                         "stopping (TLC_BENCH_TIMEOUT sets the limit)\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    def __enter__(self) -> "watchdog":
+        import threading
+
+        if self.limit > 0:
+            self.timer = threading.Timer(self.limit, self._stalled)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.timer is not None:
+            self.timer.cancel()

@@ -28,7 +28,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tlc  # noqa: E402
-from bench import require_cuda  # noqa: E402
+from bench import require_cuda, watchdog  # noqa: E402
 from tlc.runtime import attention_spec  # noqa: E402
 from tlc.tuning import default_tiles  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
@@ -310,7 +310,8 @@ def main() -> int:
     if a.sweep:
         for row, tiles in sweeps:
             try:
-                res, _ = run_row(row, tiles)
+                with watchdog(f"sweep {row['name']} {tiles}"):
+                    res, _ = run_row(row, tiles)
                 report["sweep"].append(res)
                 print(f"sweep {row['name']:18s} {res['config']:58s} {res['tlc_tflops']:6.1f} TFLOP/s "
                       f"regs={res['attributes'].get('registers')} local={res['attributes'].get('local_bytes')} "
@@ -319,14 +320,16 @@ def main() -> int:
                 print(f"sweep {row['name']} {tiles}: ERROR {str(exc)[:300]}", flush=True)
     for row in rows:
         try:
-            res, qkv = run_row(row, row_tiles(row))
+            with watchdog(row["name"]):
+                res, qkv = run_row(row, row_tiles(row))
         except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others
             report["rows"].append(dict(row, error=str(exc)[:500], check_passed=False))
             print(f"{row['name']}: ERROR {str(exc)[:300]}", flush=True)
             torch.cuda.empty_cache()
             continue
         if not a.no_baselines:
-            run_baselines(row, qkv, res)
+            with watchdog(f"{row['name']} baselines"):
+                run_baselines(row, qkv, res)
         report["rows"].append(res)
         del qkv
         torch.cuda.empty_cache()

@@ -138,3 +138,24 @@ def test_compile_time_binds_its_defines_in_every_kernel(monkeypatch) -> None:
     monkeypatch.setenv(compile_time._DEFINES_ENV, "SplitMasked=false;ReduceChains=2")
     for spec, defines in compile_time.kernels().values():
         assert defines["SplitMasked"] == "false" and defines["ReduceChains"] == "2"
+
+
+def test_a_row_that_stalls_ends_the_benchmark_naming_it(tmp_path) -> None:
+    """bench.watchdog: past TLC_BENCH_TIMEOUT seconds the process ends (status 3) with one line naming the
+    row, what it printed before kept; a row that finishes in time changes nothing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import time\nfrom bench import watchdog\nwith watchdog('fast'):\n    pass\nprint('done fast')\n"
+            "with watchdog('MHA d=64 causal'):\n    time.sleep(30)\nprint('never')\n")
+    env = {**os.environ, "TLC_BENCH_TIMEOUT": "1", "PYTHONPATH": str(root)}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=25, env=env)
+    assert run.returncode == 3 and run.stdout == "done fast\n", (run.returncode, run.stdout)
+    assert "MHA d=64 causal: still running after 1 s (a kernel that hangs?)" in run.stderr
+    bad = subprocess.run([sys.executable, "-c", "from bench import watchdog\nwatchdog('x')"], capture_output=True,
+                         text=True, timeout=25, env={**env, "TLC_BENCH_TIMEOUT": "soon"})
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
+        "TLC_BENCH_TIMEOUT='soon': write seconds, e.g. 240 (0: no limit)"]
