@@ -7,7 +7,6 @@ NVRTC: tests/nvrtc/test_sm90a_nvrtc.py; GPU (odd sizes, bottom-right, persistent
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,11 +32,24 @@ def _lower(spec: str = "gqa_fwd", **defines: str):
     return _lowered(spec, tuple(sorted(defines.items())))
 
 
+# gqa_fwd with its K/V tiles one tile later ([L = n + 1]), or the loop from 1 reading tile n − 1: trip n's
+# keys start at (n ± 1)·BN, which the guards must follow (they read each trip's causal mask origin, not the
+# trip number; counting by trip number would skip a trip the rows need in the second)
+KV_SHIFTED, KV_BACK = "gqa_fwd_kv_shifted", "gqa_fwd_kv_back"
+_VARIANTS = {KV_SHIFTED: ((b"[L = n] from global", b"[L = n + 1] from global"),),
+             KV_BACK: ((b"[L = n] from global", b"[L = n - 1] from global"),
+                       (b"for n = 0:seqlen_k / BN", b"for n = 1:seqlen_k / BN + 1"))}
+
+
 @lru_cache(maxsize=None)
 def _lowered(spec: str, defines: tuple):
-    path = SPECS / f"{spec}.tl"
-    graph, _ = compile_graph(path.read_bytes(), str(path), defines=dict(defines))
-    return run_lowering(graph, "sm_90a", name=spec)[0]
+    path = SPECS / f"{'gqa_fwd' if spec in _VARIANTS else spec}.tl"
+    text = path.read_bytes()
+    for old, new in _VARIANTS.get(spec, ()):
+        assert old in text
+        text = text.replace(old, new)
+    graph, _ = compile_graph(text, str(path), defines=dict(defines))
+    return run_lowering(graph, "sm_90a", name="gqa_fwd")[0]
 
 
 def _consumer(state) -> tuple[K.Op, ...]:
@@ -73,7 +85,9 @@ def _run(ops, env: dict, events: list) -> None:
         elif isinstance(op, (H.WgmmaWaitOp, H.WgmmaCommitOp)):
             events.append(("wgmma-sync", type(op).__name__, getattr(op, "pending", None)))
         elif isinstance(op, H.WgmmaOp):
-            events.append(("wgmma", op.acc, env.get("n", 0)))
+            events.append(("wgmma", op.acc))
+        elif isinstance(op, K.MaskOp) and op.causal:
+            events.append(("mask", evaluate(op.col0, env)))   # the first key of the trip it masks
 
 
 def _events(consumer, sq: int, sk: int, block: int, group: int) -> list:
@@ -84,51 +98,61 @@ def _events(consumer, sq: int, sk: int, block: int, group: int) -> list:
     return events
 
 
-@pytest.mark.parametrize("defines", [D64, {**D64, "Align": "bottom_right", "Stages": "3"},
-                                     {**D64, "SplitMasked": "false"}, D256])
+@pytest.mark.parametrize("spec,defines", [
+    ("gqa_fwd", D64), ("gqa_fwd", {**D64, "Align": "bottom_right", "Stages": "3"}),
+    ("gqa_fwd", {**D64, "SplitMasked": "false"}), ("gqa_fwd", D256), (KV_SHIFTED, D64), (KV_BACK, D64)])
 @settings(max_examples=40, deadline=None)
 @given(sq=st.integers(1, 1200), sk=st.integers(1, 1200), block=st.integers(0, 7), group=st.integers(0, 2))
-def test_a_group_computes_the_trips_its_rows_see_and_keeps_the_protocol(defines: dict, sq: int, sk: int,
+def test_a_group_computes_the_trips_its_rows_see_and_keeps_the_protocol(spec: str, defines: dict, sq: int, sk: int,
                                                                       block: int, group: int) -> None:
     group %= int(defines["Warps"]) // 4
     bm, bn = int(defines.get("BM", 128)), int(defines["BN"])
     block %= -(-sq // bm)      # a tile of the grid (ceil_div(sq, BM) of them)
-    on = _events(_consumer(_lower(**defines, SkipMaskedTrips="true")), sq, sk, block, group)
-    off = _events(_consumer(_lower(**defines)), sq, sk, block, group)
+    on = _events(_consumer(_lower(spec, **defines, SkipMaskedTrips="true")), sq, sk, block, group)
+    off = _events(_consumer(_lower(spec, **defines)), sq, sk, block, group)
     # the producer and the other groups see the same ring traffic and ping-pong turns; the group's wgmma
     # commit groups and waits are the same too (a skipped GEMM leaves an empty group)
-    assert [e for e in on if e[0] != "wgmma"] == [e for e in off if e[0] != "wgmma"]
-    # compute: Q·Kᵀ for a prefix of the trips, one P·V per Q·Kᵀ
-    trips_off = [e[2] for e in off if e[:2] == ("wgmma", "acc_S")]
-    trips_on = [e[2] for e in on if e[:2] == ("wgmma", "acc_S")]
-    assert trips_on == trips_off[:len(trips_on)]
-    assert sum(e[:2] == ("wgmma", "rO") for e in on) == len(trips_on)
+    compute = ("wgmma", "mask")
+    assert [e for e in on if e[0] not in compute] == [e for e in off if e[0] not in compute]
+    # compute: the masked trips' softmax for a prefix of them; one Q·Kᵀ and one P·V fewer per skipped trip
+    masked_off = [e[1] for e in off if e[0] == "mask"]
+    masked_on = [e[1] for e in on if e[0] == "mask"]
+    assert masked_on == masked_off[:len(masked_on)]
+    skipped = masked_off[len(masked_on):]
+    for acc in ("acc_S", "rO"):
+        assert on.count(("wgmma", acc)) == off.count(("wgmma", acc)) - len(skipped)
     # every trip the group skips is masked for all its rows (gqa_fwd: query tiles counted from the end)
     row0 = sq - (block + 1) * bm + 64 * group
     diag = sk - sq if defines.get("Align") == "bottom_right" else 0
-    for n in trips_off[len(trips_on):]:
-        assert all(c > r + diag for r in range(max(row0, 0), row0 + 64) for c in range(n * bn, n * bn + bn)), n
+    for first in skipped:
+        assert all(c > r + diag for r in range(max(row0, 0), row0 + 64) for c in range(first, first + bn)), first
 
 
 def test_192_row_tiles_guard_both_gemms_and_the_softmax_of_masked_trips() -> None:
     state = _lower(**D64, SkipMaskedTrips="true")
     consumer = _consumer(state)
-    (end,) = [op for top in consumer for op in K.walk(top) if isinstance(op, K.LetOp) and op.name == "n_wg_end"]
-    assert str(end.value) == "floor_div(p.seqlen_q - (block_idx + 1) * 192 + (64 * (warp_group + 1) - 1) + 0, 128) + 1"
+    (last,) = [op for top in consumer for op in K.walk(top) if isinstance(op, K.LetOp) and op.name == "wg_last_key"]
+    assert str(last.value) == "p.seqlen_q - (block_idx + 1) * 192 + (64 * (warp_group + 1) - 1) + 0"
     guarded = [(str(op.cond), x.acc) for top in consumer for op in K.walk(top) if isinstance(op, K.IfOp)
-               and ("n_wg_end" in str(op.cond) or "p_live" in str(op.cond)) for x in op.body if isinstance(x, H.WgmmaOp)]
-    # the peeled first trip and the masked loop: Q·Kᵀ under the trip bound; each P·V under p_live (the
-    # masked loop's, reading the trip before, and the last after the loop); the unmasked loop untouched
-    assert guarded == [("0 < n_wg_end", "acc_S"), ("n < n_wg_end", "acc_S"), ("p_live", "rO"), ("p_live", "rO")]
+               and ("wg_last_key" in str(op.cond) or "p_live" in str(op.cond)) for x in op.body if isinstance(x, H.WgmmaOp)]
+    # the peeled first trip and the masked loop: Q·Kᵀ while the trip's first key (its mask's col0) is one
+    # the group sees; each P·V under p_live (the masked loop's, reading the trip before, and the last after
+    # the loop); the unmasked loop untouched
+    assert guarded == [("0 * 128 <= wg_last_key", "acc_S"), ("n * 128 <= wg_last_key", "acc_S"), ("p_live", "rO"),
+                       ("p_live", "rO")]
     sets = [str(op.value) for top in consumer for op in K.walk(top) if isinstance(op, K.CounterSetOp)]
-    assert sets == ["0 < n_wg_end", "n < n_wg_end"]
+    assert sets == ["0 * 128 <= wg_last_key", "n * 128 <= wg_last_key"]
+    shifted = _consumer(_lower(KV_SHIFTED, **D64, SkipMaskedTrips="true"))
+    assert [str(op.cond) for top in shifted for op in K.walk(top) if isinstance(op, K.IfOp)
+            and "wg_last_key" in str(op.cond) and any(isinstance(x, H.WgmmaOp) for x in op.body)] == [
+        "(0 + 1) * 128 <= wg_last_key", "(n + 1) * 128 <= wg_last_key"]
     assert any("skip-masked-trips: each of 3 consumer warp groups" in n for n in state.schedule)
 
 
 def test_persistent_tiles_are_guarded_inside_the_tile_loop() -> None:
     consumer = _consumer(_lower(**D64, Persistent="true", SkipMaskedTrips="true"))
     (tiles,) = [op for op in consumer if isinstance(op, K.ForOp)]
-    assert any(isinstance(op, K.LetOp) and op.name == "n_wg_end" for op in tiles.body)
+    assert any(isinstance(op, K.LetOp) and op.name == "wg_last_key" for op in tiles.body)
 
 
 @pytest.mark.parametrize("defines, why", [
@@ -158,12 +182,26 @@ def test_off_by_default_and_on_for_tlc_attention_at_d64_causal() -> None:
 @settings(max_examples=60, deadline=None)
 @given(sq=st.integers(1, 3000), sk=st.integers(1, 3000), block=st.integers(0, 20), group=st.integers(0, 2),
        bottom_right=st.booleans())
-def test_n_wg_end_is_one_past_the_last_trip_a_row_of_the_group_sees(sq: int, sk: int, block: int, group: int,
-                                                                      bottom_right: bool) -> None:
+def test_wg_last_key_is_the_last_key_a_row_of_the_group_sees(sq: int, sk: int, block: int, group: int,
+                                                              bottom_right: bool) -> None:
     align = "bottom_right" if bottom_right else "top_left"
     state = _lower(**D64, Align=align, SkipMaskedTrips="true")
-    (end,) = [op for top in _consumer(state) for op in K.walk(top) if isinstance(op, K.LetOp) and op.name == "n_wg_end"]
-    got = evaluate(end.value, {"p.seqlen_q": sq, "p.seqlen_k": sk, "block_idx": block, "warp_group": group})
+    (last,) = [op for top in _consumer(state) for op in K.walk(top) if isinstance(op, K.LetOp) and op.name == "wg_last_key"]
+    got = evaluate(last.value, {"p.seqlen_q": sq, "p.seqlen_k": sk, "block_idx": block, "warp_group": group})
     row0 = sq - (block + 1) * 192 + 64 * group
     diag = sk - sq if bottom_right else 0
-    assert got == math.floor((row0 + 63 + diag) / 128) + 1
+    assert got == max(r + diag for r in range(row0, row0 + 64))   # the mask keeps c <= r + diag
+
+
+def test_the_share_of_masked_warp_group_trips_the_docs_quote() -> None:
+    """docs/hopper.md: 3 % of all warp-group trips at S = 4096 on 192 × 128 tiles (query tiles from the end)
+    are masked for the group's rows: wg_last_key per group, brute force over every tile."""
+    s, bm, bn, total, masked = 4096, 192, 128, 0, 0
+    for tile in range(-(-s // bm)):
+        end = s - bm * tile
+        trips = -(-end // bn)
+        for group in range(3):
+            last = end - bm + 64 * (group + 1) - 1
+            total += trips
+            masked += sum(n * bn > last for n in range(trips))
+    assert round(masked / total, 3) == 0.030

@@ -3,20 +3,21 @@ a warp group skips the GEMMs and the softmax of the trips its own rows mask enti
 
 The `mask` pass bounds the KV loop by the tile's last row, but consumer warp group w owns rows
 row0 + R·w … row0 + R·w + R − 1 of the tile (R = BM / groups = 64, the wgmma's M): a causal mask hides
-every key past its last row, so the trips from
+every key past
 
-    n_wg_end = floor_div(row0 + R·(w + 1) − 1 + diag, BN) + 1     (diag: 0 top_left, sk − sq bottom_right)
+    wg_last_key = row0 + R·(w + 1) − 1 + diag     (diag: 0 top_left, sk − sq bottom_right)
 
-on are all −inf for it — on 192-row tiles (d = 64) the first group's last trip, and at S = 4096 three
+so a trip whose first key (its causal mask's col0, whatever the program's K/V tile order) lies past it
+is all −inf for the group — on 192-row tiles (d = 64) the first group's last trip, and at S = 4096 three
 percent of all warp-group trips. Such a trip adds nothing: its scores are masked, so the row max and
 sum are unchanged, alpha is 1 and P is 0. The group keeps every synchronising op of the trip (the
 ring's waits and releases, the ping-pong named barriers, the wgmma fences, commits and waits, empty
 commit groups included), so the producer, the other groups and the next tile see the same protocol;
 it drops only
 
-    the Q·Kᵀ wgmma of trip n               IfOp(n < n_wg_end, [G1])
-    the softmax of trip n                  IfOp(n < n_wg_end, [tail]), IfOp(n >= n_wg_end, [its waits and releases])
-    the P·V wgmma that reads trip n's P    IfOp(p_live, [G2]); p_live = n < n_wg_end after each softmax
+    the Q·Kᵀ wgmma of a trip               IfOp(col0 <= wg_last_key, [G1])
+    the trip's softmax                     IfOp(col0 <= wg_last_key, [tail]), IfOp(col0 > wg_last_key, [its waits, releases])
+    the P·V wgmma that reads the trip's P  IfOp(p_live, [G2]); p_live = col0 <= wg_last_key after each softmax
 
 `p_live` travels with P (overlap-gemms issues P·V of trip n − 1 in trip n, and the last after the loop).
 Covered: the rotated trips overlap-gemms emits (its peeled first trip, the loops that hold the causal
@@ -35,9 +36,9 @@ import dataclasses
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import BinOp, Call, Const, Expr, Var
+from tlc.kir.expr import BinOp, Const, Expr, Var, free_names
 
-END, LIVE = "n_wg_end", "p_live"
+LAST, LIVE = "wg_last_key", "p_live"
 _SYNC = (H.WgmmaOp, H.WgmmaCommitOp, H.WgmmaWaitOp, H.WgmmaArriveOp, H.WgmmaFenceOperandOp, H.MbarrierWaitOp,
          H.MbarrierArriveOp, H.NamedBarrierOp)
 _PROTOCOL = (H.WgmmaWaitOp, H.MbarrierWaitOp, H.MbarrierArriveOp, H.NamedBarrierOp)
@@ -68,13 +69,18 @@ class _Trips:
         self.scores, self.groups, self.rows, self.cols, self.mask, self.group = scores, groups, rows, cols, mask, group
         self.done = 0
 
-    def end(self) -> Expr:
-        """n_wg_end: the trips this group's rows see (its last row's keys, in BN-wide trips)."""
+    def last_key(self) -> Expr:
+        """wg_last_key: the last key column this group's last row sees."""
         m = self.mask
         diag = BinOp("-", m.sk, m.sq) if m.alignment == "bottom_right" else Const(0)
         last = BinOp("+", m.row0, BinOp("-", BinOp("*", Const(self.rows // self.groups),
                                                    BinOp("+", Var(self.group), Const(1))), Const(1)))
-        return BinOp("+", Call("floor_div", (BinOp("+", last, diag), Const(self.cols))), Const(1))
+        return BinOp("+", last, diag)
+
+    def _other_mask(self, m: K.MaskOp) -> bool:
+        """A causal mask on another tensor, row origin or diagonal than the one wg_last_key is taken from."""
+        ref = self.mask
+        return (m.target, m.row0, m.sq, m.sk, m.alignment) != (ref.target, ref.row0, ref.sq, ref.sk, ref.alignment)
 
     def _gemms(self, body) -> tuple[int | None, int | None]:
         s = [i for i, op in enumerate(body) if isinstance(op, H.WgmmaOp) and op.acc == self.scores]
@@ -83,16 +89,22 @@ class _Trips:
             raise Declined("a trip issues more than one Q·Kᵀ or P·V wgmma")
         return (s[0] if s else None), (o[0] if o else None)
 
-    def trip(self, body: tuple[K.Op, ...], n: Expr, loc) -> tuple[K.Op, ...]:
-        """One rotated trip: G1 and the softmax under n < n_wg_end, G2 under p_live."""
+    def trip(self, body: tuple[K.Op, ...], loc) -> tuple[K.Op, ...]:
+        """One rotated trip: G1 and the softmax under col0 <= wg_last_key, G2 under p_live."""
         body = list(body)
         i1, i2 = self._gemms(body)
         at = _mask_guard_at(body)
         if i1 is None or at is None or at < i1 or (i2 is not None and i2 > at):
             raise Declined("a masked trip is not G1, [G2 of the trip before], then the softmax (overlap-gemms off?)")
-        sees = BinOp("<", n, Var(END))
+        masks = [x for op in body for x in K.walk(op) if isinstance(x, K.MaskOp) and x.causal]
+        col0 = masks[0].col0
+        if any(self._other_mask(m) or m.col0 != col0 for m in masks):
+            raise Declined("a trip's causal masks differ in their tensor, origin or alignment")
+        sees = BinOp("<=", col0, Var(LAST))
         k = 1 + max(i for i in range(at) if _is_sync(body[i]))
         head, tail = body[:k], body[k:]
+        if free_names(col0) & {n for op in tail for x in K.walk(op) for n in x.defined_names()}:
+            raise Declined("a trip's causal mask origin is computed inside its softmax")
         keep = [op for op in tail if _is_sync(op)]
         if any(isinstance(x, _PROTOCOL) for op in tail if not _is_sync(op) for x in K.walk(op)):
             raise Declined("the softmax of a trip holds a wait, release or barrier inside another op")
@@ -103,7 +115,7 @@ class _Trips:
             head[i2] = K.IfOp(cond=Var(LIVE), body=(head[i2],), loc=head[i2].loc)
         out = [*head, K.IfOp(cond=sees, body=tuple(tail), loc=loc)]
         if keep:
-            out.append(K.IfOp(cond=BinOp(">=", n, Var(END)), body=tuple(keep), loc=loc))
+            out.append(K.IfOp(cond=BinOp(">", col0, Var(LAST)), body=tuple(keep), loc=loc))
         out.append(K.CounterSetOp(counter=LIVE, value=sees, loc=loc))
         self.done += 1
         return tuple(out)
@@ -135,15 +147,15 @@ class _Trips:
         # The ping-pong round's opening arrival (before the trip's first wait) stays with every group's trip count.
         split = next(i for i, op in enumerate(body) if isinstance(op, (H.MbarrierWaitOp, K.LetOp)))
         opening, rest = tuple(body[:split]), tuple(body[split:])
-        trip0 = self.trip(rest, Const(0), peeled.loc)
+        trip0 = self.trip(rest, peeled.loc)
         out[first] = dataclasses.replace(peeled, body=(*opening, *trip0))
         for i in trips[1:]:
             loop = ops[i]
             if isinstance(loop, K.ForOp) and _mask_guard_at(list(loop.body)) is not None:
-                out[i] = dataclasses.replace(loop, body=self.trip(loop.body, Var(loop.var), loop.loc))
+                out[i] = dataclasses.replace(loop, body=self.trip(loop.body, loop.loc))
         out[pv] = dataclasses.replace(ops[pv], body=self.last_pv(ops[pv].body))
         loc = peeled.loc
-        return (*out[:first], K.LetOp(name=END, type="i32", value=self.end(), loc=loc),
+        return (*out[:first], K.LetOp(name=LAST, type="i32", value=self.last_key(), loc=loc),
                 K.CounterOp(name=LIVE, init=Const(0), loc=loc), *out[first:])
 
 
@@ -165,8 +177,8 @@ def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
             raise Declined("one consumer warp group")
         if not isinstance(tile, K.IdentityTileOp) or tile.shape[0] != 64 * groups:
             raise Declined(f"the scores' rows are not {groups} warp groups of 64")
-        if END in names or LIVE in names:
-            raise Declined(f"the kernel already names {END} or {LIVE}")
+        if LAST in names or LIVE in names:
+            raise Declined(f"the kernel already names {LAST} or {LIVE}")
         trips = _Trips(mask.target, groups, tile.shape[0], tile.shape[1], mask, roles.group)
         consumer = trips.seq(roles.consumer)
         if not trips.done:
@@ -177,4 +189,4 @@ def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     body = K.rewrite_ops(kernel.body, lambda op: new_roles if op is roles else op)
     return dataclasses.replace(kernel, body=body), [
         f"skip-masked-trips: each of {groups} consumer warp groups skips the Q·Kᵀ, softmax and P·V of trips its "
-        f"{tile.shape[0] // groups} rows mask entirely ({trips.done} trip bodies guarded by n < {END}, P·V by {LIVE})"]
+        f"{tile.shape[0] // groups} rows mask entirely ({trips.done} trip bodies guarded by col0 <= {LAST}, P·V by {LIVE})"]
