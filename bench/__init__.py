@@ -14,25 +14,28 @@ def require_cuda(script: str) -> None:
 
 class watchdog:
     """`with watchdog("MHA d=64 causal"):` — a kernel that hangs would stall the whole call with no word
-    of which one; past TLC_BENCH_TIMEOUT seconds (240; 0: no limit) this prints one line naming it,
-    flushes what the script printed, and ends the process (exit status 3)."""
+    of which one; past `env` seconds (TLC_BENCH_TIMEOUT, 240; 0: no limit) this prints one line naming
+    `label`, flushes what the script printed, and ends the process (exit status 3). `before` runs first
+    (pytest's capture suspended, so the line reaches the terminal)."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, env: str = "TLC_BENCH_TIMEOUT", default: float = 240, before=None) -> None:
         import os
 
-        raw = os.environ.get("TLC_BENCH_TIMEOUT", "240")
+        raw = os.environ.get(env, f"{default:g}")
         try:
             self.limit = float(raw or 0)
         except ValueError:
-            sys.exit(f"TLC_BENCH_TIMEOUT={raw!r}: write seconds, e.g. 240 (0: no limit)")
-        self.label, self.timer = label, None
+            raise SystemExit(f"{env}={raw!r}: write seconds, e.g. {default:g} (0: no limit)") from None
+        self.label, self.env, self.before, self.timer = label, env, before, None
 
     def _stalled(self) -> None:
         import os
 
+        if self.before is not None:
+            self.before()
         sys.stdout.flush()
         sys.stderr.write(f"\n{self.label}: still running after {self.limit:g} s (a kernel that hangs?); "
-                         "stopping (TLC_BENCH_TIMEOUT sets the limit)\n")
+                         f"stopping ({self.env} sets the limit)\n")
         sys.stderr.flush()
         os._exit(3)
 

@@ -68,9 +68,9 @@ DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
 
 # sm_90a causal kernels: at d = 64 (192-row tiles, three consumer warp groups) the first group's rows see
 # no key of the tile's last trip in most tiles; skipping those trips per group (`skip-masked-trips`) ran
-# 1.018x and 1.011x on d = 64 causal, alternating twice with it off, while the other causal rows (d = 256
-# skips one trip in about 32 per group, d = 128 and MLA none) lost 0.4-2.3 % to the guarded wgmma (H200,
-# 2026-11-27, `TLC_BENCH_DEFINES="SkipMaskedTrips=..." python3 bench/bench_attention.py --bar --arch sm_90a
+# 1.018x and 1.011x on d = 64 causal, alternating twice with it off, while the other causal rows (at d = 256
+# the first group skips its last trip, about 1 in 32; at d = 128 and MLA none) lost 0.4-2.3 % to the guarded
+# wgmma (H200, 2026-11-27, `TLC_BENCH_DEFINES="SkipMaskedTrips=..." python3 bench/bench_attention.py --bar --arch sm_90a
 # --no-baselines --rows causal`, bench/results/2026-11-27-h200-s12-skip-masked-trips-*.txt).
 SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True}}
 

@@ -8,10 +8,6 @@ with no word of which test: a test that runs longer than TLC_GPU_TEST_TIMEOUT se
 ends the process with one line naming it."""
 from __future__ import annotations
 
-import os
-import sys
-import threading
-
 import pytest
 
 _STICKY = ("illegal instruction", "illegal memory access", "unspecified launch failure", "misaligned address",
@@ -37,27 +33,13 @@ def _cuda_context_intact() -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    raw = os.environ.get("TLC_GPU_TEST_TIMEOUT", "300")
-    try:
-        limit = float(raw or 0)
-    except ValueError:
-        raise pytest.UsageError(f"TLC_GPU_TEST_TIMEOUT={raw!r}: write seconds, e.g. 300 (0: no limit)") from None
-    timer = None
-    if limit > 0:
-        capture = item.config.pluginmanager.getplugin("capturemanager")
+    from bench import watchdog
 
-        def stalled() -> None:
-            if capture is not None:
-                capture.suspend_global_capture(in_=True)   # the line must reach the terminal, not the capture
-            sys.stderr.write(f"\n{item.nodeid}: still running after {limit:g} s (a kernel that hangs?); "
-                             "stopping the run (TLC_GPU_TEST_TIMEOUT sets the limit)\n")
-            sys.stderr.flush()
-            os._exit(3)
-        timer = threading.Timer(limit, stalled)
-        timer.daemon = True
-        timer.start()
+    capture = item.config.pluginmanager.getplugin("capturemanager")
     try:
+        guard = watchdog(item.nodeid, "TLC_GPU_TEST_TIMEOUT", 300,
+                         before=lambda: capture and capture.suspend_global_capture(in_=True))
+    except SystemExit as bad:
+        raise pytest.UsageError(str(bad)) from None
+    with guard:
         yield
-    finally:
-        if timer is not None:
-            timer.cancel()

@@ -2,12 +2,15 @@
 later GPU tests fail at once naming that test, instead of each failing with the same copied error."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-CONFTEST = Path(__file__).resolve().parents[1] / "gpu" / "conftest.py"
+ROOT = Path(__file__).resolve().parents[2]
+CONFTEST = ROOT / "tests" / "gpu" / "conftest.py"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}   # the conftest's time limit is bench.watchdog
 
 
 def test_later_tests_name_the_test_that_lost_the_context(tmp_path: Path) -> None:
@@ -18,7 +21,7 @@ def test_later_tests_name_the_test_that_lost_the_context(tmp_path: Path) -> None
         "def test_c():\n    pass\n"
         "def test_d():\n    raise RuntimeError('CUDA error: out of memory')\n")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120, env=ENV)
     out = run.stdout
     assert "1 failed, 1 passed, 2 errors" in out, out
     assert out.count("not run: the CUDA context was lost earlier, in test_x.py::test_b") >= 2, out
@@ -30,14 +33,14 @@ def test_an_error_that_keeps_the_context_changes_nothing(tmp_path: Path) -> None
         "def test_a():\n    raise RuntimeError('CUDA error: out of memory')\n"
         "def test_b():\n    pass\n")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120, env=ENV)
     assert "1 failed, 1 passed" in run.stdout, run.stdout
 
 
 def test_a_test_that_stalls_ends_the_run_naming_it(tmp_path: Path) -> None:
     shutil.copy(CONFTEST, tmp_path / "conftest.py")
     (tmp_path / "test_z.py").write_text("import time\ndef test_a():\n    pass\ndef test_stuck():\n    time.sleep(60)\n")
-    env = {**__import__("os").environ, "TLC_GPU_TEST_TIMEOUT": "2"}
+    env = {**ENV, "TLC_GPU_TEST_TIMEOUT": "2"}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                          capture_output=True, text=True, cwd=tmp_path, timeout=50, env=env)
     assert run.returncode == 3

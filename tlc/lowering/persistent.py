@@ -20,9 +20,9 @@ consumers finish this one. With `static` (Param StaticTiles) CTA b takes tiles b
 causal kernel's tiles then number the heads and batches fastest (query tile slowest, longest first), so
 each CTA sweeps the tile lengths instead of taking one query tile of every head. The rings keep turning
 across tiles: `ring` (the trips of earlier tiles) is added to the trip each stage and phase is computed
-from, identically in both roles. An epilogue
-buffer that reuses a once-tile's bytes moves to its own bytes when shared memory allows, so the
-once-tile is released after its last GEMM instead of after the store.
+from, identically in both roles. An epilogue buffer that reuses a once-tile's bytes moves to its own
+bytes when shared memory allows, so the once-tile is released after its last GEMM instead of after the
+store.
 
 Declarations that read the grid coordinates (the block index, the output's head and batch offsets)
 move into each role's tile loop. A kernel of another shape keeps one tile per CTA, with the reason
@@ -141,13 +141,10 @@ class Persistent:
         producer_head = [K.IfOp(cond=BinOp(">=", tile, count), loc=loc, body=(
             released, H.TileSlotStoreOp(slot=SLOT, value=tile, loc=loc),
             H.MbarrierArriveOp(bar=handover, stage=Const(0), loc=loc), K.BreakOp(loc=loc)))]
-        if self.static:   # tiles blockIdx.x, + gridDim.x, …: the producer's coordinates stay uniform
-            producer_tail = [*advance, K.CounterSetOp(counter=TILE, value=BinOp("+", tile, Var("gridDim.x")), loc=loc)]
-            draw = []
-        else:
-            producer_tail = [*advance, K.CounterSetOp(counter=TILE, value=BinOp("+", Var(NEXT), Var("gridDim.x")),
-                                                      loc=loc)]
-            draw = [H.AtomicAddOp(name=NEXT, ptr=Var(f"p.{COUNTER}"), value=Const(1), loc=loc)]
+        # static: tiles blockIdx.x, + gridDim.x, … (the producer's coordinates stay uniform); else the counter's next
+        draw = [] if self.static else [H.AtomicAddOp(name=NEXT, ptr=Var(f"p.{COUNTER}"), value=Const(1), loc=loc)]
+        base = tile if self.static else Var(NEXT)
+        producer_tail = [*advance, K.CounterSetOp(counter=TILE, value=BinOp("+", base, Var("gridDim.x")), loc=loc)]
         first = roles.producer[0]
         producer_body = [K.CounterOp(name=TILE, init=Var("blockIdx.x"), loc=loc),
                          *looped(producer_head, [*draw, *produce], producer_tail)]

@@ -64,17 +64,20 @@ def _mask_guard_at(body: list[K.Op]) -> int | None:
     return next((i for i, op in enumerate(body) if _causal_mask((op,)) is not None), None)
 
 
+GROUP_ROWS = 64   # a consumer warp group's rows of the scores: the wgmma's M
+
+
 class _Trips:
-    def __init__(self, scores: str, groups: int, rows: int, cols: int, mask: K.MaskOp, group: str) -> None:
-        self.scores, self.groups, self.rows, self.cols, self.mask, self.group = scores, groups, rows, cols, mask, group
+    def __init__(self, mask: K.MaskOp, group: str) -> None:
+        self.mask, self.scores, self.group = mask, mask.target, group
         self.done = 0
 
     def last_key(self) -> Expr:
         """wg_last_key: the last key column this group's last row sees."""
         m = self.mask
         diag = BinOp("-", m.sk, m.sq) if m.alignment == "bottom_right" else Const(0)
-        last = BinOp("+", m.row0, BinOp("-", BinOp("*", Const(self.rows // self.groups),
-                                                   BinOp("+", Var(self.group), Const(1))), Const(1)))
+        last = BinOp("+", m.row0, BinOp("-", BinOp("*", Const(GROUP_ROWS), BinOp("+", Var(self.group), Const(1))),
+                                         Const(1)))
         return BinOp("+", last, diag)
 
     def _other_mask(self, m: K.MaskOp) -> bool:
@@ -168,18 +171,18 @@ def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     if mask is None:
         return kernel, []
     groups = (kernel.threads - roles.producer_threads) // H.WARP_GROUP
-    coord = {op.name: op for op in K.walk(kernel) if hasattr(op, "name")}
-    view = coord.get(mask.coord)
-    tile = coord.get(view.src.name) if view is not None and isinstance(getattr(view, "src", None), Var) else None
+    named = {op.name: op for op in K.walk(kernel) if hasattr(op, "name")}
+    view = named.get(mask.coord)
+    tile = named.get(view.src.name) if view is not None and isinstance(getattr(view, "src", None), Var) else None
     names = {getattr(x, d) for x in K.walk(kernel) for d in x.defines}
     try:
         if groups < 2:
             raise Declined("one consumer warp group")
-        if not isinstance(tile, K.IdentityTileOp) or tile.shape[0] != 64 * groups:
-            raise Declined(f"the scores' rows are not {groups} warp groups of 64")
+        if not isinstance(tile, K.IdentityTileOp) or tile.shape[0] != GROUP_ROWS * groups:
+            raise Declined(f"the scores' rows are not {groups} warp groups of {GROUP_ROWS}")
         if LAST in names or LIVE in names:
             raise Declined(f"the kernel already names {LAST} or {LIVE}")
-        trips = _Trips(mask.target, groups, tile.shape[0], tile.shape[1], mask, roles.group)
+        trips = _Trips(mask, roles.group)
         consumer = trips.seq(roles.consumer)
         if not trips.done:
             raise Declined("no masked trip found")
@@ -189,4 +192,4 @@ def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     body = K.rewrite_ops(kernel.body, lambda op: new_roles if op is roles else op)
     return dataclasses.replace(kernel, body=body), [
         f"skip-masked-trips: each of {groups} consumer warp groups skips the Q·Kᵀ, softmax and P·V of trips its "
-        f"{tile.shape[0] // groups} rows mask entirely ({trips.done} trip bodies guarded by col0 <= {LAST}, P·V by {LIVE})"]
+        f"{GROUP_ROWS} rows mask entirely ({trips.done} trip bodies guarded by col0 <= {LAST}, P·V by {LIVE})"]
