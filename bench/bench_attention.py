@@ -63,6 +63,16 @@ BAR_ROWS = [
     *(_row(f"MHA d=128 S={k}k" + (" causal" if c else ""), 128, 16, c, B=16 // k, S=1024 * k)
       for k in (1, 16) for c in (False, True)),
 ]
+# Short key sequences (--short; report rows beside the bar, B·S = 16k): where tlc.tuning.short_keys gives the
+# sm_90a kernels their persistent schedule (non-causal up to 4k keys, causal up to 1k); each row against the
+# one-tile-per-CTA kernel with TLC_BENCH_DEFINES="Persistent=false;StaticTiles=false".
+SHORT_ROWS = [
+    *(_row(f"MHA d={d} S=1k" + (" causal" if c else ""), d, H, c, B=16, S=1024) for d, H in ((64, 32), (256, 8))
+      for c in (False, True)),
+    *(_row("GQA 32/8 d=128 S=1k" + (" causal" if c else ""), 128, 32, c, Hkv=8, B=16, S=1024) for c in (False, True)),
+    _row("MLA prefill S=1k causal", 192, 16, True, d_v=128, B=16, S=1024),
+    *(_row("MHA d=128 S=2k" + (" causal" if c else ""), 128, 16, c, B=8, S=2048) for c in (False, True)),
+]
 DEFAULT_TILES = {d: default_tiles(d, d) for d in (64, 128)}
 SWEEP = [  # variants around the defaults that fit the register budget at d = 64 and 128 (check-resources
     # refuses 128x128 at d = 128 and 192x64 on 4 warps); measured lists are in bench/README.md
@@ -98,7 +108,7 @@ def row_build(row, tiles, arch: str) -> tuple:
     """(spec, -D bindings) of a row's kernel: the shipped .tl tlc.attention builds for the row's dtype and
     head dims on `arch`, with `tiles` (the same cache entry bench/precompile.py fills)."""
     d, dv = row["d"], row.get("d_v", row["d"])
-    spec, defines = attention_spec(row.get("dtype", "bf16"), d, dv, row["causal"], arch)
+    spec, defines = attention_spec(row.get("dtype", "bf16"), d, dv, row["causal"], arch, row["S"])
     defines.update(_tile_defines(spec, tiles))  # swept tiles replace attention_spec's defaults
     defines.update(EXTRA_DEFINES)
     return spec, defines
@@ -283,6 +293,8 @@ def main() -> int:
     ap.add_argument("--bar", action="store_true",
                     help="issue 12's bar table instead of the README rows: BAR_ROWS (MHA d=64/128/256, GQA 32/8, "
                     "MQA 32/1, MLA prefill, fp16, S=1k and 16k; B·S = 16k)")
+    ap.add_argument("--short", action="store_true",
+                    help="the short-sequence rows instead (SHORT_ROWS: S=1k and 2k, where sm_90a kernels run persistent)")
     ap.add_argument("--rows", metavar="REGEX", type=_regex, help="only the rows whose name matches (e.g. 'S=1k|d=64 causal')")
     ap.add_argument("--arch", default="sm_90", choices=("sm_90", "sm_90a"),
                     help="tlc's target: sm_90 (mma.sync, the default) or sm_90a (wgmma; tiles get 4 warps per 64 rows)")
@@ -292,7 +304,7 @@ def main() -> int:
     ARCH = a.arch
     torch.manual_seed(0)
     from concurrent.futures import ProcessPoolExecutor
-    rows = BAR_ROWS if a.bar else ROWS + (EXTRA_ROWS if a.extra else [])
+    rows = SHORT_ROWS if a.short else BAR_ROWS if a.bar else ROWS + (EXTRA_ROWS if a.extra else [])
     if a.rows:
         rows = [r for r in rows if a.rows.search(r["name"])]
     todo = [(r, row_tiles(r)) for r in rows]

@@ -2,10 +2,11 @@
 the GPU tests build, and/or every kernel bench_attention.py times, each built from its shipped
 `.tl` spec through `tlc.build` exactly as the tests and the benchmark build it.
 
-    python3 bench/precompile.py --jobs 16 [--set tests|bench|bar|hopper|all] [--arch sm_90|sm_90a]
+    python3 bench/precompile.py --jobs 16 [--set tests|bench|bar|short|hopper|all] [--arch sm_90|sm_90a]
                                 [--rows REGEX] [--variant "NAME=VALUE;NAME=VALUE" ...]
 
-`--set bar` is what `bench_attention.py --bar --arch ARCH` times (its BAR_ROWS with the target's tiles);
+`--set bar` is what `bench_attention.py --bar --arch ARCH` times (its BAR_ROWS with the target's tiles),
+`--set short` what `--short --arch ARCH` times (SHORT_ROWS);
 `--set hopper` every sm_90a kernel of the GPU tests and of `--bar --arch sm_90a` (a Hopper-only change).
 `--rows` keeps the bar rows whose name matches; each `--variant` builds every job once more with those
 -D bindings added (what `TLC_BENCH_DEFINES` or `-D` will ask for in the same GPU call, e.g. `Trace=true`).
@@ -46,7 +47,8 @@ def gpu_test_builds() -> list[Job]:
 
 def hopper_attention_builds() -> list[Job]:
     """What `tlc.attention` builds on an H100/H200 (sm_90a, tlc.runtime.attention_target) for the head
-    dims the GPU API tests call; a refused head dim builds its sm_90 fallback, listed by gpu_test_builds."""
+    dims the GPU API tests call, for long and short key sequences (tlc.tuning.short_keys); a refused head
+    dim builds its sm_90 fallback, listed by gpu_test_builds."""
     from tlc.runtime import attention_spec
 
     out: list[Job] = []
@@ -56,8 +58,9 @@ def hopper_attention_builds() -> list[Job]:
     for dtype, dims in widths.items():
         for d, dv in dims:
             for causal in (False, True):
-                spec, defines = attention_spec(dtype, d, dv, causal, "sm_90a")
-                out.append((spec, defines, spec.name, "sm_90a"))
+                for seq_k in (None, 1):
+                    spec, defines = attention_spec(dtype, d, dv, causal, "sm_90a", seq_k)
+                    out.append((spec, defines, spec.name, "sm_90a"))
     return out
 
 
@@ -73,12 +76,13 @@ def bench_builds(arch: str = "sm_90") -> list[Job]:
     return out
 
 
-def bar_builds(arch: str = "sm_90", rows: str | None = None) -> list[Job]:
+def bar_builds(arch: str = "sm_90", rows: str | None = None, short: bool = False) -> list[Job]:
     """What `bench_attention.py --bar --arch ARCH` builds: every BAR_ROWS row (whose name matches `rows`)
-    with `arch`'s tiles."""
-    from bench.bench_attention import BAR_ROWS, row_build, row_tiles
+    with `arch`'s tiles; `short`: the SHORT_ROWS of `--short` instead."""
+    from bench.bench_attention import BAR_ROWS, SHORT_ROWS, row_build, row_tiles
 
-    return [(*row_build(row, row_tiles(row, arch), arch), row.get("name", ""), arch) for row in BAR_ROWS
+    return [(*row_build(row, row_tiles(row, arch), arch), row.get("name", ""), arch)
+            for row in (SHORT_ROWS if short else BAR_ROWS)
             if rows is None or re.search(rows, row.get("name", ""))]
 
 
@@ -99,10 +103,11 @@ def job_set(name: str, arch: str, rows: str | None = None, variants: list[str] =
     deduplicated (one per cache entry)."""
     tests = lambda: gpu_test_builds() + (hopper_attention_builds() if arch == "sm_90" else [])  # noqa: E731
     hopper = lambda: ([j for j in gpu_test_builds() if len(j) > 3 and j[3] == "sm_90a"]  # noqa: E731
-                      + hopper_attention_builds() + bar_builds("sm_90a"))
-    if rows is not None and name != "bar":
-        raise SystemExit("--rows selects bar rows: use it with --set bar")
-    jobs = {"tests": tests, "bench": lambda: bench_builds(arch), "bar": lambda: bar_builds(arch, rows), "hopper": hopper,
+                      + hopper_attention_builds() + bar_builds("sm_90a") + bar_builds("sm_90a", short=True))
+    if rows is not None and name not in ("bar", "short"):
+        raise SystemExit("--rows selects bar rows: use it with --set bar or short")
+    jobs = {"tests": tests, "bench": lambda: bench_builds(arch), "bar": lambda: bar_builds(arch, rows),
+            "short": lambda: bar_builds(arch, rows, short=True), "hopper": hopper,
             "all": lambda: tests() + bench_builds(arch) + bar_builds(arch)}[name]()
     jobs = with_variants(jobs, list(variants))
     return list({_key(j): j for j in jobs}.values())
@@ -134,7 +139,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--set", default="all", choices=["tests", "bench", "bar", "hopper", "all"])
+    ap.add_argument("--set", default="all", choices=["tests", "bench", "bar", "short", "hopper", "all"])
     ap.add_argument("--rows", help="with --set bar: only the rows whose name matches this regex")
     ap.add_argument("--variant", action="append", default=[], help="NAME=VALUE;NAME=VALUE: build each job with these too")
     a = ap.parse_args()

@@ -5,7 +5,9 @@
 
 `--arch sm_90a`: the kernels tlc.attention runs on Hopper (warp-specialised TMA ring, overlapped wgmma,
 ping-pong), with a 3-stage ring case and one of 400 tiles (several per CTA of a persistent kernel) besides.
-`-D NAME=VALUE` (repeatable) binds a schedule knob on every case, e.g. `-D Persistent=true`.
+Each case builds what tlc.attention runs for its key length (on sm_90a the cases' short keys take the
+persistent kernels); `-D NAME=VALUE` (repeatable) binds a schedule knob on every case, e.g.
+`-D Persistent=false` for the one-tile-per-CTA kernels.
 """
 from __future__ import annotations
 
@@ -34,10 +36,17 @@ if any("=" not in d for d in _D) or sys.argv[-1] == "-D":
 DEFINES = dict(d.split("=", 1) for d in _D)
 
 
+def defines_of(case) -> tuple:
+    """The spec and -D bindings tlc.attention builds for the case's head dim and key length (short keys:
+    persistent on sm_90a, tlc.tuning.short_keys), with its alignment, stages and the -D bindings."""
+    d, causal, align, stages, *_, sk = case
+    spec, defines = attention_spec("bf16", d, d, causal, arch=ARCH, seq_k=sk)
+    return spec, dict(defines, Align=align, Stages=stages, **DEFINES)
+
+
 def build(case):
-    d, causal, align, stages = case[:4]
-    spec, defines = attention_spec("bf16", d, d, causal, arch=ARCH)
-    return tlc.build(spec, arch=ARCH, defines=dict(defines, Align=align, Stages=stages, **DEFINES))
+    spec, defines = defines_of(case)
+    return tlc.build(spec, arch=ARCH, defines=defines)
 
 
 def warm(case) -> None:
@@ -58,5 +67,6 @@ for case in CASES:
     v = torch.randn(B, Hkv, Sk, d, device="cuda", dtype=torch.bfloat16)
     o = kern(q, k, v)
     torch.cuda.synchronize()
-    print(f"{ARCH} d={d} causal={causal} {align} stages={stages} {Sq}x{Sk}:",
+    how = "persistent" if str(defines_of(case)[1].get("Persistent")).lower() == "true" else "one tile per CTA"
+    print(f"{ARCH} d={d} causal={causal} {align} stages={stages} {Sq}x{Sk} ({how}):",
           check_attention(o, q, k, v, causal=causal, alignment=align))

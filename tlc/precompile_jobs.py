@@ -9,8 +9,9 @@ per line: `key=value` words and the bare word `causal`; `#` starts a comment:
     hq=16 d=192 dv=128 causal            # MLA prefill
 
 `d` is required; `dv` defaults to `d`, `dtype` to bf16 (or fp16), `causal` to false (`causal=true`
-works too), `hkv` to `hq`. `b`, `hq`, `hkv`, `sq`, `sk` are checked as tlc.attention checks them but
-do not choose the kernel (dtype, d, dv and causal do). A file whose first character is `[` is JSON: a
+works too), `hkv` to `hq`, `sk` to `sq`. `b`, `hq`, `hkv` are checked as tlc.attention checks them but
+do not choose the kernel; dtype, d, dv, causal and the key length do (`sk`: short sequences take a
+persistent kernel on Hopper, tlc.tuning.short_keys; a line without `sk` or `sq` gets the long-sequence one). A file whose first character is `[` is JSON: a
 list of objects with the same keys (`"causal": true`).
 """
 from __future__ import annotations
@@ -153,12 +154,12 @@ def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str
             problem = problem or exc.diagnostics[0].message
         if problem:
             raise fail(problem, where)
-        causal = bool(shape.get("causal", False))
+        causal, seq_k = bool(shape.get("causal", False)), shape.get("sk", shape.get("sq"))
         for arch in archs:
             target = attention_target_for(arch)
             fallback = attention_fallback(target)
-            backup = Job.make(*attention_spec(dtype, d, dv, causal, fallback), fallback) if fallback else None
-            jobs.append(Job.make(*attention_spec(dtype, d, dv, causal, target), target, fallback=backup))
+            backup = Job.make(*attention_spec(dtype, d, dv, causal, fallback, seq_k), fallback) if fallback else None
+            jobs.append(Job.make(*attention_spec(dtype, d, dv, causal, target, seq_k), target, fallback=backup))
     return jobs
 
 

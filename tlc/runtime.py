@@ -22,7 +22,7 @@ from tlc.lowering.switches import switches_key as _switches
 from tlc.names import kernel_name
 
 _DISPATCH: dict[tuple, Any] = {}
-_ATTENTION: dict[tuple, Any] = {}  # (dtype, d_qk, d_v, causal, device) → kernel: no file I/O per call
+_ATTENTION: dict[tuple, Any] = {}  # (dtype, d_qk, d_v, causal, device, arch, short keys) → kernel: no I/O per call
 HEAD_DIMS = range(8, 257, 8)  # FlashAttention's rule; widths that are not multiples of 32 are padded in the kernel
 MIXED_HEAD_DIMS = {(192, 128): "MLA prefill"}  # (q/k, v) head dims that may differ: the shapes tested on a GPU
 _NO_GRAD_FIX = ("tlc has no backward kernel yet: for inference wrap the call in `with torch.no_grad():` or "
@@ -238,20 +238,25 @@ def run_attention(q, k, v, is_causal: bool, scale: float | None):
     if k.shape[2] == 0:
         return q.new_zeros(shape)  # SDPA's answer when there is nothing to attend to
     with _as_attention_error():
-        kernel = attention_kernel(q, v.shape[3], bool(is_causal))
+        kernel = attention_kernel(q, v.shape[3], bool(is_causal), k.shape[2])
         return kernel(*(kernel_layout(t) for t in (q, k, v)), scale=scale)
 
 
-def attention_kernel(q, d_v: int, causal: bool):
-    """The kernel for this call's dtype, head dims and device: built on first use, then a dict lookup."""
+def attention_kernel(q, d_v: int, causal: bool, seq_k: int | None = None):
+    """The kernel for this call's dtype, head dims, device and key length class (tlc.tuning.short_keys:
+    short sequences run persistent on sm_90a): built on first use, then a dict lookup."""
     import torch
 
+    from tlc.tuning import short_keys
+
+    target = attention_target(q.device)
     # TLC_ATTENTION_ARCH is part of the key: setting it mid-process switches the kernels from then on.
-    key = (q.dtype, q.shape[3], d_v, causal, q.device, os.environ.get("TLC_ATTENTION_ARCH"))
+    key = (q.dtype, q.shape[3], d_v, causal, q.device, os.environ.get("TLC_ATTENTION_ARCH"),
+           short_keys(target, q.shape[3], d_v, causal, seq_k))
     kernel = _ATTENTION.get(key)
     if kernel is None:
         dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-        kernel = _ATTENTION[key] = build_attention(dtype, q.shape[3], d_v, causal, attention_target(q.device))
+        kernel = _ATTENTION[key] = build_attention(dtype, q.shape[3], d_v, causal, target, seq_k)
     return kernel
 
 
@@ -276,10 +281,10 @@ def attention_fallback(target: str) -> str | None:
     return "sm_90" if target == "sm_90a" else None
 
 
-def build_attention(dtype: str, d_qk: int, d_v: int, causal: bool, target: str):
+def build_attention(dtype: str, d_qk: int, d_v: int, causal: bool, target: str, seq_k: int | None = None):
     """The kernel for one specialization; if the sm_90a lowering refuses it, the sm_90 kernel of the
     same spec, with a warning that names the reason (both compute the same program)."""
-    spec, defines = attention_spec(dtype, d_qk, d_v, causal, target)
+    spec, defines = attention_spec(dtype, d_qk, d_v, causal, target, seq_k)
     try:
         return build(spec, arch=target, defines=defines)
     except TlcError as exc:
@@ -290,7 +295,7 @@ def build_attention(dtype: str, d_qk: int, d_v: int, causal: bool, target: str):
 
         warnings.warn(f"tlc.attention: no {target} kernel for d={d_qk}/{d_v} causal={causal} "
                       f"({exc.diagnostics[0].message}); using the {fallback} kernel", stacklevel=3)
-        spec, defines = attention_spec(dtype, d_qk, d_v, causal, fallback)
+        spec, defines = attention_spec(dtype, d_qk, d_v, causal, fallback, seq_k)
         return build(spec, arch=fallback, defines=defines)
 
 
@@ -319,8 +324,10 @@ def _as_attention_error() -> Iterator[None]:
         raise fail(f"tlc.attention: {first}", None, *(Note(m) for m in lines[1:])) from exc
 
 
-def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "sm_90") -> tuple[Path, dict[str, Any]]:
-    """The shipped spec and its -D bindings that `attention` builds for a call's shape on `arch`."""
+def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "sm_90",
+                   seq_k: int | None = None) -> tuple[Path, dict[str, Any]]:
+    """The shipped spec and its -D bindings that `attention` builds for a call's shape on `arch`; `seq_k`
+    (keys per sequence, when known) may pick the short-sequence schedule (tlc.tuning.short_keys)."""
     from tlc.tuning import default_schedule, default_tiles
 
     if d_qk == d_v:
@@ -330,5 +337,5 @@ def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "s
     tiles = default_tiles(d_qk, d_v, arch)  # the tuned tiles for this head dim and target (tlc/tuning.py)
     defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"],
                    Stages=tiles["stages"])  # both specs declare Warps and Stages
-    defines.update(default_schedule(d_qk, d_v, arch, causal))   # schedule knobs tuned per head dim (tlc/tuning.py)
+    defines.update(default_schedule(d_qk, d_v, arch, causal, seq_k))   # knobs tuned per head dim, key length
     return spec, defines

@@ -75,14 +75,40 @@ DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
 SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True}}
 
 
-def default_schedule(d_qk: int, d_v: int, arch: str, causal: bool = False) -> dict:
-    """The schedule -D bindings tlc.attention adds to the tiles for these head dims on `arch`."""
+# sm_90a kernels over short key sequences: a persistent kernel hides each tile's prologue (the Q load, the
+# first Q·Kᵀ) and epilogue behind the next tile's loads, a large share when a tile has few KV trips. H200,
+# 2026-11-27, B·S = 16k, each row alternating twice in one call with the one-tile-per-CTA kernel
+# (`TLC_BENCH_DEFINES="Persistent=false;StaticTiles=false"` against the default, `python3
+# bench/bench_attention.py --bar|--short --arch sm_90a --no-baselines`, bench/results/2026-11-27-h200-s13-
+# short-keys-ab.txt). Non-causal, static tiles (`Persistent` + `StaticTiles`): S = 1k d = 64 1.03x, d = 128
+# 1.05x, d = 256 1.01-1.02x, GQA 1.04x; S = 2k d = 128 1.03x; S = 4k d = 64 1.03x, d = 128 1.00-1.01x,
+# d = 256 1.00x, fp16 1.02x, GQA 0.997x, MQA 0.988x; at S = 16k 0.98x (…-s12-static-tiles-ab-*.txt).
+# Causal, the dynamic scheduler (`Persistent`): S = 1k d = 64 1.04x, d = 128 1.02x, GQA 1.05x,
+# but d = 256 0.93x and MLA prefill 0.96x; S = 2k d = 128 1.00x; S = 4k 0.90-0.99x; static causal tiles
+# lose 7-15 % at S = 4k (their concurrent tiles span every head's K/V). Per causality: (the most keys, the
+# tabled widths it holds for, the knobs); MLA prefill's pair keeps its one schedule.
+SM90A_SHORT_KEYS = {False: (4096, (64, 128, 256), {"Persistent": True, "StaticTiles": True}),
+                    True: (1024, (64, 128), {"Persistent": True})}
+
+
+def short_keys(arch: str, d_qk: int, d_v: int, causal: bool, seq_k: int | None) -> bool:
+    """Whether a call with `seq_k` keys per sequence (None: unknown) takes the short-sequence schedule."""
+    if arch != "sm_90a" or seq_k is None or (d_qk, d_v) in SM90A_PAIRS:
+        return False
+    most, widths, _ = SM90A_SHORT_KEYS[bool(causal)]
+    return seq_k <= most and _table_width(SM90A_TILES, d_qk, d_v) in widths
+
+
+def default_schedule(d_qk: int, d_v: int, arch: str, causal: bool = False, seq_k: int | None = None) -> dict:
+    """The schedule -D bindings tlc.attention adds to the tiles for these head dims on `arch`; `seq_k`
+    (the keys per sequence, when known) picks the short-sequence schedule on sm_90a."""
     if arch != "sm_90a":
         return dict(DEFAULT_SCHEDULE.get(_table_width(DEFAULT_TILES, d_qk, d_v), {}))
     if (d_qk, d_v) in SM90A_PAIRS:
         return {}
+    short = dict(SM90A_SHORT_KEYS[bool(causal)][2]) if short_keys(arch, d_qk, d_v, causal, seq_k) else {}
     width = _table_width(SM90A_TILES, d_qk, d_v)
-    return {**SM90A_SCHEDULE.get(width, {}), **(SM90A_CAUSAL_SCHEDULE.get(width, {}) if causal else {})}
+    return {**SM90A_SCHEDULE.get(width, {}), **(SM90A_CAUSAL_SCHEDULE.get(width, {}) if causal else {}), **short}
 
 
 def _table_width(table: dict, d_qk: int, d_v: int) -> int:

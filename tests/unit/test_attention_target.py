@@ -45,3 +45,35 @@ def test_other_targets_do_not_fall_back(monkeypatch) -> None:
     monkeypatch.setattr(rt, "build", lambda spec, *, arch, defines: (_ for _ in ()).throw(fail("broken")))
     with pytest.raises(TlcError, match="broken"):
         rt.build_attention("bf16", 64, 64, True, "sm_80")
+
+
+@pytest.mark.parametrize("causal,seq_k,want", [
+    (False, 1, {"Persistent": True, "StaticTiles": True}), (False, 4096, {"Persistent": True, "StaticTiles": True}),
+    (False, 4097, {}), (True, 1024, {"Persistent": True}), (True, 1025, {}), (True, None, {}), (False, None, {})])
+def test_short_key_sequences_take_the_persistent_schedule_on_hopper(causal, seq_k, want) -> None:
+    from tlc.tuning import default_schedule
+
+    def knobs(d, dv, arch="sm_90a"):
+        return {k: v for k, v in default_schedule(d, dv, arch, causal, seq_k).items() if k in ("Persistent", "StaticTiles")}
+    for d in (40, 64, 96, 128):
+        assert knobs(d, d) == want, d
+        assert knobs(d, d, "sm_90") == {}   # the mma.sync kernels: never
+    # d = 256 non-causal only (causal persistent ran 0.93x at S = 1k); MLA prefill's pair and the 192 width never
+    assert knobs(256, 256) == ({} if causal else want) and knobs(224, 224) == knobs(256, 256)
+    assert knobs(192, 128) == {} and knobs(160, 160) == {}
+    assert rt.attention_spec("bf16", 128, 128, causal, "sm_90a", seq_k)[1].get("Persistent", False) == bool(want)
+
+
+def test_the_dispatch_table_keys_the_key_length_class(monkeypatch) -> None:
+    """Two calls whose key lengths fall in different classes get two kernels; lengths in one class share one."""
+    import torch
+
+    built = []
+    monkeypatch.setattr(rt, "attention_target", lambda device=None: "sm_90a")
+    monkeypatch.setattr(rt, "build_attention", lambda *a: built.append(a) or f"kernel{len(built)}")
+    monkeypatch.setattr(rt, "_ATTENTION", {})
+    q = torch.empty(1, 2, 8, 128, dtype=torch.bfloat16)
+    kernels = [rt.attention_kernel(q, 128, False, sk) for sk in (1000, 4096, 8192, 100000)]
+    assert kernels == ["kernel1", "kernel1", "kernel2", "kernel2"]
+    assert [a[-1] for a in built] == [1000, 8192]
+    assert rt.attention_kernel(q, 128, True, 1000) == "kernel3" and rt.attention_kernel(q, 128, True, 2000) == "kernel4"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bench_attention import BAR_ROWS, _build_key, row_build, row_tiles
+from bench.bench_attention import BAR_ROWS, SHORT_ROWS, _build_key, row_build, row_tiles
 
 ARCHES = ("sm_90", "sm_90a")
 
@@ -46,22 +46,25 @@ def test_bar_rows_are_the_issue_table() -> None:
                 {k: v for k, v in twin.items() if k != "name"}
 
 
-def _kernels(arch: str) -> dict[tuple, tuple]:
-    """The distinct (spec, -D bindings) the --bar rows build on `arch` (GQA, MQA and the S rows share
-    the d=128 MHA kernel: the group and the lengths are runtime inputs)."""
+def _kernels(arch: str, rows: list[dict] = BAR_ROWS) -> dict[tuple, tuple]:
+    """The distinct (spec, -D bindings) the --bar rows build on `arch` (GQA, MQA and the S = 16k rows share
+    the d=128 MHA kernel: the group and the lengths are runtime inputs; on sm_90a the S = 1k rows take
+    the short-sequence schedule, tlc.tuning.short_keys)."""
     return {_build_key(*row_build(r, row_tiles(r, arch), arch)): row_build(r, row_tiles(r, arch), arch)
-            for r in BAR_ROWS}
+            for r in rows}
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-def test_every_bar_kernel_lowers_and_emits(arch) -> None:
+@pytest.mark.parametrize("rows,count", [(BAR_ROWS, {"sm_90": 9, "sm_90a": 11}), (SHORT_ROWS, {"sm_90": 7, "sm_90a": 8})],
+                         ids=("bar", "short"))
+def test_every_bar_kernel_lowers_and_emits(arch, rows, count) -> None:
     from tlc.backend_cute.emit import emit_program
     from tlc.builder import lower_to_kernel_ir
     from tlc.names import kernel_name
     from tlc.runtime import normal_defines
 
-    kernels = _kernels(arch)
-    assert len(kernels) == 9  # d=64/128/256 x causal, MLA prefill, fp16 d=128 x causal
+    kernels = _kernels(arch, rows)
+    assert len(kernels) == count[arch]  # bar: d=64/128/256 x causal, MLA prefill, fp16 d=128 x causal (+ S=1k x causal)
     for spec, defines in kernels.values():
         state, _ = lower_to_kernel_ir(spec.read_bytes(), str(spec), arch, normal_defines(defines),
                                       name=kernel_name(spec))
@@ -79,7 +82,9 @@ def test_precompile_covers_the_bar_rows(arch) -> None:
         have = {(_build_key(*j[:2]), j[3] if len(j) > 3 else arch) for j in jobs}
         missing = [k for k in _kernels(arch) if (k, arch) not in have]
         assert not missing, f"--set {name} --arch {arch} lacks {missing}"
-    assert len(job_set("bar", arch)) == 9
+    assert len(job_set("bar", arch)) == {"sm_90": 9, "sm_90a": 11}[arch]
+    have = {(_build_key(*j[:2]), j[3]) for j in job_set("short", arch)}
+    assert have == {(k, arch) for k in _kernels(arch, SHORT_ROWS)}
 
 
 def test_check_slice_reads_the_kv_head_of_each_query_head() -> None:
@@ -122,12 +127,12 @@ def test_notes_name_how_each_baseline_ran_and_the_fp16_ratio() -> None:
 def test_precompile_rows_and_variants_select_and_multiply_the_jobs() -> None:
     from bench.precompile import job_set
 
-    jobs = job_set("bar", "sm_90a", "S=1k", ["Trace=true", "Persistent=true;Stages=3"])
+    jobs = job_set("bar", "sm_90a", "S=16k", ["Trace=true", "Persistent=true;Stages=3"])
     plain = [j for j in jobs if "Trace" not in j[1] and "Persistent" not in j[1]]
     assert len(plain) == 2 and {j[1]["Causal"] for j in plain} == {False, True}
     assert len(jobs) == 6 and all(j[1]["Stages"] == "3" for j in jobs if "Persistent" in j[1])
     with pytest.raises(SystemExit, match="--rows selects bar rows"):
-        job_set("tests", "sm_90a", "S=1k")
+        job_set("tests", "sm_90a", "S=16k")
     with pytest.raises(SystemExit, match="NAME=VALUE"):
         job_set("bar", "sm_90a", None, ["Trace"])
 

@@ -29,18 +29,22 @@ def test_shape_lines_parse() -> None:
     assert shapes[2][1]["causal"] is False and shapes[3][1]["dv"] == 128
 
 
-def hopper_job(dtype: str, d: int, dv: int, causal: bool) -> Job:
+def hopper_job(dtype: str, d: int, dv: int, causal: bool, seq_k: int | None = None) -> Job:
     """What tlc.attention builds on an H100/H200: sm_90a with its tiles, falling back to sm_90's."""
     fallback = Job.make(*attention_spec(dtype, d, dv, causal, "sm_90"), "sm_90")
-    return Job.make(*attention_spec(dtype, d, dv, causal, "sm_90a"), "sm_90a", fallback=fallback)
+    return Job.make(*attention_spec(dtype, d, dv, causal, "sm_90a", seq_k), "sm_90a", fallback=fallback)
 
 
 def test_shapes_map_to_attention_specializations(monkeypatch) -> None:
     monkeypatch.delenv("TLC_ATTENTION_ARCH", raising=False)
     jobs = attention_jobs(parse_shapes(SHAPES, "s.txt"), ["sm_90"], "s.txt")
-    want = [("bf16", 128, 128, True), ("bf16", 128, 128, True), ("fp16", 64, 64, False), ("bf16", 192, 128, True)]
+    want = [("bf16", 128, 128, True, 4096), ("bf16", 128, 128, True, 4096), ("fp16", 64, 64, False, 512),
+            ("bf16", 192, 128, True)]
     assert jobs == [hopper_job(*w) for w in want]
-    assert len(set(jobs)) == 3  # batch, heads and lengths do not choose the kernel
+    assert len(set(jobs)) == 3  # batch, heads and query lengths do not choose the kernel
+    short = dict(jobs[2].defines)   # 512 keys (sk defaults to sq): persistent, static tiles; its fallback is not
+    assert short["Persistent"] == short["StaticTiles"] == "true" and "Persistent" not in dict(jobs[2].fallback.defines)
+    assert "Persistent" not in dict(jobs[0].defines) and "Persistent" not in dict(jobs[3].defines)
     two = attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_80", "sm_90"], "s.txt")
     assert [j.arch for j in two] == ["sm_80", "sm_90a"] and two[0].fallback is None
     assert dict(two[1].defines)["Warps"] == "12" and dict(two[1].fallback.defines)["Warps"] == "4"
