@@ -44,6 +44,22 @@ def test_attention_mirrors_sdpa(dtype, hq, hkv) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("d, causal, b, hq, hkv, s", [(128, False, 4, 32, 8, 1000), (64, False, 1, 16, 16, 4096),
+                                                      (128, True, 4, 32, 8, 1000), (64, True, 4, 16, 4, 999)])
+def test_short_keys_take_the_persistent_kernel_over_many_tiles(d, causal, b, hq, hkv, s) -> None:
+    """Short key sequences run persistent on Hopper (tlc.tuning.short_keys): hundreds of tiles for 132 SMs,
+    so CTAs loop over several; every head of the output is checked, not a slice."""
+    from tlc.runtime import attention_target
+    from tlc.tuning import short_keys
+
+    assert attention_target() != "sm_90a" or short_keys("sm_90a", d, d, causal, s)
+    q, k, v = _inputs(b, hq, hkv, s, s, d, torch.bfloat16)
+    out = tlc.attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
+    report = check_attention(out, q, k, v, causal=causal)
+    assert report.passed, report
+
+
+@pytest.mark.gpu
 def test_attention_refuses_mismatched_heads() -> None:
     q, k, v = _inputs(1, 8, 2, 16, 16, 64, torch.bfloat16)
     with pytest.raises(tlc.diagnostics.TlcError, match="enable_gqa"):
