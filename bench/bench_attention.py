@@ -358,7 +358,7 @@ def main() -> int:
         fa_s = f"{fa:9.1f}" if fa else f"{'n/a':>9s}"
         cu_s = f"{cu:7.1f}" if cu else f"{'n/a':>7s}"
         ra = f"{tl / fa:8.2f}" if fa and tl else f"{'':8s}"
-        rc = f"{tl / cu:9.2f}" if cu and tl else f"{'':9s}"
+        rc = f"{tl / cu:9.3f}" if cu and tl else f"{'':9s}"
         print(f"{r['name']:24s} {tl_s} {fa_s} {cu_s} {ra} {rc}  "
               f"{'PASS' if r.get('check_passed') else 'FAIL'}   {'; '.join(r.get('notes', []))}")
     print("\nkernel                                          regs local  SASS: HMMA HGMMA LDGSTS LDSM LDSM.T LDL STL")
