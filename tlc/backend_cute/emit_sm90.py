@@ -273,10 +273,7 @@ class Sm90Emitter(_TABLE.mixin_base()):
     @_handles(AtomicAddOp)
     def _atomic_add(self, op: AtomicAddOp) -> None:
         self._at(op)
-        add = f"atomicAdd({cpp_expr(op.ptr)}, {cpp_expr(op.value)})"
-        if op.warp:   # lane 0 adds, every lane gets its result: a warp-uniform value
-            add = f"__shfl_sync(0xffffffffu, threadIdx.x % 32 == 0 ? {add} : 0, 0)"
-        self.w.line(f"const int {op.name} = {add};")
+        self.w.line(f"const int {op.name} = atomicAdd({cpp_expr(op.ptr)}, {cpp_expr(op.value)});")
 
     @_handles(NamedBarrierOp)
     def _named_barrier(self, op: NamedBarrierOp) -> None:

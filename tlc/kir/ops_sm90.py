@@ -473,14 +473,11 @@ class TileSlotLoadOp(Op):
 @dataclass(frozen=True, kw_only=True)
 class AtomicAddOp(Op):
     """`const int name = atomicAdd(ptr, value);` on a global int (a launch's tile counter, zeroed by the
-    launcher before each launch). `warp`: a converged warp runs it; lane 0 adds and `__shfl_sync` hands the
-    old value to every lane, so the compiler knows it is warp-uniform (values derived from it can live in
-    uniform registers, as TMA's coordinates must)."""
+    launcher before each launch)."""
 
     name: str
     ptr: Expr
     value: Expr
-    warp: bool = False
     defines = ("name",)
 
 

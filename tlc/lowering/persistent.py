@@ -142,18 +142,14 @@ class Persistent:
             released, H.TileSlotStoreOp(slot=SLOT, value=tile, loc=loc),
             H.MbarrierArriveOp(bar=handover, stage=Const(0), loc=loc), K.BreakOp(loc=loc)))]
         # static: tiles blockIdx.x, + gridDim.x, … (the producer's coordinates stay uniform); else the counter's next
-        draw = [] if self.static else [H.AtomicAddOp(name=NEXT, ptr=Var(f"p.{COUNTER}"), value=Const(1), warp=True,
-                                                     loc=loc)]
+        draw = [] if self.static else [H.AtomicAddOp(name=NEXT, ptr=Var(f"p.{COUNTER}"), value=Const(1), loc=loc)]
         base = tile if self.static else Var(NEXT)
         producer_tail = [*advance, K.CounterSetOp(counter=TILE, value=BinOp("+", base, Var("gridDim.x")), loc=loc)]
         first = roles.producer[0]
         producer_body = [K.CounterOp(name=TILE, init=Var("blockIdx.x"), loc=loc),
                          *looped(producer_head, [*draw, *produce], producer_tail)]
-        producer_role = dataclasses.replace(first, body=tuple(producer_body))
-        if not self.static:   # the drawn tile number must be warp-uniform: the producer's whole warp runs the loop
-            producer_role = _warp_wide_producer(producer_role)
         new_roles = dataclasses.replace(roles, consumer=tuple(looped(consumer_head, consumer, advance)),
-                                        producer=(producer_role,))
+                                        producer=(dataclasses.replace(first, body=tuple(producer_body)),))
 
         stay = [op for op in prefix if op not in moved]
         init_at = next(i for i, op in enumerate(stay) if isinstance(op, K.IfOp))
@@ -173,8 +169,7 @@ class Persistent:
         once = ", ".join(b[len("full_"):] for b in once_bars)
         how = ("takes every gridDim.x-th tile from blockIdx.x on (Param StaticTiles"
                + ("; heads and batches numbered fastest, so each CTA sweeps the causal tile lengths)" if by_head else ")")
-               if self.static else f"draws each next tile from p.{COUNTER} (atomicAdd, zeroed per launch) in its "
-               "whole warp, lane 0 adding and broadcasting (a warp-uniform number), lane 0 issuing the TMA")
+               if self.static else f"draws each next tile from p.{COUNTER} (atomicAdd, zeroed per launch)")
         self.notes.append(f"persistent: a CTA per resident slot loops over the tiles (grid min(tiles, {RESIDENT_CTAS})); "
                           f"the producer {how} and "
                           f"hands its number over in shared memory with {once.split(', ')[0]}'s barrier; {once} "
@@ -372,50 +367,6 @@ class Persistent:
                     out.append(H.TileSlotStoreOp(slot=SLOT, value=Var(TILE), loc=op.loc))
             out.append(op)
         return out
-
-
-WARP = 32
-_LANE_0 = BinOp("==", BinOp("%", Var("threadIdx.x"), Const(WARP)), Const(0))
-# What every lane of the producer's warp runs: scalars, waits, the loop control and the warp's atomic draw.
-_EVERY_LANE = (K.LetOp, K.CounterOp, K.CounterAddOp, K.CounterSetOp, K.BreakOp, H.MbarrierWaitOp, H.AtomicAddOp)
-
-
-def _warp_wide_producer(producer: K.IfOp) -> K.IfOp:
-    """The one-thread producer (`threadIdx.x == P`) run by its whole warp (`threadIdx.x / 32 == P / 32`):
-    scalars, waits and loops in every lane, each run of side effects (TMA issue, barrier arrivals, the
-    tile slot) in lane 0. FlashAttention-3's producer warp does the same: a tile number drawn by one lane
-    and broadcast with `__shfl_sync` is one the compiler knows to be warp-uniform, so the TMA coordinates
-    derived from it stay in uniform registers instead of moving register→uniform at every issue."""
-    cond = producer.cond
-    if not (isinstance(cond, BinOp) and cond.op == "==" and cond.lhs == Var("threadIdx.x")
-            and isinstance(cond.rhs, Const) and cond.rhs.value % WARP == 0):
-        raise Declined(f"the producer's condition `{cond}` is not one warp's first thread")
-    warp = BinOp("==", BinOp("/", Var("threadIdx.x"), Const(WARP)), Const(cond.rhs.value // WARP))
-    return dataclasses.replace(producer, cond=warp, body=_lane_0_effects(producer.body))
-
-
-def _lane_0_effects(ops: tuple[K.Op, ...]) -> tuple[K.Op, ...]:
-    out: list[K.Op] = []
-    run: list[K.Op] = []
-
-    def flush() -> None:
-        if run:
-            out.append(K.IfOp(cond=_LANE_0, body=tuple(run), loc=run[0].loc))
-            run.clear()
-    for op in ops:
-        if isinstance(op, (K.ForOp, K.IfOp)):
-            flush()
-            out.append(dataclasses.replace(op, **{r: _lane_0_effects(getattr(op, r)) for r in op.regions}))
-        elif isinstance(op, _EVERY_LANE):
-            flush()
-            out.append(op)
-        else:
-            if op.defined_names():
-                raise Declined(f"the producer's {type(op).__name__} defines {', '.join(op.defined_names())} "
-                               "in one lane")
-            run.append(op)
-    flush()
-    return tuple(out)
 
 
 def make_persistent(program: K.ProgramOp, smem_limit: int, static: bool = False) -> tuple[K.ProgramOp, list[str]]:

@@ -69,12 +69,10 @@ def _turn_unit() -> Expr:
 
 
 def _one_thread(op: K.Op) -> bool:
-    """`IfOp(threadIdx.x == N)` or `IfOp(threadIdx.x / 32 == N)`: a role's work done by one thread or one
-    warp (the producer's TMA issue; the stamps inside take the group's first thread)."""
+    """`IfOp(threadIdx.x == N)`: a role's work done by one thread (the producer's TMA issue)."""
     cond = getattr(op, "cond", None)
-    if not (isinstance(op, K.IfOp) and isinstance(cond, BinOp) and cond.op == "==" and isinstance(cond.rhs, Const)):
-        return False
-    return cond.lhs in (Var("threadIdx.x"), BinOp("/", Var("threadIdx.x"), Const(32)))
+    return (isinstance(op, K.IfOp) and isinstance(cond, BinOp) and cond.op == "=="
+            and cond.lhs == Var("threadIdx.x") and isinstance(cond.rhs, Const))
 
 
 def _stamp_region(ops: tuple[K.Op, ...], role: str, slots: _Slots, index: Expr | None = None) -> tuple:
