@@ -243,6 +243,29 @@ class PersistentPass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
+class L2SectionsPass(_ScheduleListingPass):
+    """sm_90a, causal, one tile per CTA: the grid's tiles in L2-sized sections of heads, each section's
+    query tiles longest first, so the SMs finish together and the K/V read at once fits L2
+    (tlc.lowering.l2_sections). On by default; `Param L2Sections = false` keeps the hardware's order."""
+
+    name: ClassVar[str] = "l2-sections"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        from tlc.kir.ops_sm90 import Sm90KernelOp
+        from tlc.lowering.l2_sections import l2_sections
+
+        if not _bool_param(graph, "L2Sections", True):
+            return
+        state = _state(ctx, self.name)
+        kernel = _kernel(state)
+        if not isinstance(kernel, Sm90KernelOp):
+            return
+        kernel, notes = l2_sections(kernel)
+        state.schedule = list(state.schedule) + notes
+        _with_kernel(state, kernel)
+
+
+@dataclass(frozen=True)
 class SplitMaskedTripsPass(_ScheduleListingPass):
     """A loop whose masks apply only from some trip on runs as two loops, the first without the mask
     code (tlc.lowering.split_masks). On by default in warp-specialised kernels, whose consumers have

@@ -1,0 +1,141 @@
+"""`l2-sections` (sm_90a, causal, one tile per CTA): the 1-D grid's decode is a bijection onto the
+tiles, each section's heads' K/V fits the L2 budget, each section runs its query tiles longest first,
+and in a list-scheduling model of the hardware's in-order CTA dispatch it ends the bar's causal grids
+within 2 % of an even spread where the x-fastest order did not. GPU: tests/gpu/test_sm90a_specs_gpu.py."""
+from __future__ import annotations
+
+import heapq
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tlc.api import compile_graph
+from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
+from tlc.kir.evaluate import evaluate
+from tlc.kir.expr import free_names
+from tlc.kir.text import parse_kir, print_kir
+from tlc.lowering.l2_sections import L2_BUDGET
+from tlc.lowering.passes import run_lowering
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+CAUSAL_128 = dict(HeadDim="128", BM="128", BN="128", Warps="8", Causal="true")
+
+
+def _lower(spec: str = "gqa_fwd", **defines: str):
+    path = SPECS / f"{spec}.tl"
+    graph, _ = compile_graph(path.read_bytes(), str(path), defines=defines)
+    return run_lowering(graph, "sm_90a", name=spec)[0]
+
+
+def _ring(kernel) -> K.ForOp:
+    (roles,) = [op for op in kernel.body if isinstance(op, H.WarpSpecializeOp)]
+    (ring,) = [y for op in roles.producer for y in K.walk(op) if isinstance(y, K.ForOp)
+               and any(isinstance(z, H.MbarrierArriveExpectTxOp) for z in K.walk(y))]
+    return ring
+
+
+def _trips(kernel, env: dict, tile: int) -> int:
+    """The ring trips of tile number `tile`: the decode, the kernel's own Lets (block_idx, …), the loop's stop."""
+    env = _lets(kernel, env, tile)
+    for op in kernel.body:
+        if isinstance(op, K.LetOp) and not op.name.startswith("l2_") and free_names(op.value) <= env.keys():
+            env[op.name] = evaluate(op.value, env)
+    return evaluate(_ring(kernel).stop, env)
+
+
+def test_causal_kernels_take_a_one_dimensional_grid_of_every_tile() -> None:
+    state = _lower(**CAUSAL_128)
+    kernel = state.kir.kernels()[0]
+    assert [str(g) for g in kernel.grid] == ["ceil_div(p.seqlen_q, 128) * (p.heads * p.batch)", "1", "1"]
+    lets = {op.name: op for op in kernel.body if isinstance(op, K.LetOp)}
+    assert str(lets["block_idx"].value) == "l2_x" and str(lets["head_idx"].value) == "l2_y"
+    # only the decode reads the hardware's block index; nothing reads blockIdx.y/z or gridDim any more
+    readers = {op.name for op in K.walk(kernel) if isinstance(op, K.LetOp) and "blockIdx.x" in free_names(op.value)}
+    assert readers == {"l2_sec", "l2_r"}
+    assert not [op for op in K.walk(kernel) if op.used_names() & {"blockIdx.y", "blockIdx.z", "gridDim.x"}]
+    assert any("l2-sections: the" in n for n in state.schedule)
+    assert print_kir(parse_kir(print_kir(state.kir))) == print_kir(state.kir)
+
+
+@pytest.mark.parametrize("defines,why", [
+    (dict(CAUSAL_128, Causal="false"), "no causal mask"),
+    (dict(CAUSAL_128, Persistent="true"), "a 1-D grid"),
+    (dict(CAUSAL_128, L2Sections="false"), None)])
+def test_other_kernels_keep_the_hardware_order(defines, why) -> None:
+    state = _lower(**defines)
+    kernel = state.kir.kernels()[0]
+    assert "l2_x" not in {op.name for op in kernel.body if isinstance(op, K.LetOp)}
+    notes = "\n".join(state.schedule)
+    assert (f"l2-sections: kept the hardware's order: {why}" in notes) if why else "l2-sections" not in notes
+
+
+def _lets(kernel, env: dict, tile: int) -> dict:
+    """The decode's values for tile number `tile`, as the CUDA code computes them."""
+    env = dict(env, **{"blockIdx.x": tile})
+    for op in kernel.body:
+        if isinstance(op, K.LetOp) and op.name.startswith("l2_"):
+            env[op.name] = evaluate(op.value, env)
+    return env
+
+
+def _trip_bytes(kernel) -> int:
+    return sum(y.bytes for y in K.walk(_ring(kernel)) if isinstance(y, H.MbarrierArriveExpectTxOp))
+
+
+@settings(max_examples=40, deadline=None)
+@given(sq=st.integers(1, 5000), sk_extra=st.integers(0, 3000), heads=st.integers(1, 40), batch=st.integers(1, 5),
+       spec=st.sampled_from(["gqa", "mla"]))
+def test_the_decode_is_a_bijection_with_sections_that_fit_l2_longest_first(sq, sk_extra, heads, batch, spec) -> None:
+    kernel = _KERNELS[spec]
+    env = {"p.seqlen_q": sq, "p.seqlen_k": sq + sk_extra, "p.heads": heads, "p.batch": batch, "p.group": 1}
+    hb = heads * batch
+    gx = evaluate(kernel.grid[0], env) // hb
+    decoded = [_lets(kernel, env, t) for t in range(gx * hb)]
+    tiles = [(d["l2_x"], d["l2_y"], d["l2_z"]) for d in decoded]
+    assert sorted(tiles) == [(x, y, z) for x in range(gx) for y in range(heads) for z in range(batch)]
+    trips = [_trips(kernel, env, t) for t in range(gx * hb)]
+    sec_heads = decoded[0]["l2_heads"]
+    assert sec_heads == 1 or sec_heads * max(trips) * _trip_bytes(kernel) <= L2_BUDGET
+    sections: dict[int, set] = {}
+    for d, (x, y, z) in zip(decoded, tiles):
+        sections.setdefault(d["l2_sec"], set()).add((y, z))
+    assert all(len(heads_of) <= sec_heads for heads_of in sections.values())
+    assert sum(len(h) for h in sections.values()) == hb           # a head lies in one section
+    for t in range(len(tiles) - 1):                                # longest first within a section
+        if decoded[t]["l2_sec"] == decoded[t + 1]["l2_sec"]:
+            assert trips[t + 1] <= trips[t]
+
+
+def _list_schedule(durations: list[int], sms: int = 132) -> float:
+    """The hardware's in-order dispatch: each CTA to the SM that frees first; the makespan."""
+    free = [0.0] * sms
+    for d in durations:
+        heapq.heappush(free, heapq.heappop(free) + d)
+    return max(free)
+
+
+@pytest.mark.parametrize("name,sq,heads,batch,defines", [
+    ("d=64 causal", 4096, 32, 4, dict(HeadDim="64", BM="192", BN="128", Warps="12", Causal="true")),
+    ("d=128 causal", 4096, 16, 4, CAUSAL_128),
+    ("d=256 causal", 4096, 8, 4, dict(HeadDim="256", BM="128", BN="64", Warps="8", Causal="true")),
+    ("S=1k causal", 1024, 16, 16, CAUSAL_128)])
+def test_the_order_ends_within_two_percent_of_an_even_spread(name, sq, heads, batch, defines) -> None:
+    """Tile time = its ring trips + 1 (the prologue and epilogue): the sections' order against x fastest."""
+    kernel = _lower(**defines).kir.kernels()[0]
+    env = {"p.seqlen_q": sq, "p.seqlen_k": sq, "p.heads": heads, "p.batch": batch, "p.group": 1}
+    gx = math.ceil(sq / int(defines["BM"]))
+    cost = [_trips(kernel, env, t) + 1 for t in range(gx * heads * batch)]
+    by_x = {_lets(kernel, env, t)["l2_x"]: c for t, c in enumerate(cost)}     # a tile's cost by its query tile
+    even = sum(cost) / 132
+    sections = _list_schedule(cost) / even
+    x_fastest = _list_schedule([by_x[x] for _ in range(heads * batch) for x in range(gx)]) / even
+    assert sections < 1.02 and x_fastest > 1.03, (name, sections, x_fastest)
+
+
+_KERNELS = {"gqa": _lower(**CAUSAL_128).kir.kernels()[0],
+            "mla": _lower("mla_prefill_fwd", DQK="192", DV="128", BM="128", BN="128", Warps="8", Causal="true",
+                          Align="top_left").kir.kernels()[0]}

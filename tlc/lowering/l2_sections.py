@@ -1,0 +1,109 @@
+"""`l2-sections` (sm_90a, causal, one tile per CTA): the grid's tiles in an order that keeps the SMs
+evenly busy to the end and the K/V they share in L2.
+
+The hardware hands out a grid's CTAs in order, x fastest, each to the next SM that frees up. With the
+query tiles on x, it runs one head's tiles, longest to shortest, then the next head's: causal tiles
+differ in length up to the sequence, and the last heads' long tiles start when most SMs are about to
+finish — a tail (list scheduling of the bar's causal grids with trips as time: 5-14 % past an even
+spread). Heads fastest would start every head's longest tile first, but the tiles running at once would
+then read every head's K/V, which no L2 holds. So the heads go in sections of as many as fit an L2
+budget (`L2_BUDGET`, FlashAttention-3's figure; the K/V bytes of one head from the producer's ring: its
+bytes per trip times the longest tile's trips, a runtime value): within a section its query tiles run
+longest first, the section's heads fastest; sections follow one another. The grid becomes 1-D and
+every read of blockIdx / gridDim reads the decoded tile instead:
+
+    sec_heads = ceil_div(HB, ceil_div(HB, max(1, min(HB, L2_BUDGET / head_bytes))))   (even sections)
+    sec = tile / (sec_heads·gx);  r = tile % (sec_heads·gx);  here = min(sec_heads, HB − sec·sec_heads)
+    x = r / here (or gx − 1 − r / here when the last query tile is the longest);  hb = sec·sec_heads + r % here
+
+with HB = gy·gz (heads × batches). `Param L2Sections = false` keeps the hardware's order.
+"""
+from __future__ import annotations
+
+import dataclasses
+from functools import reduce
+
+from tlc.expr.rewrite import substitute
+from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
+from tlc.kir.base import substitute_op
+from tlc.kir.expr import BinOp, Call, Const, Expr, Var, free_names
+
+L2_BUDGET = 32 * 1024 * 1024   # bytes of K/V a section's heads may keep live (FlashAttention-3's tile scheduler)
+_GRID = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "gridDim.x", "gridDim.y", "gridDim.z")
+
+
+class Declined(Exception):
+    """The kernel keeps the hardware's order; the message says why."""
+
+
+def l2_sections(kernel: H.Sm90KernelOp) -> tuple[H.Sm90KernelOp, list[str]]:
+    """`kernel` with its tiles in L2 sections, or unchanged with the reason in the notes."""
+    try:
+        return _sections(kernel)
+    except Declined as why:
+        return kernel, [f"l2-sections: kept the hardware's order: {why}"]
+
+
+def _sections(kernel: H.Sm90KernelOp) -> tuple[H.Sm90KernelOp, list[str]]:
+    roles = [op for op in kernel.body if isinstance(op, H.WarpSpecializeOp)]
+    if len(roles) != 1:
+        raise Declined("not warp-specialised")
+    if not any(isinstance(x, K.MaskOp) and x.causal for x in K.walk(roles[0])):
+        raise Declined("no causal mask: every tile has the same length")
+    if kernel.grid[1] == Const(1) and kernel.grid[2] == Const(1):
+        raise Declined("a 1-D grid (persistent, or one head and batch)")
+    ring = _ring_loop(roles[0])
+    trip_bytes = sum(x.bytes for x in K.walk(ring) if isinstance(x, H.MbarrierArriveExpectTxOp))
+    gx, gy, gz = kernel.grid
+    lets = {op.name: op.value for op in kernel.body if isinstance(op, K.LetOp)}
+    trips = _inline(ring.stop, lets)
+    for name, extent in zip(("gridDim.x", "gridDim.y", "gridDim.z"), (gx, gy, gz)):
+        trips = substitute(trips, name, extent)
+    if free_names(trips) - {"blockIdx.x"} - {n for n in free_names(trips) if n.startswith("p.")}:
+        raise Declined(f"the ring's trip count `{ring.stop}` reads more than the query tile and the parameters")
+    first, last = (substitute(trips, "blockIdx.x", x) for x in (Const(0), BinOp("-", gx, Const(1))))
+    hb = BinOp("*", gy, gz)
+    loc = kernel.loc
+
+    def let(name: str, value: Expr) -> K.LetOp:
+        return K.LetOp(name=name, type="i32", value=value, loc=loc)
+    per_head = Call("max", (first, last))
+    fit = Call("max", (Const(1), Call("min", (hb, BinOp("/", Const(L2_BUDGET),
+                                                             Call("max", (Const(1), BinOp("*", per_head, Const(trip_bytes)))))))))
+    sec_heads = Call("ceil_div", (hb, Call("ceil_div", (hb, Var("l2_fit")))))
+    span = BinOp("*", Var("l2_heads"), gx)
+    here = Call("min", (Var("l2_heads"), BinOp("-", hb, BinOp("*", Var("l2_sec"), Var("l2_heads")))))
+    step = BinOp("/", Var("l2_r"), Var("l2_here"))
+    x = Call("select", (BinOp(">=", first, last), step, BinOp("-", BinOp("-", gx, Const(1)), step)))
+    head_batch = BinOp("+", BinOp("*", Var("l2_sec"), Var("l2_heads")), BinOp("%", Var("l2_r"), Var("l2_here")))
+    decode = [let("l2_fit", fit), let("l2_heads", sec_heads), let("l2_sec", BinOp("/", Var("blockIdx.x"), span)),
+              let("l2_r", BinOp("%", Var("blockIdx.x"), span)), let("l2_here", here), let("l2_x", x),
+              let("l2_hb", head_batch), let("l2_y", BinOp("%", Var("l2_hb"), gy)), let("l2_z", BinOp("/", Var("l2_hb"), gy))]
+    coords = {"blockIdx.x": Var("l2_x"), "blockIdx.y": Var("l2_y"), "blockIdx.z": Var("l2_z"),
+              "gridDim.x": gx, "gridDim.y": gy, "gridDim.z": gz}
+    body = [reduce(lambda o, kv: substitute_op(o, *kv), coords.items(), op) for op in kernel.body]
+    # the decode reads the hardware's blockIdx.x (the tile number) and the grid's extents, not the substitutes
+    new = dataclasses.replace(kernel, grid=(BinOp("*", gx, hb), Const(1), Const(1)), body=(*decode, *body))
+    return new, [f"l2-sections: the {gx} x {gy} x {gz} grid as one of `{gx} * {gy} * {gz}` tiles: heads in sections "
+                 f"whose K/V fits {L2_BUDGET >> 20} MiB of L2 ({trip_bytes} bytes per trip times the longest tile's "
+                 "trips), each section's query tiles longest first with its heads fastest"]
+
+
+def _ring_loop(roles: H.WarpSpecializeOp) -> K.ForOp:
+    loops = [x for op in roles.producer for x in K.walk(op) if isinstance(x, K.ForOp)
+             and any(isinstance(y, H.MbarrierArriveExpectTxOp) for y in K.walk(x))]
+    if len(loops) != 1:
+        raise Declined(f"the producer has {len(loops)} ring loops, not one")
+    return loops[0]
+
+
+def _inline(e: Expr, lets: dict[str, Expr]) -> Expr:
+    """`e` with the kernel's top-level LetOps substituted until only parameters and grid names remain."""
+    for _ in range(16):
+        names = free_names(e) & lets.keys()
+        if not names:
+            return e
+        for n in names:
+            e = substitute(e, n, lets[n])
+    raise Declined(f"`{e}` does not resolve to parameters and grid coordinates")
