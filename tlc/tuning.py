@@ -72,7 +72,12 @@ DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
 # the first group skips its last trip, about 1 in 32; at d = 128 and MLA none) lost 0.4-2.3 % to the guarded
 # wgmma (H200, 2026-11-27, `TLC_BENCH_DEFINES="SkipMaskedTrips=..." python3 bench/bench_attention.py --bar --arch sm_90a
 # --no-baselines --rows causal`, bench/results/2026-11-27-h200-s12-skip-masked-trips-*.txt).
-SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True}}
+#
+# At d = 256 causal the grid's tiles run in L2-sized sections of heads, longest first (`l2-sections`): 1.056x /
+# 1.042x alternating twice with the hardware's order on an H200 (2026-11-27, `TLC_BENCH_DEFINES="L2Sections=..."
+# python3 bench/bench_attention.py --bar --arch sm_90a --no-baselines --rows causal`,
+# bench/results/2026-11-27-h200-s13-l2-sections-ab.txt); the other causal rows lost 0.5-2.5 % with it.
+SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True}, 256: {"L2Sections": True}}
 
 
 # sm_90a kernels over short key sequences: a persistent kernel hides each tile's prologue (the Q load, the

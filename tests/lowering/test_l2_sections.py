@@ -22,7 +22,7 @@ from tlc.lowering.l2_sections import L2_BUDGET
 from tlc.lowering.passes import run_lowering
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
-CAUSAL_128 = dict(HeadDim="128", BM="128", BN="128", Warps="8", Causal="true")
+CAUSAL_128 = dict(HeadDim="128", BM="128", BN="128", Warps="8", Causal="true", L2Sections="true")
 
 
 def _lower(spec: str = "gqa_fwd", **defines: str):
@@ -64,7 +64,8 @@ def test_causal_kernels_take_a_one_dimensional_grid_of_every_tile() -> None:
 @pytest.mark.parametrize("defines,why", [
     (dict(CAUSAL_128, Causal="false"), "no causal mask"),
     (dict(CAUSAL_128, Persistent="true"), "a 1-D grid"),
-    (dict(CAUSAL_128, L2Sections="false"), None)])
+    (dict(CAUSAL_128, L2Sections="false"), None),
+    ({k: v for k, v in CAUSAL_128.items() if k != "L2Sections"}, None)])   # off unless asked for
 def test_other_kernels_keep_the_hardware_order(defines, why) -> None:
     state = _lower(**defines)
     kernel = state.kir.kernels()[0]
@@ -84,6 +85,16 @@ def _lets(kernel, env: dict, tile: int) -> dict:
 
 def _trip_bytes(kernel) -> int:
     return sum(y.bytes for y in K.walk(_ring(kernel)) if isinstance(y, H.MbarrierArriveExpectTxOp))
+
+
+def test_tlc_attention_asks_for_it_at_d_256_causal_only() -> None:
+    from tlc.runtime import attention_spec
+
+    for d, dv in ((64, 64), (128, 128), (256, 256), (224, 224), (192, 128)):
+        for causal in (False, True):
+            for arch in ("sm_90", "sm_90a"):
+                want = causal and arch == "sm_90a" and d >= 224
+                assert attention_spec("bf16", d, dv, causal, arch)[1].get("L2Sections", False) is want, (d, causal, arch)
 
 
 @settings(max_examples=40, deadline=None)
@@ -119,9 +130,9 @@ def _list_schedule(durations: list[int], sms: int = 132) -> float:
 
 
 @pytest.mark.parametrize("name,sq,heads,batch,defines", [
-    ("d=64 causal", 4096, 32, 4, dict(HeadDim="64", BM="192", BN="128", Warps="12", Causal="true")),
+    ("d=64 causal", 4096, 32, 4, dict(HeadDim="64", BM="192", BN="128", Warps="12", Causal="true", L2Sections="true")),
     ("d=128 causal", 4096, 16, 4, CAUSAL_128),
-    ("d=256 causal", 4096, 8, 4, dict(HeadDim="256", BM="128", BN="64", Warps="8", Causal="true")),
+    ("d=256 causal", 4096, 8, 4, dict(HeadDim="256", BM="128", BN="64", Warps="8", Causal="true", L2Sections="true")),
     ("S=1k causal", 1024, 16, 16, CAUSAL_128)])
 def test_the_order_ends_within_two_percent_of_an_even_spread(name, sq, heads, batch, defines) -> None:
     """Tile time = its ring trips + 1 (the prologue and epilogue): the sections' order against x fastest."""
@@ -138,4 +149,4 @@ def test_the_order_ends_within_two_percent_of_an_even_spread(name, sq, heads, ba
 
 _KERNELS = {"gqa": _lower(**CAUSAL_128).kir.kernels()[0],
             "mla": _lower("mla_prefill_fwd", DQK="192", DV="128", BM="128", BN="128", Warps="8", Causal="true",
-                          Align="top_left").kir.kernels()[0]}
+                          Align="top_left", L2Sections="true").kir.kernels()[0]}

@@ -1,5 +1,5 @@
-"""`l2-sections` (sm_90a, causal, one tile per CTA): the grid's tiles in an order that keeps the SMs
-evenly busy to the end and the K/V they share in L2.
+"""`l2-sections` (sm_90a, causal, one tile per CTA; Param L2Sections): the grid's tiles in an order that
+keeps the SMs evenly busy to the end and the K/V they share in L2.
 
 The hardware hands out a grid's CTAs in order, x fastest, each to the next SM that frees up. With the
 query tiles on x, it runs one head's tiles, longest to shortest, then the next head's: causal tiles
@@ -16,7 +16,12 @@ every read of blockIdx / gridDim reads the decoded tile instead:
     sec = tile / (sec_heads·gx);  r = tile % (sec_heads·gx);  here = min(sec_heads, HB − sec·sec_heads)
     x = r / here (or gx − 1 − r / here when the last query tile is the longest);  hb = sec·sec_heads + r % here
 
-with HB = gy·gz (heads × batches). `Param L2Sections = false` keeps the hardware's order.
+with HB = gy·gz (heads × batches). Off unless `Param L2Sections = true`: on an H200 (2026-11-27, alternating
+twice with the hardware's order, bench/results/2026-11-27-h200-s13-l2-sections-ab.txt) d = 256 causal ran
+1.056x / 1.042x, but d = 64 0.977x / 0.979x, d = 128 0.982x / 0.978x, GQA, MQA and MLA prefill 0.988-0.995x,
+S = 16k 0.975-0.978x: the model's tail is real only where it is largest (d = 256: 14 % in the model, eight
+heads per section), and elsewhere the x-fastest order's L2 reuse (every running tile of one head) is worth
+more. tlc.tuning sets it for d = 256 causal.
 """
 from __future__ import annotations
 
