@@ -90,6 +90,8 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "gqa256_bn64_causal_l2_sections": ("gqa_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
                                                    "L2Sections": "true"}),
     "mha128_causal_br_l2_sections": ("mha_fwd", {"Causal": "true", "Align": "bottom_right", "L2Sections": "true"}),
+    "gqa128_causal_l2_tail": ("gqa_fwd", {"Warps": "8", "BN": "128", "Causal": "true", "L2Sections": "true",
+                                          "L2TailOnly": "true"}),
 }
 
 
@@ -137,7 +139,8 @@ def test_sm90a_grouped_heads_and_batches() -> None:
 @pytest.mark.parametrize("case,hkv", [("mha128_persistent", None), ("mha128_causal_persistent", None),
                                       ("gqa128_3stage_causal_persistent", 6), ("mha_d256_persistent", None),
                                       ("gqa128_causal_static_tiles", 6), ("gqa64_bm192_causal_br_persistent", 6),
-                                      ("gqa256_bn64_causal_l2_sections", 6), ("mha128_causal_br_l2_sections", None)])
+                                      ("gqa256_bn64_causal_l2_sections", 6), ("mha128_causal_br_l2_sections", None),
+                                      ("gqa128_causal_l2_tail", 6)])
 def test_sm90a_persistent_many_tiles_per_cta(case: str, hkv: int | None) -> None:
     """7 × 72 = 504 tiles: every CTA of a 132-SM grid runs three or four, so the carried ring
     position, the Q re-arm and (causal) tiles of different lengths in one CTA are exercised."""

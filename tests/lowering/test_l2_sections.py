@@ -1,7 +1,8 @@
 """`l2-sections` (sm_90a, causal, one tile per CTA): the 1-D grid's decode is a bijection onto the
 tiles, each section's heads' K/V fits the L2 budget, each section runs its query tiles longest first,
 and in a list-scheduling model of the hardware's in-order CTA dispatch it ends the bar's causal grids
-within 2 % of an even spread where the x-fastest order did not. GPU: tests/gpu/test_sm90a_specs_gpu.py."""
+within 2 % of an even spread where the x-fastest order did not; `L2TailOnly` keeps the hardware's order
+up to the last section. GPU: tests/gpu/test_sm90a_specs_gpu.py."""
 from __future__ import annotations
 
 import heapq
@@ -121,6 +122,24 @@ def test_the_decode_is_a_bijection_with_sections_that_fit_l2_longest_first(sq, s
             assert trips[t + 1] <= trips[t]
 
 
+@settings(max_examples=30, deadline=None)
+@given(sq=st.integers(1, 5000), sk_extra=st.integers(0, 3000), heads=st.integers(1, 40), batch=st.integers(1, 5),
+       spec=st.sampled_from(["gqa", "mla"]))
+def test_tail_only_keeps_the_hardware_order_until_the_last_section(sq, sk_extra, heads, batch, spec) -> None:
+    kernel = _TAIL_KERNELS[spec]
+    env = {"p.seqlen_q": sq, "p.seqlen_k": sq + sk_extra, "p.heads": heads, "p.batch": batch, "p.group": 1}
+    hb = heads * batch
+    gx = evaluate(kernel.grid[0], env) // hb
+    decoded = [_lets(kernel, env, t) for t in range(gx * hb)]
+    tiles = [(d["l2_x"], d["l2_y"], d["l2_z"]) for d in decoded]
+    assert sorted(tiles) == [(x, y, z) for x in range(gx) for y in range(heads) for z in range(batch)]
+    fit = decoded[0]["l2_fit"]
+    front = (hb - fit) * gx
+    assert tiles[:front] == [(t % gx, t // gx % heads, t // gx // heads) for t in range(front)]   # as launched
+    trips = [_trips(kernel, env, t) for t in range(front, gx * hb)]
+    assert trips == sorted(trips, reverse=True)                    # the last section: longest first
+
+
 def _list_schedule(durations: list[int], sms: int = 132) -> float:
     """The hardware's in-order dispatch: each CTA to the SM that frees first; the makespan."""
     free = [0.0] * sms
@@ -145,8 +164,14 @@ def test_the_order_ends_within_two_percent_of_an_even_spread(name, sq, heads, ba
     sections = _list_schedule(cost) / even
     x_fastest = _list_schedule([by_x[x] for _ in range(heads * batch) for x in range(gx)]) / even
     assert sections < 1.02 and x_fastest > 1.03, (name, sections, x_fastest)
+    tail = _lower(**defines, L2TailOnly="true").kir.kernels()[0]
+    tail_only = _list_schedule([_trips(tail, env, t) + 1 for t in range(gx * heads * batch)]) / even
+    assert tail_only < (1.05 if name == "d=256 causal" else 1.02), (name, tail_only)
 
 
+_TAIL_KERNELS = {"gqa": _lower(**CAUSAL_128, L2TailOnly="true").kir.kernels()[0],
+                 "mla": _lower("mla_prefill_fwd", DQK="192", DV="128", BM="128", BN="128", Warps="8", Causal="true",
+                               Align="top_left", L2Sections="true", L2TailOnly="true").kir.kernels()[0]}
 _KERNELS = {"gqa": _lower(**CAUSAL_128).kir.kernels()[0],
             "mla": _lower("mla_prefill_fwd", DQK="192", DV="128", BM="128", BN="128", Warps="8", Causal="true",
                           Align="top_left", L2Sections="true").kir.kernels()[0]}

@@ -17,7 +17,8 @@ WORD = "an identifier"
 SCHEDULE_PARAMS = {"Stages": POSITIVE, "WarpSpecialize": BOOL, "TmaStore": BOOL, "Overlap": BOOL, "PingPong": BOOL,
                    "Persistent": BOOL, "SplitMasked": BOOL,
                    "LazyRescale": BOOL, "Exp2Poly": NUMBER, "PrefetchTma": BOOL, "Trace": BOOL, "TraceTrips": BOOL, "ReduceChains": NUMBER,
-                   "FoldLdmatrix": BOOL, "StaticTiles": BOOL, "SkipMaskedTrips": BOOL, "L2Sections": BOOL}
+                   "FoldLdmatrix": BOOL, "StaticTiles": BOOL, "SkipMaskedTrips": BOOL, "L2Sections": BOOL,
+                   "L2TailOnly": BOOL}
 
 
 def parse_define(value: str) -> Any:

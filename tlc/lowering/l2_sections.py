@@ -16,7 +16,10 @@ every read of blockIdx / gridDim reads the decoded tile instead:
     sec = tile / (sec_heads·gx);  r = tile % (sec_heads·gx);  here = min(sec_heads, HB − sec·sec_heads)
     x = r / here (or gx − 1 − r / here when the last query tile is the longest);  hb = sec·sec_heads + r % here
 
-with HB = gy·gz (heads × batches). Off unless `Param L2Sections = true`: on an H200 (2026-11-27, alternating
+with HB = gy·gz (heads × batches). `Param L2TailOnly = true` (with L2Sections) reorders only the last
+section, the `fit` heads whose tiles end the grid: the others keep the hardware's order and its L2 reuse (every
+running tile reads one or two heads' K/V), the tail still ends longest first (in the list-scheduling model
+within 1 % at d = 64 and 128, 4 % at d = 256; not yet timed). Off unless `Param L2Sections = true`: on an H200 (2026-11-27, alternating
 twice with the hardware's order, bench/results/2026-11-27-h200-s13-l2-sections-ab.txt) d = 256 causal ran
 1.056x / 1.042x, but d = 64 0.977x / 0.979x, d = 128 0.982x / 0.978x, GQA, MQA and MLA prefill 0.988-0.995x,
 S = 16k 0.975-0.978x: the model's tail is real only where it is largest (d = 256: 14 % in the model, eight
@@ -42,15 +45,16 @@ class Declined(Exception):
     """The kernel keeps the hardware's order; the message says why."""
 
 
-def l2_sections(kernel: H.Sm90KernelOp) -> tuple[H.Sm90KernelOp, list[str]]:
-    """`kernel` with its tiles in L2 sections, or unchanged with the reason in the notes."""
+def l2_sections(kernel: H.Sm90KernelOp, tail_only: bool = False) -> tuple[H.Sm90KernelOp, list[str]]:
+    """`kernel` with its tiles in L2 sections, or unchanged with the reason in the notes; `tail_only`: only
+    the last section's heads reordered, the others left in the hardware's order."""
     try:
-        return _sections(kernel)
+        return _sections(kernel, tail_only)
     except Declined as why:
         return kernel, [f"l2-sections: kept the hardware's order: {why}"]
 
 
-def _sections(kernel: H.Sm90KernelOp) -> tuple[H.Sm90KernelOp, list[str]]:
+def _sections(kernel: H.Sm90KernelOp, tail_only: bool) -> tuple[H.Sm90KernelOp, list[str]]:
     roles = [op for op in kernel.body if isinstance(op, H.WarpSpecializeOp)]
     if len(roles) != 1:
         raise Declined("not warp-specialised")
@@ -84,15 +88,28 @@ def _sections(kernel: H.Sm90KernelOp) -> tuple[H.Sm90KernelOp, list[str]]:
     head_batch = BinOp("+", BinOp("*", Var("l2_sec"), Var("l2_heads")), BinOp("%", Var("l2_r"), Var("l2_here")))
     decode = [let("l2_fit", fit), let("l2_heads", sec_heads), let("l2_sec", BinOp("/", Var("blockIdx.x"), span)),
               let("l2_r", BinOp("%", Var("blockIdx.x"), span)), let("l2_here", here), let("l2_x", x),
-              let("l2_hb", head_batch), let("l2_y", BinOp("%", Var("l2_hb"), gy)), let("l2_z", BinOp("/", Var("l2_hb"), gy))]
+              let("l2_hb", head_batch)]
+    if tail_only:   # the first hb - fit heads as the hardware runs them (x fastest), the last fit heads one section
+        tile = Var("blockIdx.x")
+        front = BinOp("*", BinOp("-", hb, Var("l2_fit")), gx)
+        step = BinOp("/", Var("l2_r"), Var("l2_fit"))
+        longest_first = Call("select", (BinOp(">=", first, last), step, BinOp("-", BinOp("-", gx, Const(1)), step)))
+        decode = [let("l2_fit", fit), let("l2_in_tail", BinOp(">=", tile, front)), let("l2_r", BinOp("-", tile, front)),
+                  let("l2_x", Call("select", (Var("l2_in_tail"), longest_first, BinOp("%", tile, gx)))),
+                  let("l2_hb", Call("select", (Var("l2_in_tail"), BinOp("+", BinOp("-", hb, Var("l2_fit")),
+                                                                          BinOp("%", Var("l2_r"), Var("l2_fit"))),
+                                               BinOp("/", tile, gx))))]
+    decode += [let("l2_y", BinOp("%", Var("l2_hb"), gy)), let("l2_z", BinOp("/", Var("l2_hb"), gy))]
     coords = {"blockIdx.x": Var("l2_x"), "blockIdx.y": Var("l2_y"), "blockIdx.z": Var("l2_z"),
               "gridDim.x": gx, "gridDim.y": gy, "gridDim.z": gz}
     body = [reduce(lambda o, kv: substitute_op(o, *kv), coords.items(), op) for op in kernel.body]
     # the decode reads the hardware's blockIdx.x (the tile number) and the grid's extents, not the substitutes
     new = dataclasses.replace(kernel, grid=(BinOp("*", gx, hb), Const(1), Const(1)), body=(*decode, *body))
+    how = ("the heads before the last section in the hardware's order (query tiles fastest), the last section's "
+           if tail_only else "each section's ")
     return new, [f"l2-sections: the {gx} x {gy} x {gz} grid as one of `{gx} * {gy} * {gz}` tiles: heads in sections "
                  f"whose K/V fits {L2_BUDGET >> 20} MiB of L2 ({trip_bytes} bytes per trip times the longest tile's "
-                 "trips), each section's query tiles longest first with its heads fastest"]
+                 f"trips), {how}query tiles longest first with its heads fastest"]
 
 
 def _ring_loop(roles: H.WarpSpecializeOp) -> K.ForOp:

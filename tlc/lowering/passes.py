@@ -247,7 +247,8 @@ class L2SectionsPass(_ScheduleListingPass):
     """sm_90a, causal, one tile per CTA: the grid's tiles in L2-sized sections of heads, each section's
     query tiles longest first, so the SMs finish together and the K/V read at once fits L2
     (tlc.lowering.l2_sections). `Param L2Sections = true` turns it on (off by default: on an H200 it ran
-    1.04-1.06x at d = 256 causal but 0.975-0.995x on the other causal rows; tlc.tuning sets it at d = 256)."""
+    1.04-1.06x at d = 256 causal but 0.975-0.995x on the other causal rows; tlc.tuning sets it at d = 256);
+    `Param L2TailOnly = true` reorders only the last section's heads (the grid's tail)."""
 
     name: ClassVar[str] = "l2-sections"
 
@@ -261,7 +262,7 @@ class L2SectionsPass(_ScheduleListingPass):
         kernel = _kernel(state)
         if not isinstance(kernel, Sm90KernelOp):
             return
-        kernel, notes = l2_sections(kernel)
+        kernel, notes = l2_sections(kernel, _bool_param(graph, "L2TailOnly", False))
         state.schedule = list(state.schedule) + notes
         _with_kernel(state, kernel)
 
