@@ -98,46 +98,47 @@ def test_tlc_attention_asks_for_it_at_d_256_causal_only() -> None:
                 assert attention_spec("bf16", d, dv, causal, arch)[1].get("L2Sections", False) is want, (d, causal, arch)
 
 
-@settings(max_examples=40, deadline=None)
-@given(sq=st.integers(1, 5000), sk_extra=st.integers(0, 3000), heads=st.integers(1, 40), batch=st.integers(1, 5),
-       spec=st.sampled_from(["gqa", "mla"]))
-def test_the_decode_is_a_bijection_with_sections_that_fit_l2_longest_first(sq, sk_extra, heads, batch, spec) -> None:
-    kernel = _KERNELS[spec]
+SHAPES = dict(sq=st.integers(1, 5000), sk_extra=st.integers(0, 3000), heads=st.integers(1, 40),
+              batch=st.integers(1, 5), spec=st.sampled_from(["gqa", "mla"]))
+
+
+def _decode_all(kernel, sq: int, sk_extra: int, heads: int, batch: int) -> tuple[dict, int, list[dict], list]:
+    """(env, gx, each tile number's decode, its (x, y, z)), having checked the decode is a bijection."""
     env = {"p.seqlen_q": sq, "p.seqlen_k": sq + sk_extra, "p.heads": heads, "p.batch": batch, "p.group": 1}
-    hb = heads * batch
-    gx = evaluate(kernel.grid[0], env) // hb
-    decoded = [_lets(kernel, env, t) for t in range(gx * hb)]
+    gx = evaluate(kernel.grid[0], env) // (heads * batch)
+    decoded = [_lets(kernel, env, t) for t in range(gx * heads * batch)]
     tiles = [(d["l2_x"], d["l2_y"], d["l2_z"]) for d in decoded]
     assert sorted(tiles) == [(x, y, z) for x in range(gx) for y in range(heads) for z in range(batch)]
-    trips = [_trips(kernel, env, t) for t in range(gx * hb)]
+    return env, gx, decoded, tiles
+
+
+@settings(max_examples=40, deadline=None)
+@given(**SHAPES)
+def test_the_decode_is_a_bijection_with_sections_that_fit_l2_longest_first(sq, sk_extra, heads, batch, spec) -> None:
+    kernel = _KERNELS[spec]
+    env, gx, decoded, tiles = _decode_all(kernel, sq, sk_extra, heads, batch)
+    trips = [_trips(kernel, env, t) for t in range(len(tiles))]
     sec_heads = decoded[0]["l2_heads"]
     assert sec_heads == 1 or sec_heads * max(trips) * _trip_bytes(kernel) <= L2_BUDGET
     sections: dict[int, set] = {}
     for d, (x, y, z) in zip(decoded, tiles):
         sections.setdefault(d["l2_sec"], set()).add((y, z))
     assert all(len(heads_of) <= sec_heads for heads_of in sections.values())
-    assert sum(len(h) for h in sections.values()) == hb           # a head lies in one section
-    for t in range(len(tiles) - 1):                                # longest first within a section
+    assert sum(len(h) for h in sections.values()) == heads * batch   # a head lies in one section
+    for t in range(len(tiles) - 1):                                  # longest first within a section
         if decoded[t]["l2_sec"] == decoded[t + 1]["l2_sec"]:
             assert trips[t + 1] <= trips[t]
 
 
 @settings(max_examples=30, deadline=None)
-@given(sq=st.integers(1, 5000), sk_extra=st.integers(0, 3000), heads=st.integers(1, 40), batch=st.integers(1, 5),
-       spec=st.sampled_from(["gqa", "mla"]))
+@given(**SHAPES)
 def test_tail_only_keeps_the_hardware_order_until_the_last_section(sq, sk_extra, heads, batch, spec) -> None:
     kernel = _TAIL_KERNELS[spec]
-    env = {"p.seqlen_q": sq, "p.seqlen_k": sq + sk_extra, "p.heads": heads, "p.batch": batch, "p.group": 1}
-    hb = heads * batch
-    gx = evaluate(kernel.grid[0], env) // hb
-    decoded = [_lets(kernel, env, t) for t in range(gx * hb)]
-    tiles = [(d["l2_x"], d["l2_y"], d["l2_z"]) for d in decoded]
-    assert sorted(tiles) == [(x, y, z) for x in range(gx) for y in range(heads) for z in range(batch)]
-    fit = decoded[0]["l2_fit"]
-    front = (hb - fit) * gx
+    env, gx, decoded, tiles = _decode_all(kernel, sq, sk_extra, heads, batch)
+    front = (heads * batch - decoded[0]["l2_fit"]) * gx
     assert tiles[:front] == [(t % gx, t // gx % heads, t // gx // heads) for t in range(front)]   # as launched
-    trips = [_trips(kernel, env, t) for t in range(front, gx * hb)]
-    assert trips == sorted(trips, reverse=True)                    # the last section: longest first
+    trips = [_trips(kernel, env, t) for t in range(front, len(tiles))]
+    assert trips == sorted(trips, reverse=True)                      # the last section: longest first
 
 
 def _list_schedule(durations: list[int], sms: int = 132) -> float:
