@@ -349,6 +349,8 @@ class Kernel:
             grid = self.grid(env)
             if grid[1] > 65535 or grid[2] > 65535:
                 raise fail(f"grid {grid} exceeds 65535 in y/z: too many heads or batches for one launch")
+            if grid[0] > 2**31 - 1:   # one grid axis of every tile (l2-sections): query tiles × heads × batches
+                raise fail(f"grid {grid} exceeds 2^31 - 1 CTAs in x: split the batch over several calls")
             self._fill_descriptors(params, values, tensors or {})   # after the module load: the driver is up
             arg = (ctypes.c_void_p * 1)(ctypes.addressof(params))
             (err,) = driver.cuLaunchKernel(loaded.function, *grid, self.kernel.threads, 1, 1, self.kernel.smem_bytes,

@@ -7,12 +7,12 @@ differ in length up to the sequence, and the last heads' long tiles start when m
 finish — a tail (list scheduling of the bar's causal grids with trips as time: 5-14 % past an even
 spread). Heads fastest would start every head's longest tile first, but the tiles running at once would
 then read every head's K/V, which no L2 holds. So the heads go in sections of as many as fit an L2
-budget (`L2_BUDGET`, FlashAttention-3's figure; the K/V bytes of one head from the producer's ring: its
-bytes per trip times the longest tile's trips, a runtime value): within a section its query tiles run
+budget (`L2_BUDGET`, FlashAttention-3's figure, counted in ring trips: the budget over the producer's bytes
+per trip, against the longest tile's trips, a runtime value): within a section its query tiles run
 longest first, the section's heads fastest; sections follow one another. The grid becomes 1-D and
 every read of blockIdx / gridDim reads the decoded tile instead:
 
-    sec_heads = ceil_div(HB, ceil_div(HB, max(1, min(HB, L2_BUDGET / head_bytes))))   (even sections)
+    sec_heads = ceil_div(HB, ceil_div(HB, max(1, min(HB, (L2_BUDGET / trip_bytes) / longest_trips))))   (even sections)
     sec = tile / (sec_heads·gx);  r = tile % (sec_heads·gx);  here = min(sec_heads, HB − sec·sec_heads)
     x = r / here (or gx − 1 − r / here when the last query tile is the longest);  hb = sec·sec_heads + r % here
 
@@ -77,9 +77,10 @@ def _sections(kernel: H.Sm90KernelOp, tail_only: bool) -> tuple[H.Sm90KernelOp, 
 
     def let(name: str, value: Expr) -> K.LetOp:
         return K.LetOp(name=name, type="i32", value=value, loc=loc)
-    per_head = Call("max", (first, last))
-    fit = Call("max", (Const(1), Call("min", (hb, BinOp("/", Const(L2_BUDGET),
-                                                             Call("max", (Const(1), BinOp("*", per_head, Const(trip_bytes)))))))))
+    per_head = Call("max", (first, last))   # the longest tile's trips; the budget in trips is a constant, so
+    # nothing multiplies a runtime length by bytes (no i32 overflow at any sequence length)
+    budget_trips = L2_BUDGET // max(1, trip_bytes)
+    fit = Call("max", (Const(1), Call("min", (hb, BinOp("/", Const(budget_trips), Call("max", (Const(1), per_head)))))))
     sec_heads = Call("ceil_div", (hb, Call("ceil_div", (hb, Var("l2_fit")))))
     span = BinOp("*", Var("l2_heads"), gx)
     here = Call("min", (Var("l2_heads"), BinOp("-", hb, BinOp("*", Var("l2_sec"), Var("l2_heads")))))
