@@ -44,13 +44,9 @@ def defines_of(case) -> tuple:
     return spec, dict(defines, Align=align, Stages=stages, **DEFINES)
 
 
-def build(case):
-    spec, defines = defines_of(case)
-    return tlc.build(spec, arch=ARCH, defines=defines)
-
-
 def warm(case) -> None:
-    build(case)   # the kernel stays in the disk cache; nothing is sent back
+    spec, defines = defines_of(case)
+    tlc.build(spec, arch=ARCH, defines=defines)   # the kernel stays in the disk cache; nothing is sent back
 
 
 if "--build-only" in sys.argv:   # fill the cache in parallel first (NVRTC), outside the sanitizer
@@ -61,12 +57,13 @@ if "--build-only" in sys.argv:   # fill the cache in parallel first (NVRTC), out
 require_cuda("bench/sanitize_one.py")
 for case in CASES:
     d, causal, align, stages, B, Hq, Hkv, Sq, Sk = case
-    kern = build(case)
+    spec, defines = defines_of(case)
+    kern = tlc.build(spec, arch=ARCH, defines=defines)
     q = torch.randn(B, Hq, Sq, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, Hkv, Sk, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(B, Hkv, Sk, d, device="cuda", dtype=torch.bfloat16)
     o = kern(q, k, v)
     torch.cuda.synchronize()
-    how = "persistent" if str(defines_of(case)[1].get("Persistent")).lower() == "true" else "one tile per CTA"
+    how = "persistent" if str(defines.get("Persistent")).lower() == "true" else "one tile per CTA"
     print(f"{ARCH} d={d} causal={causal} {align} stages={stages} {Sq}x{Sk} ({how}):",
           check_attention(o, q, k, v, causal=causal, alignment=align))

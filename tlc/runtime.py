@@ -249,14 +249,15 @@ def attention_kernel(q, d_v: int, causal: bool, seq_k: int | None = None):
 
     from tlc.tuning import short_keys
 
-    target = attention_target(q.device)
-    # TLC_ATTENTION_ARCH is part of the key: setting it mid-process switches the kernels from then on.
+    # TLC_ATTENTION_ARCH is part of the key: setting it mid-process switches the kernels from then on. The
+    # key-length class is sm_90a's (the one target it changes): the device is asked for its target only
+    # on a miss, and elsewhere both classes build the same kernel (one build, `build`'s own table).
     key = (q.dtype, q.shape[3], d_v, causal, q.device, os.environ.get("TLC_ATTENTION_ARCH"),
-           short_keys(target, q.shape[3], d_v, causal, seq_k))
+           short_keys("sm_90a", q.shape[3], d_v, causal, seq_k))
     kernel = _ATTENTION.get(key)
     if kernel is None:
         dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-        kernel = _ATTENTION[key] = build_attention(dtype, q.shape[3], d_v, causal, target, seq_k)
+        kernel = _ATTENTION[key] = build_attention(dtype, q.shape[3], d_v, causal, attention_target(q.device), seq_k)
     return kernel
 
 

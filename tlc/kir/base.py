@@ -117,6 +117,13 @@ def substitute_op(op: Op, name: str, value: Expr) -> Op:
     return replace(op, **changes)
 
 
+def substitute_names(op: Op, values: dict[str, Expr]) -> Op:
+    """`op` with each name of `values` replaced by its expression, one after the other (`substitute_op`)."""
+    for name, value in values.items():
+        op = substitute_op(op, name, value)
+    return op
+
+
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
 
 

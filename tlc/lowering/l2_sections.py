@@ -29,16 +29,14 @@ more. tlc.tuning sets it for d = 256 causal.
 from __future__ import annotations
 
 import dataclasses
-from functools import reduce
 
 from tlc.expr.rewrite import substitute
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.base import substitute_op
+from tlc.kir.base import substitute_names
 from tlc.kir.expr import BinOp, Call, Const, Expr, Var, free_names
 
 L2_BUDGET = 32 * 1024 * 1024   # bytes of K/V a section's heads may keep live (FlashAttention-3's tile scheduler)
-_GRID = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "gridDim.x", "gridDim.y", "gridDim.z")
 
 
 class Declined(Exception):
@@ -77,33 +75,36 @@ def _sections(kernel: H.Sm90KernelOp, tail_only: bool) -> tuple[H.Sm90KernelOp, 
 
     def let(name: str, value: Expr) -> K.LetOp:
         return K.LetOp(name=name, type="i32", value=value, loc=loc)
-    per_head = Call("max", (first, last))   # the longest tile's trips; the budget in trips is a constant, so
-    # nothing multiplies a runtime length by bytes (no i32 overflow at any sequence length)
+
+    def longest_first(step: Expr) -> Expr:   # the step-th query tile, counted from the longest
+        return Call("select", (BinOp(">=", first, last), step, BinOp("-", BinOp("-", gx, Const(1)), step)))
+    tile = Var("blockIdx.x")
+    # the longest tile's trips against the budget in trips (a constant), so nothing multiplies a runtime length
+    # by bytes (no i32 overflow at any sequence length)
     budget_trips = L2_BUDGET // max(1, trip_bytes)
-    fit = Call("max", (Const(1), Call("min", (hb, BinOp("/", Const(budget_trips), Call("max", (Const(1), per_head)))))))
-    sec_heads = Call("ceil_div", (hb, Call("ceil_div", (hb, Var("l2_fit")))))
-    span = BinOp("*", Var("l2_heads"), gx)
-    here = Call("min", (Var("l2_heads"), BinOp("-", hb, BinOp("*", Var("l2_sec"), Var("l2_heads")))))
-    step = BinOp("/", Var("l2_r"), Var("l2_here"))
-    x = Call("select", (BinOp(">=", first, last), step, BinOp("-", BinOp("-", gx, Const(1)), step)))
-    head_batch = BinOp("+", BinOp("*", Var("l2_sec"), Var("l2_heads")), BinOp("%", Var("l2_r"), Var("l2_here")))
-    decode = [let("l2_fit", fit), let("l2_heads", sec_heads), let("l2_sec", BinOp("/", Var("blockIdx.x"), span)),
-              let("l2_r", BinOp("%", Var("blockIdx.x"), span)), let("l2_here", here), let("l2_x", x),
-              let("l2_hb", head_batch)]
+    per_head = Call("max", (Const(1), Call("max", (first, last))))
+    decode = [let("l2_fit", Call("max", (Const(1), Call("min", (hb, BinOp("/", Const(budget_trips), per_head))))))]
     if tail_only:   # the first hb - fit heads as the hardware runs them (x fastest), the last fit heads one section
-        tile = Var("blockIdx.x")
         front = BinOp("*", BinOp("-", hb, Var("l2_fit")), gx)
-        step = BinOp("/", Var("l2_r"), Var("l2_fit"))
-        longest_first = Call("select", (BinOp(">=", first, last), step, BinOp("-", BinOp("-", gx, Const(1)), step)))
-        decode = [let("l2_fit", fit), let("l2_in_tail", BinOp(">=", tile, front)), let("l2_r", BinOp("-", tile, front)),
-                  let("l2_x", Call("select", (Var("l2_in_tail"), longest_first, BinOp("%", tile, gx)))),
-                  let("l2_hb", Call("select", (Var("l2_in_tail"), BinOp("+", BinOp("-", hb, Var("l2_fit")),
+        decode += [let("l2_in_tail", BinOp(">=", tile, front)), let("l2_r", BinOp("-", tile, front)),
+                   let("l2_x", Call("select", (Var("l2_in_tail"), longest_first(BinOp("/", Var("l2_r"), Var("l2_fit"))),
+                                               BinOp("%", tile, gx)))),
+                   let("l2_hb", Call("select", (Var("l2_in_tail"), BinOp("+", BinOp("-", hb, Var("l2_fit")),
                                                                           BinOp("%", Var("l2_r"), Var("l2_fit"))),
-                                               BinOp("/", tile, gx))))]
+                                                BinOp("/", tile, gx))))]
+    else:           # sections of even size, one after the other
+        span = BinOp("*", Var("l2_heads"), gx)
+        decode += [let("l2_heads", Call("ceil_div", (hb, Call("ceil_div", (hb, Var("l2_fit")))))),
+                   let("l2_sec", BinOp("/", tile, span)), let("l2_r", BinOp("%", tile, span)),
+                   let("l2_here", Call("min", (Var("l2_heads"),
+                                               BinOp("-", hb, BinOp("*", Var("l2_sec"), Var("l2_heads")))))),
+                   let("l2_x", longest_first(BinOp("/", Var("l2_r"), Var("l2_here")))),
+                   let("l2_hb", BinOp("+", BinOp("*", Var("l2_sec"), Var("l2_heads")),
+                                      BinOp("%", Var("l2_r"), Var("l2_here"))))]
     decode += [let("l2_y", BinOp("%", Var("l2_hb"), gy)), let("l2_z", BinOp("/", Var("l2_hb"), gy))]
     coords = {"blockIdx.x": Var("l2_x"), "blockIdx.y": Var("l2_y"), "blockIdx.z": Var("l2_z"),
               "gridDim.x": gx, "gridDim.y": gy, "gridDim.z": gz}
-    body = [reduce(lambda o, kv: substitute_op(o, *kv), coords.items(), op) for op in kernel.body]
+    body = [substitute_names(op, coords) for op in kernel.body]
     # the decode reads the hardware's blockIdx.x (the tile number) and the grid's extents, not the substitutes
     new = dataclasses.replace(kernel, grid=(BinOp("*", gx, hb), Const(1), Const(1)), body=(*decode, *body))
     how = ("the heads before the last section in the hardware's order (query tiles fastest), the last section's "

@@ -243,7 +243,7 @@ class PersistentPass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
-class L2SectionsPass(_ScheduleListingPass):
+class L2SectionsPass(_ScheduleListingPass, _ScheduleRewritePass):
     """sm_90a, causal, one tile per CTA: the grid's tiles in L2-sized sections of heads, each section's
     query tiles longest first, so the SMs finish together and the K/V read at once fits L2
     (tlc.lowering.l2_sections). `Param L2Sections = true` turns it on (off by default: on an H200 it ran
@@ -251,20 +251,17 @@ class L2SectionsPass(_ScheduleListingPass):
     `Param L2TailOnly = true` reorders only the last section's heads (the grid's tail)."""
 
     name: ClassVar[str] = "l2-sections"
+    tail_only: bool = False
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        from tlc.kir.ops_sm90 import Sm90KernelOp
+        if _bool_param(graph, "L2Sections", False):
+            object.__setattr__(self, "tail_only", _bool_param(graph, "L2TailOnly", False))
+            super().apply(ctx, graph)
+
+    def rewrite(self, kernel):
         from tlc.lowering.l2_sections import l2_sections
 
-        if not _bool_param(graph, "L2Sections", False):
-            return
-        state = _state(ctx, self.name)
-        kernel = _kernel(state)
-        if not isinstance(kernel, Sm90KernelOp):
-            return
-        kernel, notes = l2_sections(kernel, _bool_param(graph, "L2TailOnly", False))
-        state.schedule = list(state.schedule) + notes
-        _with_kernel(state, kernel)
+        return l2_sections(kernel, self.tail_only)
 
 
 @dataclass(frozen=True)
@@ -297,7 +294,7 @@ class SplitMaskedTripsPass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
-class SkipMaskedTripsPass(_ScheduleListingPass):
+class SkipMaskedTripsPass(_ScheduleListingPass, _ScheduleRewritePass):
     """sm_90a, causal, two or more consumer warp groups: each group skips the Q·Kᵀ, softmax and P·V of
     the trips its own rows mask entirely (tlc.lowering.skip_masked_trips), keeping every wait, release
     and barrier. `Param SkipMaskedTrips = true` turns it on (off by default: its guarded wgmma cost 0.4-2.3 %
@@ -306,18 +303,15 @@ class SkipMaskedTripsPass(_ScheduleListingPass):
     name: ClassVar[str] = "skip-masked-trips"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
+        if _bool_param(graph, "SkipMaskedTrips", False):
+            super().apply(ctx, graph)
+
+    def rewrite(self, kernel):
         from tlc.lowering.skip_masked_trips import skip_masked_trips
 
-        if not _bool_param(graph, "SkipMaskedTrips", False):
-            return
-        state = _state(ctx, self.name)
-        kernel = _kernel(state)
         if not any(isinstance(op, WarpSpecializeOp) for op in walk(kernel)):
-            state.schedule = list(state.schedule) + ["skip-masked-trips: kept: not warp-specialised (sm_90a only)"]
-            return
-        kernel, notes = skip_masked_trips(kernel)
-        state.schedule = list(state.schedule) + notes
-        _with_kernel(state, kernel)
+            return kernel, ["skip-masked-trips: kept: not warp-specialised (sm_90a only)"]
+        return skip_masked_trips(kernel)
 
 
 @dataclass(frozen=True)

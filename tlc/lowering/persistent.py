@@ -31,11 +31,10 @@ in the schedule notes.
 from __future__ import annotations
 
 import dataclasses
-from functools import reduce
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.base import substitute_op
+from tlc.kir.base import substitute_names
 from tlc.kir.expr import BinOp, Call, Const, Expr, Var, free_names
 from tlc.lowering.resources import shared_buffers
 from tlc.lowering.sync import effects
@@ -119,7 +118,7 @@ class Persistent:
                      K.LetOp(name="tile_z", type="i32", value=BinOp("/", tile, BinOp("*", gx, gy)), loc=loc)]
         coords = {f"blockIdx.{a}": Var(f"tile_{a}") for a in "xyz"}
         coords.update({f"gridDim.{a}": e for a, e in zip("xyz", (gx, gy, gz))})
-        tile_lets = [reduce(lambda o, kv: substitute_op(o, *kv), coords.items(), op) for op in moved]
+        tile_lets = [substitute_names(op, coords) for op in moved]
         advance = [K.CounterAddOp(counter=RING, value=trips, loc=loc)] if trips is not None else []
 
         def looped(head: list[K.Op], role: list[K.Op], tail: list[K.Op]) -> list[K.Op]:
