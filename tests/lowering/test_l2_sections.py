@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tlc.api import compile_graph
+from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.evaluate import evaluate
@@ -86,6 +87,20 @@ def _lets(kernel, env: dict, tile: int) -> dict:
 
 def _trip_bytes(kernel) -> int:
     return sum(y.bytes for y in K.walk(_ring(kernel)) if isinstance(y, H.MbarrierArriveExpectTxOp))
+
+
+@pytest.mark.parametrize("knob,needed", [("L2TailOnly", "L2Sections"), ("StaticTiles", "Persistent")])
+def test_a_refinement_without_its_knob_is_refused_at_its_param_line(tmp_path, knob, needed) -> None:
+    """`L2TailOnly` alone (or `StaticTiles` without `Persistent`) would change nothing: one located line."""
+    path = tmp_path / "refine.tl"
+    path.write_text((SPECS / "gqa_fwd.tl").read_text() + f"\nParam {knob} = true\n")
+    graph, _ = compile_graph(path.read_bytes(), str(path), defines=dict(CAUSAL_128, L2Sections="false"))
+    with pytest.raises(TlcError) as err:
+        run_lowering(graph, "sm_90a", name="gqa_fwd")
+    line = len((SPECS / "gqa_fwd.tl").read_text().splitlines()) + 2
+    message = err.value.render()
+    assert f"refine.tl:{line}:1: error: {knob} = true needs {needed} = true" in message
+    assert "Traceback" not in message
 
 
 def test_tlc_attention_asks_for_it_at_d_256_causal_only() -> None:

@@ -102,6 +102,14 @@ def _bool_param(graph: Graph, name: str, default: bool) -> bool:
     return _schedule_param(graph, name, default, lambda v: isinstance(v, bool), "use true or false")
 
 
+def _needs(graph: Graph, knob: str, on: bool, needed: str, why: str) -> None:
+    """A schedule knob that only refines another: set without it, refused at its `Param` line (it would
+    change nothing)."""
+    if on and not _bool_param(graph, needed, False):
+        raise fail(f"{knob} = true needs {needed} = true ({why}); set both, or drop {knob}",
+                   graph.param_locs.get(knob))
+
+
 def _stages(graph: Graph, option: int, most: int, what: str) -> int:
     return option or _schedule_param(graph, "Stages", 2, lambda v: isinstance(v, int) and not isinstance(v, bool)
                                      and 1 <= v <= most, what)
@@ -235,6 +243,7 @@ class PersistentPass(_ScheduleListingPass):
         from tlc.lowering.persistent import make_persistent
 
         static = _bool_param(graph, "StaticTiles", False)
+        _needs(graph, "StaticTiles", static, "Persistent", "it picks how a persistent kernel's CTAs take their tiles")
         if not _bool_param(graph, "Persistent", False):
             return
         state = _state(ctx, self.name)
@@ -254,8 +263,10 @@ class L2SectionsPass(_ScheduleListingPass, _ScheduleRewritePass):
     tail_only: bool = False
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
+        tail_only = _bool_param(graph, "L2TailOnly", False)
+        _needs(graph, "L2TailOnly", tail_only, "L2Sections", "it picks which heads l2-sections reorders")
         if _bool_param(graph, "L2Sections", False):
-            object.__setattr__(self, "tail_only", _bool_param(graph, "L2TailOnly", False))
+            object.__setattr__(self, "tail_only", tail_only)
             super().apply(ctx, graph)
 
     def rewrite(self, kernel):
