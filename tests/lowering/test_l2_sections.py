@@ -1,18 +1,18 @@
 """`l2-sections` (sm_90a, causal, one tile per CTA): the 1-D grid's decode is a bijection onto the
 tiles, each section's heads' K/V fits the L2 budget, each section runs its query tiles longest first,
-and in a list-scheduling model of the hardware's in-order CTA dispatch it ends the bar's causal grids
-within 2 % of an even spread where the x-fastest order did not; `L2TailOnly` keeps the hardware's order
+and in bench/tail_model.py's list-scheduling model of the hardware's in-order CTA dispatch it ends the bar's
+causal grids within 2 % of an even spread where the x-fastest order did not; `L2TailOnly` keeps the hardware's order
 up to the last section. GPU: tests/gpu/test_sm90a_specs_gpu.py."""
 from __future__ import annotations
 
-import heapq
-import math
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.tail_model import GRIDS, decode, lower, over_even, ring, trips
+from bench.tail_model import lower_state as _lower
 from tlc.api import compile_graph
 from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
@@ -25,28 +25,6 @@ from tlc.lowering.passes import run_lowering
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 CAUSAL_128 = dict(HeadDim="128", BM="128", BN="128", Warps="8", Causal="true", L2Sections="true")
-
-
-def _lower(spec: str = "gqa_fwd", **defines: str):
-    path = SPECS / f"{spec}.tl"
-    graph, _ = compile_graph(path.read_bytes(), str(path), defines=defines)
-    return run_lowering(graph, "sm_90a", name=spec)[0]
-
-
-def _ring(kernel) -> K.ForOp:
-    (roles,) = [op for op in kernel.body if isinstance(op, H.WarpSpecializeOp)]
-    (ring,) = [y for op in roles.producer for y in K.walk(op) if isinstance(y, K.ForOp)
-               and any(isinstance(z, H.MbarrierArriveExpectTxOp) for z in K.walk(y))]
-    return ring
-
-
-def _trips(kernel, env: dict, tile: int) -> int:
-    """The ring trips of tile number `tile`: the decode, the kernel's own Lets (block_idx, …), the loop's stop."""
-    env = _lets(kernel, env, tile)
-    for op in kernel.body:
-        if isinstance(op, K.LetOp) and not op.name.startswith("l2_") and free_names(op.value) <= env.keys():
-            env[op.name] = evaluate(op.value, env)
-    return evaluate(_ring(kernel).stop, env)
 
 
 def test_causal_kernels_take_a_one_dimensional_grid_of_every_tile() -> None:
@@ -76,17 +54,8 @@ def test_other_kernels_keep_the_hardware_order(defines, why) -> None:
     assert (f"l2-sections: kept the hardware's order: {why}" in notes) if why else "l2-sections" not in notes
 
 
-def _lets(kernel, env: dict, tile: int) -> dict:
-    """The decode's values for tile number `tile`, as the CUDA code computes them."""
-    env = dict(env, **{"blockIdx.x": tile})
-    for op in kernel.body:
-        if isinstance(op, K.LetOp) and op.name.startswith("l2_"):
-            env[op.name] = evaluate(op.value, env)
-    return env
-
-
 def _trip_bytes(kernel) -> int:
-    return sum(y.bytes for y in K.walk(_ring(kernel)) if isinstance(y, H.MbarrierArriveExpectTxOp))
+    return sum(y.bytes for y in K.walk(ring(kernel)) if isinstance(y, H.MbarrierArriveExpectTxOp))
 
 
 @pytest.mark.parametrize("knob,needed", [("L2TailOnly", "L2Sections"), ("StaticTiles", "Persistent")])
@@ -121,7 +90,7 @@ def _decode_all(kernel, sq: int, sk_extra: int, heads: int, batch: int) -> tuple
     """(env, gx, each tile number's decode, its (x, y, z)), having checked the decode is a bijection."""
     env = {"p.seqlen_q": sq, "p.seqlen_k": sq + sk_extra, "p.heads": heads, "p.batch": batch, "p.group": 1}
     gx = evaluate(kernel.grid[0], env) // (heads * batch)
-    decoded = [_lets(kernel, env, t) for t in range(gx * heads * batch)]
+    decoded = [decode(kernel, env, t) for t in range(gx * heads * batch)]
     tiles = [(d["l2_x"], d["l2_y"], d["l2_z"]) for d in decoded]
     assert sorted(tiles) == [(x, y, z) for x in range(gx) for y in range(heads) for z in range(batch)]
     return env, gx, decoded, tiles
@@ -132,9 +101,9 @@ def _decode_all(kernel, sq: int, sk_extra: int, heads: int, batch: int) -> tuple
 def test_the_decode_is_a_bijection_with_sections_that_fit_l2_longest_first(sq, sk_extra, heads, batch, spec) -> None:
     kernel = _KERNELS[spec]
     env, gx, decoded, tiles = _decode_all(kernel, sq, sk_extra, heads, batch)
-    trips = [_trips(kernel, env, t) for t in range(len(tiles))]
+    trip_counts = [trips(kernel, env, t) for t in range(len(tiles))]
     sec_heads = decoded[0]["l2_heads"]
-    assert sec_heads == 1 or sec_heads * max(trips) * _trip_bytes(kernel) <= L2_BUDGET
+    assert sec_heads == 1 or sec_heads * max(trip_counts) * _trip_bytes(kernel) <= L2_BUDGET
     sections: dict[int, set] = {}
     for d, (x, y, z) in zip(decoded, tiles):
         sections.setdefault(d["l2_sec"], set()).add((y, z))
@@ -142,7 +111,7 @@ def test_the_decode_is_a_bijection_with_sections_that_fit_l2_longest_first(sq, s
     assert sum(len(h) for h in sections.values()) == heads * batch   # a head lies in one section
     for t in range(len(tiles) - 1):                                  # longest first within a section
         if decoded[t]["l2_sec"] == decoded[t + 1]["l2_sec"]:
-            assert trips[t + 1] <= trips[t]
+            assert trip_counts[t + 1] <= trip_counts[t]
 
 
 @settings(max_examples=30, deadline=None)
@@ -152,37 +121,19 @@ def test_tail_only_keeps_the_hardware_order_until_the_last_section(sq, sk_extra,
     env, gx, decoded, tiles = _decode_all(kernel, sq, sk_extra, heads, batch)
     front = (heads * batch - decoded[0]["l2_fit"]) * gx
     assert tiles[:front] == [(t % gx, t // gx % heads, t // gx // heads) for t in range(front)]   # as launched
-    trips = [_trips(kernel, env, t) for t in range(front, len(tiles))]
-    assert trips == sorted(trips, reverse=True)                      # the last section: longest first
+    tail = [trips(kernel, env, t) for t in range(front, len(tiles))]
+    assert tail == sorted(tail, reverse=True)                        # the last section: longest first
 
 
-def _list_schedule(durations: list[int], sms: int = 132) -> float:
-    """The hardware's in-order dispatch: each CTA to the SM that frees first; the makespan."""
-    free = [0.0] * sms
-    for d in durations:
-        heapq.heappush(free, heapq.heappop(free) + d)
-    return max(free)
-
-
-@pytest.mark.parametrize("name,sq,heads,batch,defines", [
-    ("d=64 causal", 4096, 32, 4, dict(HeadDim="64", BM="192", BN="128", Warps="12", Causal="true", L2Sections="true")),
-    ("d=128 causal", 4096, 16, 4, CAUSAL_128),
-    ("d=256 causal", 4096, 8, 4, dict(HeadDim="256", BM="128", BN="64", Warps="8", Causal="true", L2Sections="true")),
-    ("S=1k causal", 1024, 16, 16, CAUSAL_128)])
+@pytest.mark.parametrize("name,sq,heads,batch,defines", GRIDS, ids=[g[0] for g in GRIDS])
 def test_the_order_ends_within_two_percent_of_an_even_spread(name, sq, heads, batch, defines) -> None:
-    """Tile time = its ring trips + 1 (the prologue and epilogue): the sections' order against x fastest."""
-    kernel = _lower(**defines).kir.kernels()[0]
-    env = {"p.seqlen_q": sq, "p.seqlen_k": sq, "p.heads": heads, "p.batch": batch, "p.group": 1}
-    gx = math.ceil(sq / int(defines["BM"]))
-    cost = [_trips(kernel, env, t) + 1 for t in range(gx * heads * batch)]
-    by_x = {_lets(kernel, env, t)["l2_x"]: c for t, c in enumerate(cost)}     # a tile's cost by its query tile
-    even = sum(cost) / 132
-    sections = _list_schedule(cost) / even
-    x_fastest = _list_schedule([by_x[x] for _ in range(heads * batch) for x in range(gx)]) / even
+    """bench/tail_model.py: list scheduling of the blocks in launch order, a tile costing its ring trips + 1."""
+    bm = int(defines["BM"])
+    x_fastest = over_even(lower(**defines), sq, heads, batch, bm)
+    sections = over_even(lower(**defines, L2Sections="true"), sq, heads, batch, bm)
+    tail_only = over_even(lower(**defines, L2Sections="true", L2TailOnly="true"), sq, heads, batch, bm)
     assert sections < 1.02 and x_fastest > 1.03, (name, sections, x_fastest)
-    tail = _lower(**defines, L2TailOnly="true").kir.kernels()[0]
-    tail_only = _list_schedule([_trips(tail, env, t) + 1 for t in range(gx * heads * batch)]) / even
-    assert tail_only < (1.05 if name == "d=256 causal" else 1.02), (name, tail_only)
+    assert tail_only < (1.05 if "d=256" in name else 1.02), (name, tail_only)
 
 
 _TAIL_KERNELS = {"gqa": _lower(**CAUSAL_128, L2TailOnly="true").kir.kernels()[0],

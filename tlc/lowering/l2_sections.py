@@ -4,8 +4,8 @@ keeps the SMs evenly busy to the end and the K/V they share in L2.
 The hardware hands out a grid's CTAs in order, x fastest, each to the next SM that frees up. With the
 query tiles on x, it runs one head's tiles, longest to shortest, then the next head's: causal tiles
 differ in length up to the sequence, and the last heads' long tiles start when most SMs are about to
-finish — a tail (list scheduling of the bar's causal grids with trips as time: 5-14 % past an even
-spread). Heads fastest would start every head's longest tile first, but the tiles running at once would
+finish — a tail (`python3 bench/tail_model.py`, list scheduling of the bar's causal grids on 132 SMs, a
+tile costing its trips + 1: 3-14 % past an even spread). Heads fastest would start every head's longest tile first, but the tiles running at once would
 then read every head's K/V, which no L2 holds. So the heads go in sections of as many as fit an L2
 budget (`L2_BUDGET`, FlashAttention-3's figure, counted in ring trips: the budget over the producer's bytes
 per trip, against the longest tile's trips, a runtime value): within a section its query tiles run
@@ -17,10 +17,12 @@ every read of blockIdx / gridDim reads the decoded tile instead:
     x = r / here (or gx − 1 − r / here when the last query tile is the longest);  hb = sec·sec_heads + r % here
 
 with HB = gy·gz (heads × batches). `Param L2TailOnly = true` (with L2Sections) reorders only the last
-section, the `fit` heads whose tiles end the grid: the others keep the hardware's order and its L2 reuse (every
-running tile reads one or two heads' K/V), the tail still ends longest first (in the list-scheduling model
-within 1 % at d = 64 and 128, 4 % at d = 256; not yet timed). Off unless `Param L2Sections = true`: on an H200 (2026-11-27, alternating
-twice with the hardware's order, bench/results/2026-11-27-h200-s13-l2-sections-ab.txt) d = 256 causal ran
+section, the `fit` heads whose tiles end the grid: the others keep the hardware's order and its L2 reuse (the
+132 running tiles span 4-6 heads at S = 4k), the tail still ends longest first (the same model: within 1 % at
+d = 64 and 128, 4 % at d = 256, against 0.1-0.9 % for full sections; not yet timed). Off unless
+`Param L2Sections = true`: on an H200 (2026-11-27, alternating twice with the hardware's order, `TLC_BENCH_DEFINES=
+"L2Sections=..." python3 bench/bench_attention.py --bar --arch sm_90a --no-baselines --rows causal`,
+bench/results/2026-11-27-h200-s13-l2-sections-ab.txt) d = 256 causal ran
 1.056x / 1.042x, but d = 64 0.977x / 0.979x, d = 128 0.982x / 0.978x, GQA, MQA and MLA prefill 0.988-0.995x,
 S = 16k 0.975-0.978x: the model's tail is real only where it is largest (d = 256: 14 % in the model, eight
 heads per section), and elsewhere the x-fastest order's L2 reuse (every running tile of one head) is worth
