@@ -51,6 +51,7 @@ def main() -> int:
             return 1
         builds[label] = (sass_listing(kern.compiled.cubin), kern.compiled.metadata.get("ptxas", {}))
     out_dir = Path(os.environ.get("OUT") or ".")
+    out_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
     for i, (label, (listing, ptxas)) in enumerate(builds.items()):
         (out_dir / f"sass_{i}.txt").write_text(listing)
@@ -64,7 +65,7 @@ def main() -> int:
             found = loops(listing)
             for first, last, ops in found:
                 common = ", ".join(f"{k} {n}" for k, n in ops.most_common(8))
-                print(f"  {first:#07x}-{last:#07x} {sum(ops.values()):5d} instructions: {common}")
+                print(f"  {first:#07x}-{last:#07x} {sum(ops.values()):5d} instructions, {ops['R2UR']} R2UR: {common}")
             innermost = [(f, l, o) for f, l, o in found if not any(f < f2 and l2 < l for f2, l2, _ in found)]
             steady.append(max((o for _, _, o in innermost), key=lambda o: sum(o.values()), default=None))
         if all(steady):
