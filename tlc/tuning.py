@@ -89,8 +89,10 @@ SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True}, 256: {"L2Sections": True
 # 1.05x, d = 256 1.01-1.02x, GQA 1.04x; S = 2k d = 128 1.03x; S = 4k d = 64 1.03x, d = 128 1.00-1.01x,
 # d = 256 1.00x, fp16 1.02x, GQA 0.997x, MQA 0.988x; at S = 16k 0.98x (…-s12-static-tiles-ab-*.txt).
 # Causal, the dynamic scheduler (`Persistent`): S = 1k d = 64 1.04x, d = 128 1.02x, GQA 1.05x,
-# but d = 256 0.93x and MLA prefill 0.96x; S = 2k d = 128 1.00x; S = 4k 0.90-0.99x; static causal tiles
-# lose 7-15 % at S = 4k (their concurrent tiles span every head's K/V). Per causality: (the most keys, the
+# but d = 256 0.93x and MLA prefill 0.96x; S = 2k d = 128 1.00x; S = 4k 0.90-0.99x (`TLC_BENCH_DEFINES=
+# "Persistent=true"`, …-s13-persistent-causal-ab-*.txt); static causal tiles lose 7-15 % at S = 4k but for GQA
+# and MQA (`"Persistent=true;StaticTiles=true"`, …-s13-static-causal-heads-ab-*.txt: their concurrent tiles
+# span every head's K/V). Per causality: (the most keys, the
 # tabled widths it holds for, the knobs); MLA prefill's pair keeps its one schedule.
 SM90A_SHORT_KEYS = {False: (4096, (64, 128, 256), {"Persistent": True, "StaticTiles": True}),
                     True: (1024, (64, 128), {"Persistent": True})}
