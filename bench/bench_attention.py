@@ -109,7 +109,8 @@ def row_build(row, tiles, arch: str) -> tuple:
     head dims on `arch`, with `tiles` (the same cache entry bench/precompile.py fills)."""
     d, dv = row["d"], row.get("d_v", row["d"])
     spec, defines = attention_spec(row.get("dtype", "bf16"), d, dv, row["causal"], arch, row["S"])
-    defines.update(_tile_defines(spec, tiles))  # swept tiles replace attention_spec's defaults
+    if tiles != default_tiles(d, dv, arch):   # swept tiles replace attention_spec's; the defaults keep its
+        defines.update(_tile_defines(spec, tiles))   # schedule's own Stages (d = 64 causal on sm_90a: 3)
     defines.update(EXTRA_DEFINES)
     return spec, defines
 

@@ -77,7 +77,17 @@ DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
 # 1.042x alternating twice with the hardware's order on an H200 (2026-11-27, `TLC_BENCH_DEFINES="L2Sections=..."
 # python3 bench/bench_attention.py --bar --arch sm_90a --no-baselines --rows causal`,
 # bench/results/2026-11-27-h200-s13-l2-sections-ab.txt); the other causal rows lost 0.5-2.5 % with it.
-SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True}, 256: {"L2Sections": True}}
+#
+# At d = 64 causal a one-tile CTA spends about 3.4 of its median 29.5 µs outside its KV loops (set-up, the Q
+# wait, the store, the SM's gap: `python3 bench/timeline.py 'MHA d=64 causal$'`, H200, 2026-11-27,
+# bench/results/2026-11-27-h200-s14-timeline-d64-causal.txt). A 3-stage ring with the next wave's Q prefetched
+# into L2 (`prefetch-next-tile`) ran 1.007x of 2 stages without it in each of three rounds of one call
+# (`TLC_BENCH_DEFINES="Stages=2;PrefetchNext=false"` against the default, `--rows 'MHA d=64 causal$'`;
+# 3 stages alone 1.002x; …-s14-final-ab.txt) and 1.013x in another (…-s14-d64-causal-variants.txt, where
+# PingPong=false ran 1.000x, the dynamic persistent kernel 0.99x, one reduction chain 0.99x). On the whole bar
+# (…-s14-prefetch-next-ab.txt) the prefetch moved the other rows by -0.3..+1.5 %, but d = 256 causal, whose
+# l2-sections budget already fills L2, lost 9 %: so it is set here only.
+SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True, "Stages": 3, "PrefetchNext": True}, 256: {"L2Sections": True}}
 
 
 # sm_90a kernels over short key sequences: a persistent kernel hides each tile's prologue (the Q load, the
@@ -93,9 +103,10 @@ SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True}, 256: {"L2Sections": True
 # "Persistent=true"`, …-s13-persistent-causal-ab-*.txt); static causal tiles lose 7-15 % at S = 4k but for GQA
 # and MQA (`"Persistent=true;StaticTiles=true"`, …-s13-static-causal-heads-ab-*.txt: their concurrent tiles
 # span every head's K/V). Per causality: (the most keys, the
-# tabled widths it holds for, the knobs); MLA prefill's pair keeps its one schedule.
+# tabled widths it holds for, the knobs); MLA prefill's pair keeps its one schedule. The causal short kernels
+# keep the 2-stage ring they were timed with (d = 64 causal's 3 stages are for its one-tile kernel).
 SM90A_SHORT_KEYS = {False: (4096, (64, 128, 256), {"Persistent": True, "StaticTiles": True}),
-                    True: (1024, (64, 128), {"Persistent": True})}
+                    True: (1024, (64, 128), {"Persistent": True, "Stages": 2})}
 
 
 def short_keys(arch: str, d_qk: int, d_v: int, causal: bool, seq_k: int | None) -> bool:

@@ -92,6 +92,16 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "mha128_causal_br_l2_sections": ("mha_fwd", {"Causal": "true", "Align": "bottom_right", "L2Sections": "true"}),
     "gqa128_causal_l2_tail": ("gqa_fwd", {"Warps": "8", "BN": "128", "Causal": "true", "L2Sections": "true",
                                           "L2TailOnly": "true"}),
+    # prefetch-next-tile: each CTA prefetches into L2 the Q boxes of the CTA a resident wave later (a hint: the
+    # output must not change; boxes past the grid or starting before row 0 must not fault)
+    "gqa64_bm192_causal_prefetch_next": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12",
+                                                     "Causal": "true", "SkipMaskedTrips": "true",
+                                                     "PrefetchNext": "true"}),
+    "gqa64_bm192_3stage_causal_prefetch_next": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12",
+                                                            "Stages": "3", "Causal": "true", "SkipMaskedTrips": "true",
+                                                            "PrefetchNext": "true", "ReduceChains": "2"}),
+    "gqa256_bn64_causal_l2_prefetch_next": ("gqa_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
+                                                        "L2Sections": "true", "PrefetchNext": "true"}),
 }
 
 
@@ -140,7 +150,8 @@ def test_sm90a_grouped_heads_and_batches() -> None:
                                       ("gqa128_3stage_causal_persistent", 6), ("mha_d256_persistent", None),
                                       ("gqa128_causal_static_tiles", 6), ("gqa64_bm192_causal_br_persistent", 6),
                                       ("gqa256_bn64_causal_l2_sections", 6), ("mha128_causal_br_l2_sections", None),
-                                      ("gqa128_causal_l2_tail", 6)])
+                                      ("gqa128_causal_l2_tail", 6), ("gqa64_bm192_3stage_causal_prefetch_next", 6),
+                                      ("gqa256_bn64_causal_l2_prefetch_next", 6)])
 def test_sm90a_persistent_many_tiles_per_cta(case: str, hkv: int | None) -> None:
     """7 × 72 = 504 tiles: every CTA of a 132-SM grid runs three or four, so the carried ring
     position, the Q re-arm and (causal) tiles of different lengths in one CTA are exercised."""
@@ -157,7 +168,7 @@ def test_sm90a_scores_whose_max_keeps_moving(case: str, growth: float) -> None:
     run_case(case, 777, 1000, key_growth=growth)
 
 
-@pytest.mark.parametrize("d,causal", [(64, False), (128, False), (128, True), (256, False)])
+@pytest.mark.parametrize("d,causal", [(64, False), (64, True), (128, False), (128, True), (256, False)])
 def test_sm90a_default_tiles_sass(d: int, causal: bool) -> None:
     """tlc.attention's sm_90a kernels: wgmma (HGMMA), TMA loads (UTMALDG), register reallocation, no local memory."""
     import tlc

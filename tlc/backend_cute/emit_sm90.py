@@ -17,6 +17,7 @@ from tlc.kir.ops_decl import SharedBufferOp
 from tlc.kir.ops_sm90 import (AtomicAddOp, CarryOp, FenceProxyAsyncOp, GmmaSmemLayoutOp, MbarrierArriveExpectTxOp,
                               MbarrierArriveOp, MbarrierInitOp, MbarrierOp, MbarrierWaitOp, NamedBarrierOp,
                               Sm90KernelOp, TileSlotLoadOp, TileSlotOp, TileSlotStoreOp, TmaDescriptorOp, TmaLoadOp, TmaPrefetchOp,
+                              TmaPrefetchTileOp,
                               TmaParamsOp, TmaStoreOp, TmaStoreWaitOp, WarpSpecializeOp, WgmmaArriveOp, WgmmaCommitOp, WgmmaFenceOperandOp, WgmmaFragmentOp,
                               WgmmaOp, WgmmaTiledMmaOp, WgmmaWaitOp, WARP_GROUP)
 
@@ -95,7 +96,7 @@ class Sm90Emitter(_TABLE.mixin_base()):
         atom = f"GMMA::Layout_{'K' if op.k_major else 'MN'}_{_SWIZZLE_ATOM[op.swizzle]}_Atom<{CPP_DTYPE[op.dtype]}>"
         self.w.line(f"using {op.name} = decltype(tile_to_shape({atom}{{}}, {static_shape(op.shape)}{{}}));")
 
-    def _tma_coords(self, op: TmaLoadOp | TmaStoreOp) -> str:
+    def _tma_coords(self, op: TmaLoadOp | TmaStoreOp | TmaPrefetchTileOp) -> str:
         """A TMA copy's coordinates as the TMA unit takes them, innermost first (one per box mode)."""
         desc = self._sym(op.desc, TmaDescriptorOp, op)
         if len(op.coord) != len(desc.box):
@@ -108,6 +109,12 @@ class Sm90Emitter(_TABLE.mixin_base()):
         self._at(op)
         self._sym(op.desc, TmaDescriptorOp, op)
         self.w.line(f"cute::prefetch_tma_descriptor({op.desc});")
+
+    @_handles(TmaPrefetchTileOp)
+    def _tma_prefetch_tile(self, op: TmaPrefetchTileOp) -> None:
+        self._at(op)
+        coords = self._tma_coords(op)
+        self.w.line(f"SM90_TMA_LOAD_{len(op.coord)}D::PREFETCH::copy({op.desc}, {coords});")
 
     @_handles(TmaLoadOp)
     def _tma_load(self, op: TmaLoadOp) -> None:

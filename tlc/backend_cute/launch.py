@@ -15,7 +15,7 @@ from tlc.backend_cute.compile import CompiledKernel
 from tlc.diagnostics import fail
 from tlc.kir.evaluate import evaluate
 from tlc.kir.ops import KernelOp, ParamsOp
-from tlc.kir.ops_sm90 import ELEMENT_BYTES, TILE_COUNTER, TmaDescriptorOp, TmaParamsOp, tma_descriptors
+from tlc.kir.ops_sm90 import ELEMENT_BYTES, RESIDENT_CTAS, TILE_COUNTER, TmaDescriptorOp, TmaParamsOp, tma_descriptors
 from tlc.lowering.abi import LaunchABI, TensorArg
 
 _CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64, "ptr<i32>": ctypes.c_uint64,
@@ -335,16 +335,17 @@ class Kernel:
         """Pack `values` (field name → value) into the struct and launch on `stream`. `tensors`
         (pointer field → torch tensor) gives the tensors TMA descriptors are encoded from."""
         driver = _driver()
-        missing = [n for n, _ in self._params_op.fields if n not in values]
+        missing = [n for n, _ in self._params_op.fields if n not in values and n != RESIDENT_CTAS]
         if missing:
             why = (f"; {TILE_COUNTER} is a zeroed int32 on the launch's stream (a persistent kernel's tile counter)"
                    if TILE_COUNTER in missing else "")
             raise fail(f"launch: no value for parameter field(s) {', '.join(missing)}{why}")
-        params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
-        env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}
         import torch
         with torch.cuda.device(device):
             loaded = self._module(device.index if device.index is not None else torch.cuda.current_device())
+            values = dict(values, **{RESIDENT_CTAS: loaded.resident_ctas})   # the launcher's, whatever was passed
+            params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
+            env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}
             env["launch.ctas"] = loaded.resident_ctas
             grid = self.grid(env)
             if grid[1] > 65535 or grid[2] > 65535:

@@ -18,7 +18,7 @@ SCHEDULE_PARAMS = {"Stages": POSITIVE, "WarpSpecialize": BOOL, "TmaStore": BOOL,
                    "Persistent": BOOL, "SplitMasked": BOOL,
                    "LazyRescale": BOOL, "Exp2Poly": NUMBER, "PrefetchTma": BOOL, "Trace": BOOL, "TraceTrips": BOOL, "ReduceChains": NUMBER,
                    "FoldLdmatrix": BOOL, "StaticTiles": BOOL, "SkipMaskedTrips": BOOL, "L2Sections": BOOL,
-                   "L2TailOnly": BOOL}
+                   "L2TailOnly": BOOL, "PrefetchNext": BOOL}
 
 
 def parse_define(value: str) -> Any:

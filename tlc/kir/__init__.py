@@ -40,7 +40,7 @@ Profiling (trace-phases, Param Trace)
   TraceBufferOp(name, entries)   file-scope timestamps   TimestampOp(buffer, slot, slots, label)   (SM, clock) per warp group
 Hopper, sm_90a (tlc/kir/ops_sm90.py, docs/hopper.md; the lowering produces the wgmma ops, not yet TMA or warp roles)
   TmaParamsOp Sm90KernelOp TmaDescriptorOp GmmaSmemLayoutOp MbarrierOp MbarrierInitOp
-  MbarrierArriveExpectTxOp MbarrierArriveOp MbarrierWaitOp TmaPrefetchOp TmaLoadOp WgmmaTiledMmaOp WgmmaFragmentOp
+  MbarrierArriveExpectTxOp MbarrierArriveOp MbarrierWaitOp TmaPrefetchOp TmaPrefetchTileOp TmaLoadOp WgmmaTiledMmaOp WgmmaFragmentOp
   WgmmaFenceOperandOp WgmmaArriveOp WgmmaOp WgmmaCommitOp WgmmaWaitOp WarpSpecializeOp NamedBarrierOp
 
 `tlc.lowering.tile_ops` produces it from a TL program, op by op; `tlc.kir.text.print_kir` /

@@ -225,6 +225,22 @@ class TmaLoadOp(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TmaPrefetchTileOp(Op):
+    """`cp.async.bulk.prefetch.tensor` (SM90_TMA_LOAD_<rank>D::PREFETCH) of the box of `desc` at element
+    coordinates `coord` (outermost first) into L2: no shared memory, no barrier, nothing waits on it — a
+    hint that a later TMA load of that box (another CTA's) finds it in L2. Boxes past the tensor's end
+    fetch nothing there."""
+
+    desc: str
+    coord: tuple[Expr, ...]
+
+    def check(self) -> None:
+        check_ident(self.desc, "TMA descriptor")
+        self._need(1 <= len(self.coord) <= 5 and all(isinstance(c, Expr) for c in self.coord),
+                   "coord needs 1 to 5 expressions")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TmaStoreOp(Op):
     """One TMA bulk tensor store (`cp.async.bulk.tensor` global ← shared, SM90_TMA_STORE_<rank>D) of the
     box of `desc` from shared buffer `src` at element (row, col) = `src_coord` to element coordinates
@@ -432,6 +448,7 @@ class NamedBarrierOp(Op):
 
 # ----------------------------------------------------------------------------- tile scheduler
 TILE_COUNTER = "tile_counter"   # a persistent kernel's parameter field (ptr<i32>): the launcher zeroes it per launch
+RESIDENT_CTAS = "resident_ctas"  # a parameter field (i32) the launcher fills: the CTAs of this kernel the GPU holds at once
 
 @dataclass(frozen=True, kw_only=True)
 class TileSlotOp(Op):
@@ -483,7 +500,7 @@ class AtomicAddOp(Op):
 
 SM90_OP_CLASSES: tuple[type[Op], ...] = (
     TmaParamsOp, Sm90KernelOp, TmaDescriptorOp, GmmaSmemLayoutOp, MbarrierOp, MbarrierInitOp,
-    MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaPrefetchOp, TmaLoadOp, TmaStoreOp, TmaStoreWaitOp,
+    MbarrierArriveExpectTxOp, MbarrierArriveOp, MbarrierWaitOp, TmaPrefetchOp, TmaPrefetchTileOp, TmaLoadOp, TmaStoreOp, TmaStoreWaitOp,
     WgmmaTiledMmaOp, WgmmaFragmentOp,
     WgmmaFenceOperandOp, WgmmaArriveOp, WgmmaOp, FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp, CarryOp,
     WarpSpecializeOp, NamedBarrierOp, TileSlotOp, TileSlotStoreOp, TileSlotLoadOp, AtomicAddOp)

@@ -19,7 +19,9 @@ every read of blockIdx / gridDim reads the decoded tile instead:
 with HB = gy·gz (heads × batches). `Param L2TailOnly = true` (with L2Sections) reorders only the last
 section, the `fit` heads whose tiles end the grid: the others keep the hardware's order and its L2 reuse (the
 132 running tiles span 4-6 heads at S = 4k), the tail still ends longest first (the same model: within 1 % at
-d = 64 and 128, 4 % at d = 256, against 0.1-0.9 % for full sections; not yet timed). Off unless
+d = 64 and 128, 4 % at d = 256, against 0.1-0.9 % for full sections), but on an H200 it gained nothing at d = 64
+causal (1.00x of the hardware's order, alternating twice; bench/results/2026-11-27-h200-s14-l2-tail-only-ab.txt),
+1.2-1.5 % on fp16 causal and MLA prefill, lost 1-2 % on GQA, MQA and S = 16k causal: off. Off unless
 `Param L2Sections = true`: on an H200 (2026-11-27, alternating twice with the hardware's order, `TLC_BENCH_DEFINES=
 "L2Sections=..." python3 bench/bench_attention.py --bar --arch sm_90a --no-baselines --rows causal`,
 bench/results/2026-11-27-h200-s13-l2-sections-ab.txt) d = 256 causal ran

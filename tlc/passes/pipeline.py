@@ -37,6 +37,7 @@ LOWERING_PIPELINE = [
     "overlap-gemms",      # sm_90a: after defer-reductions (the peeled first trip keeps per-lane sums too)
     "persistent",         # sm_90a, Param Persistent: after overlap-gemms (loops over whole tile bodies)
     "l2-sections",        # sm_90a causal, one tile per CTA: after persistent (which takes the grid itself)
+    "prefetch-next-tile", # sm_90a, Param PrefetchNext: after l2-sections (prefetches by its decode of the grid)
     "prefetch-tma-descriptors",  # sm_90a, Param PrefetchTma: descriptors fetched while the mbarriers are set up
     "check-resources",    # needs the final buffers and fragments: shared bytes and registers
     "emulate-exp2",       # Param Exp2Poly = k: every k-th score exp2 by polynomial on the FMA pipe (MUFU-bound d = 64)

@@ -31,6 +31,7 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "overlap-gemms": _lazy("tlc.lowering.passes:OverlapGemmsPass"),
     "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
     "l2-sections": _lazy("tlc.lowering.passes:L2SectionsPass"),
+    "prefetch-next-tile": _lazy("tlc.lowering.passes:PrefetchNextTilePass"),
     "split-masked-trips": _lazy("tlc.lowering.passes:SplitMaskedTripsPass"),
     "skip-masked-trips": _lazy("tlc.lowering.passes:SkipMaskedTripsPass"),
     "lazy-rescale": _lazy("tlc.lowering.passes:LazyRescalePass"),
