@@ -272,11 +272,12 @@ def _warm(args) -> str:
     """Build one row's kernel into the disk cache (a child process: NVRTC runs in parallel)."""
     row, tiles, arch = args
     spec, defines = row_build(row, tiles, arch)
-    try:
+    shape = {k: defines[k] for k in ("BM", "BN", "Warps", "Stages") if k in defines}   # what is built (a schedule
+    try:                                                                              # may set its own Stages)
         tlc.build(spec, arch=arch, defines=defines)
-        return f"built {row['name']} {tiles}"
+        return f"built {row['name']} {shape}"
     except Exception as exc:  # noqa: BLE001 - the timed run reports it again
-        return f"build failed {row['name']} {tiles}: {exc}"
+        return f"build failed {row['name']} {shape}: {exc}"
 
 
 def _regex(text: str) -> re.Pattern:
