@@ -99,9 +99,13 @@ EXTRA_DEFINES = dict(kv.split("=", 1) for kv in _DEFINES)
 ARCH = "sm_90"  # --arch: sm_90 (the sm_80-family kernels an H100/H200 runs) or sm_90a (wgmma)
 
 
-def row_tiles(row, arch: str | None = None) -> dict:
+class DefaultTiles(dict):
+    """A row's tiles as tlc.attention picks them (row_tiles), as against a sweep's variant of equal values."""
+
+
+def row_tiles(row, arch: str | None = None) -> DefaultTiles:
     """The tiles a row runs with: tlc.attention's table for the target (tlc/tuning.py)."""
-    return default_tiles(row["d"], row.get("d_v", row["d"]), arch or ARCH)
+    return DefaultTiles(default_tiles(row["d"], row.get("d_v", row["d"]), arch or ARCH))
 
 
 def row_build(row, tiles, arch: str) -> tuple:
@@ -109,7 +113,7 @@ def row_build(row, tiles, arch: str) -> tuple:
     head dims on `arch`, with `tiles` (the same cache entry bench/precompile.py fills)."""
     d, dv = row["d"], row.get("d_v", row["d"])
     spec, defines = attention_spec(row.get("dtype", "bf16"), d, dv, row["causal"], arch, row["S"])
-    if tiles != default_tiles(d, dv, arch):   # swept tiles replace attention_spec's; the defaults keep its
+    if not isinstance(tiles, DefaultTiles):   # swept tiles replace attention_spec's; the defaults keep its
         defines.update(_tile_defines(spec, tiles))   # schedule's own Stages (d = 64 causal on sm_90a: 3)
     defines.update(EXTRA_DEFINES)
     return spec, defines

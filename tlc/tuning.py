@@ -81,12 +81,13 @@ DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
 # At d = 64 causal a one-tile CTA spends about 3.4 of its median 29.5 µs outside its KV loops (set-up, the Q
 # wait, the store, the SM's gap: `python3 bench/timeline.py 'MHA d=64 causal$'`, H200, 2026-11-27,
 # bench/results/2026-11-27-h200-s14-timeline-d64-causal.txt). A 3-stage ring with the next wave's Q prefetched
-# into L2 (`prefetch-next-tile`) ran 1.007x of 2 stages without it in each of three rounds of one call
+# into L2 (`prefetch-next-tile`) ran 1.007x of 2 stages without it over three rounds of one call (1.002-1.012x each)
 # (`TLC_BENCH_DEFINES="Stages=2;PrefetchNext=false"` against the default, `--rows 'MHA d=64 causal$'`;
 # 3 stages alone 1.002x; …-s14-final-ab.txt) and 1.013x in another (…-s14-d64-causal-variants.txt, where
 # PingPong=false ran 1.000x, the dynamic persistent kernel 0.99x, one reduction chain 0.99x). On the whole bar
-# (…-s14-prefetch-next-ab.txt) the prefetch moved the other rows by -0.3..+1.5 %, but d = 256 causal, whose
-# l2-sections budget already fills L2, lost 9 %: so it is set here only.
+# (…-s14-prefetch-next-ab.txt) the prefetch moved the other rows by -0.3..+1.5 %, and d = 256 causal lost 9 % in
+# a build whose producer spilled (fixed since, not re-timed): so it is set here only. The prefetch block timed
+# here inlined its coordinates; it now re-declares the lets they read (same boxes, fewer instructions), not re-timed.
 SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True, "Stages": 3, "PrefetchNext": True}, 256: {"L2Sections": True}}
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from bench.tail_model import lower_state
 from tlc.api import compile_graph
+from tlc.backend_cute.launch import launcher_filled_fields
 from tlc.backend_cute.emit import emit_program
 from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
@@ -55,14 +56,34 @@ def test_the_prefetch_sits_before_the_ring_and_adds_the_resident_ctas_field(name
     at = block.index(guard)
     ring_at = next(i for i, op in enumerate(block) if isinstance(op, K.ForOp))
     once = [op for op in block[:ring_at] if isinstance(op, H.TmaLoadOp)]
-    assert at < ring_at and [op.desc for op in guard.body] == [op.desc for op in once]
+    prefetches = [op for op in guard.body if isinstance(op, H.TmaPrefetchTileOp)]
+    assert at < ring_at and [op.desc for op in prefetches] == [op.desc for op in once]
     assert {op.desc for op in once} == {"tma_Q"}   # Q in 64-column boxes: one at d = 64, two at d = 128
     (params,) = [op for op in state.kir.body if isinstance(op, H.TmaParamsOp)]
-    assert params.fields[-1] == (H.RESIDENT_CTAS, "i32")
+    assert params.fields[-1] == (H.RESIDENT_CTAS_FIELD, "i32")
     assert any(n.startswith("prefetch-next-tile: the producer prefetches sQ") for n in state.schedule)
     assert print_kir(parse_kir(print_kir(state.kir))) == print_kir(state.kir)
     cute = emit_program(state.kir)
     assert cute.count("SM90_TMA_LOAD_4D::PREFETCH::copy(tma_Q, ") == len(once) and "int resident_ctas;" in cute
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_each_let_the_coordinates_read_through_the_block_index_is_redeclared_once(name) -> None:
+    """The prefetch reads the kernel's own lets (their i32 arithmetic, not an inlined expression per coordinate):
+    the ones that depend on the block index once each as `<name>_next`, the others as they are."""
+    kernel = _LOWERED[name].kir.kernels()[0]
+    guard, _ = _producer_block(kernel)
+    lets = {op.name: op for op in kernel.body if isinstance(op, K.LetOp)}
+    copies = [op for op in guard.body if isinstance(op, K.LetOp)]
+    assert len({op.name for op in copies}) == len(copies) and all(op.name.endswith("_next") for op in copies)
+    grid_block = {"blockIdx.x", "blockIdx.y", "blockIdx.z"}
+    for op in copies:
+        original = lets[op.name.removesuffix("_next")]
+        assert free_names(original.value) & (grid_block | {n for n in lets if f"{n}_next" in {c.name for c in copies}})
+        assert not free_names(op.value) & grid_block and op.type == original.type
+    for prefetch in (op for op in guard.body if isinstance(op, H.TmaPrefetchTileOp)):
+        for c in prefetch.coord:
+            assert not free_names(c) & (grid_block | {"block_idx", "head_idx", "batch_idx"}) and len(str(c)) < 200
 
 
 def _env_at(kernel, params: dict, linear: int, grid: tuple[int, int, int]) -> dict:
@@ -83,11 +104,12 @@ def test_each_cta_prefetches_what_the_cta_resident_places_on_loads(name, sq, sk_
                                                                     data) -> None:
     kernel = _LOWERED[name].kir.kernels()[0]
     params = {"p.seqlen_q": sq, "p.seqlen_k": sq + sk_extra, "p.heads": heads, "p.batch": batch, "p.group": 1,
-              f"p.{H.RESIDENT_CTAS}": resident}
+              f"p.{H.RESIDENT_CTAS_FIELD}": resident}
     grid = tuple(evaluate(g, params) for g in kernel.grid)
     total = grid[0] * grid[1] * grid[2]
     guard, block = _producer_block(kernel)
     loads = [op for op in block[:block.index(guard)] if isinstance(op, H.TmaLoadOp)]
+    prefetches = [op for op in guard.body if isinstance(op, H.TmaPrefetchTileOp)]
     for b in {0, total - 1, data.draw(st.integers(0, total - 1))}:
         env = _env_at(kernel, params, b, grid)
         for op in block[:block.index(guard)]:
@@ -97,8 +119,11 @@ def test_each_cta_prefetches_what_the_cta_resident_places_on_loads(name, sq, sk_
             assert not evaluate(guard.cond, env)
             continue
         assert evaluate(guard.cond, env)
+        for op in guard.body:   # the lets re-declared for the next CTA, then the prefetches
+            if isinstance(op, K.LetOp):
+                env[op.name] = evaluate(op.value, env)
         there = _env_at(kernel, params, b + resident, grid)
-        for prefetch, load in zip(guard.body, loads, strict=True):
+        for prefetch, load in zip(prefetches, loads, strict=True):
             assert [evaluate(c, env) for c in prefetch.coord] == [evaluate(c, there) for c in load.coord], (b, grid)
 
 
@@ -109,7 +134,7 @@ def test_each_cta_prefetches_what_the_cta_resident_places_on_loads(name, sq, sk_
 def test_other_kernels_keep_their_producer(defines, why) -> None:
     state = lower_state("gqa_fwd", **defines)
     assert not any(isinstance(op, H.TmaPrefetchTileOp) for op in K.walk(state.kir))
-    assert H.RESIDENT_CTAS not in {n for op in state.kir.body if isinstance(op, H.TmaParamsOp) for n, _ in op.fields}
+    assert H.RESIDENT_CTAS_FIELD not in {n for op in state.kir.body if isinstance(op, H.TmaParamsOp) for n, _ in op.fields}
     notes = "\n".join(state.schedule)
     assert (f"prefetch-next-tile: kept: {why}" in notes) if why else "prefetch-next-tile" not in notes
 
@@ -131,3 +156,17 @@ def test_a_value_that_is_not_a_bool_is_refused_at_its_param_line(tmp_path) -> No
         run_lowering(graph, "sm_90a", name="gqa_fwd")
     line = len((SPECS / "gqa_fwd.tl").read_text().splitlines()) + 2
     assert f"p.tl:{line}:1: error: Param PrefetchNext = 2: use true or false" in err.value.render()
+
+
+def test_the_launcher_fills_the_fields_its_ops_read_and_leaves_a_users_input_of_that_name(tmp_path) -> None:
+    assert launcher_filled_fields(_LOWERED["d64_causal"].kir.kernels()[0]) == {H.RESIDENT_CTAS_FIELD}
+    for defines, want in ((dict(D64_CAUSAL, Persistent="true"), {H.TILE_COUNTER}),
+                          (dict(D64_CAUSAL, Persistent="true", StaticTiles="true"), set())):
+        assert launcher_filled_fields(lower_state("gqa_fwd", **defines).kir.kernels()[0]) == want
+    path = tmp_path / "mine.tl"   # a program whose own runtime Input is named like the launcher's field
+    text = (SPECS / "gqa_fwd.tl").read_text().replace("Input scale : float", "Input scale : float\nInput resident_ctas : int")
+    path.write_text(text)
+    graph, _ = compile_graph(path.read_bytes(), str(path), defines=D64_CAUSAL)
+    state = run_lowering(graph, "sm_90a", name="gqa_fwd")[0]
+    assert "prefetch-next-tile: kept: the parameter struct already has a field resident_ctas" in state.schedule
+    assert launcher_filled_fields(state.kir.kernels()[0]) == set()

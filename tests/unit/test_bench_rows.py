@@ -74,17 +74,22 @@ def test_every_bar_kernel_lowers_and_emits(arch, rows, count) -> None:
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-def test_each_row_builds_what_tlc_attention_builds_for_its_call(arch) -> None:
+def test_each_row_builds_what_tlc_attention_builds_for_its_call(arch, monkeypatch) -> None:
     """With the default tiles a row is tlc.attention's kernel for its shape, schedule knobs included (a tuned
-    Stages, as d = 64 causal's 3 on sm_90a, is not replaced by the tile table's)."""
+    Stages, as d = 64 causal's 3 on sm_90a, is not replaced by the tile table's); a swept variant with the
+    same values binds its own Stages."""
+    from bench import bench_attention
     from tlc.runtime import attention_spec
+
+    monkeypatch.setattr(bench_attention, "EXTRA_DEFINES", {})   # TLC_BENCH_DEFINES is not what this is about
 
     for r in (*BAR_ROWS, *SHORT_ROWS):
         d, dv = r["d"], r.get("d_v", r["d"])
         assert row_build(r, row_tiles(r, arch), arch) == attention_spec(r.get("dtype", "bf16"), d, dv, r["causal"],
                                                                         arch, r["S"]), r["name"]
-    stages = row_build(_rows()["MHA d=64 causal"], row_tiles(_rows()["MHA d=64 causal"], arch), arch)[1]["Stages"]
-    assert stages == (3 if arch == "sm_90a" else 2)
+    row = _rows()["MHA d=64 causal"]
+    assert row_build(row, row_tiles(row, arch), arch)[1]["Stages"] == (3 if arch == "sm_90a" else 2)
+    assert row_build(row, dict(row_tiles(row, arch)), arch)[1]["Stages"] == 2   # a sweep entry equal to the table
 
 
 @pytest.mark.parametrize("arch", ARCHES)

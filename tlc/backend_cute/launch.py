@@ -14,8 +14,10 @@ from typing import Mapping
 from tlc.backend_cute.compile import CompiledKernel
 from tlc.diagnostics import fail
 from tlc.kir.evaluate import evaluate
-from tlc.kir.ops import KernelOp, ParamsOp
-from tlc.kir.ops_sm90 import ELEMENT_BYTES, RESIDENT_CTAS, TILE_COUNTER, TmaDescriptorOp, TmaParamsOp, tma_descriptors
+from tlc.kir.expr import free_names
+from tlc.kir.ops import KernelOp, ParamsOp, walk
+from tlc.kir.ops_sm90 import (ELEMENT_BYTES, RESIDENT_CTAS_FIELD, TILE_COUNTER, AtomicAddOp, TmaDescriptorOp, TmaParamsOp,
+                              TmaPrefetchTileOp, tma_descriptors)
 from tlc.lowering.abi import LaunchABI, TensorArg
 
 _CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64, "ptr<i32>": ctypes.c_uint64,
@@ -148,6 +150,19 @@ class _Loaded:
         return max(1, int(per_sm)) * int(sms)
 
 
+def launcher_filled_fields(kernel: KernelOp) -> set[str]:
+    """The parameter fields the launcher fills for `kernel`, known by the ops that read them, not by their names
+    (a TL `Input` of the same name stays the caller's): a persistent kernel's tile counter, prefetch-next-tile's
+    resident CTA count."""
+    out = set()
+    for op in walk(kernel):
+        if isinstance(op, AtomicAddOp) and f"p.{TILE_COUNTER}" in free_names(op.ptr):
+            out.add(TILE_COUNTER)
+        elif isinstance(op, TmaPrefetchTileOp):
+            out.add(RESIDENT_CTAS_FIELD)
+    return out
+
+
 class Kernel:
     """A built TL program on torch tensors. Inputs are the program's global tensors that it does
     not store, in `Allocate` order, each (batch, heads, rows, cols) like SDPA's q/k/v; the stored
@@ -163,7 +178,8 @@ class Kernel:
         self._params_op = next(op for op in compiled.program.body
                                if isinstance(op, ParamsOp) and op.name == self.kernel.params)
         self._struct = params_struct(self._params_op)
-        self._tile_counter = any(n == TILE_COUNTER for n, _ in self._params_op.fields)   # a persistent kernel
+        filled = launcher_filled_fields(self.kernel)
+        self._tile_counter, self._resident_field = TILE_COUNTER in filled, RESIDENT_CTAS_FIELD in filled
         self._tma = tma_descriptors(compiled.program).get(self.kernel.params, {})
         self._tma_bytes: OrderedDict[tuple, bytes] = OrderedDict()   # encoded descriptors, by tensor geometry
         self._loaded: dict[int, _Loaded] = {}
@@ -335,7 +351,8 @@ class Kernel:
         """Pack `values` (field name → value) into the struct and launch on `stream`. `tensors`
         (pointer field → torch tensor) gives the tensors TMA descriptors are encoded from."""
         driver = _driver()
-        missing = [n for n, _ in self._params_op.fields if n not in values and n != RESIDENT_CTAS]
+        filled = {RESIDENT_CTAS_FIELD} if self._resident_field else set()   # by the launcher, below
+        missing = [n for n, _ in self._params_op.fields if n not in values and n not in filled]
         if missing:
             why = (f"; {TILE_COUNTER} is a zeroed int32 on the launch's stream (a persistent kernel's tile counter)"
                    if TILE_COUNTER in missing else "")
@@ -343,7 +360,8 @@ class Kernel:
         import torch
         with torch.cuda.device(device):
             loaded = self._module(device.index if device.index is not None else torch.cuda.current_device())
-            values = dict(values, **{RESIDENT_CTAS: loaded.resident_ctas})   # the launcher's, whatever was passed
+            if self._resident_field:   # SMs x occupancy: where the hardware's next wave of CTAs starts
+                values = dict(values, **{RESIDENT_CTAS_FIELD: loaded.resident_ctas})
             params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
             env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}
             env["launch.ctas"] = loaded.resident_ctas

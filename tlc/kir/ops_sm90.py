@@ -448,7 +448,7 @@ class NamedBarrierOp(Op):
 
 # ----------------------------------------------------------------------------- tile scheduler
 TILE_COUNTER = "tile_counter"   # a persistent kernel's parameter field (ptr<i32>): the launcher zeroes it per launch
-RESIDENT_CTAS = "resident_ctas"  # a parameter field (i32) the launcher fills: the CTAs of this kernel the GPU holds at once
+RESIDENT_CTAS_FIELD = "resident_ctas"  # a parameter field (i32) the launcher fills when a TmaPrefetchTileOp reads it: SMs x occupancy
 
 @dataclass(frozen=True, kw_only=True)
 class TileSlotOp(Op):

@@ -280,7 +280,8 @@ class PrefetchNextTilePass(_ScheduleListingPass):
     """sm_90a, one tile per CTA: the producer prefetches into L2 the once-loaded tiles (Q) of the CTA that
     starts one resident wave later (tlc.lowering.prefetch_next_tile), so that CTA's first GEMM does not wait
     on DRAM. `Param PrefetchNext = true` turns it on (off by default: on an H200 it moved the bar rows by
-    -0.3..+1.5 % and cost d = 256 causal, whose l2-sections fill L2, 9 %; tlc.tuning sets it for d = 64 causal)."""
+    -0.3..+1.5 % and cost d = 256 causal 9 % in a build whose producer spilled, since fixed and not re-timed;
+    tlc.tuning sets it for d = 64 causal)."""
 
     name: ClassVar[str] = "prefetch-next-tile"
 
