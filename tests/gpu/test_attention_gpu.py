@@ -75,6 +75,15 @@ def test_equal_seqlens(dt, d, causal, seqlen):
 
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
+def test_long_keys_with_more_ctas_than_the_gpu_holds(d, causal):
+    """Past the short-key rule every CTA runs one tile, and at d = 64 causal each prefetches the Q of the CTA
+    a resident wave later (prefetch-next-tile): 11 query tiles x 16 heads x 2 = 352 CTAs at d = 64 (the
+    prefetch fires in most), 512 at d = 128."""
+    run_and_check(torch.bfloat16, d, causal, 2, 16, 16, 2000, 2000)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("sq,sk", UNEQUAL)
 def test_unequal_seqlens_gqa(d, causal, sq, sk):
     run_and_check(torch.bfloat16, d, causal, 1, 8, 2, sq, sk)
