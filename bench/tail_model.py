@@ -25,6 +25,7 @@ from tlc.kir import ops_sm90 as H  # noqa: E402
 from tlc.kir.evaluate import evaluate  # noqa: E402
 from tlc.kir.expr import Const, free_names  # noqa: E402
 from tlc.lowering.passes import run_lowering  # noqa: E402
+from tlc.lowering.warp_specialize import is_ring_loop  # noqa: E402
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 SMS = 132   # an H100 / H200
@@ -63,8 +64,7 @@ def decode(kernel, env: dict, tile: int) -> dict:
 def ring(kernel) -> K.ForOp:
     """The producer's K/V ring loop."""
     (roles,) = [op for op in kernel.body if isinstance(op, H.WarpSpecializeOp)]
-    (loop,) = [y for op in roles.producer for y in K.walk(op) if isinstance(y, K.ForOp)
-               and any(isinstance(z, H.MbarrierArriveExpectTxOp) for z in K.walk(y))]
+    (loop,) = [y for op in roles.producer for y in K.walk(op) if is_ring_loop(y)]
     return loop
 
 

@@ -178,8 +178,7 @@ class Kernel:
         self._params_op = next(op for op in compiled.program.body
                                if isinstance(op, ParamsOp) and op.name == self.kernel.params)
         self._struct = params_struct(self._params_op)
-        filled = launcher_filled_fields(self.kernel)
-        self._tile_counter, self._resident_field = TILE_COUNTER in filled, RESIDENT_CTAS_FIELD in filled
+        self._filled = launcher_filled_fields(self.kernel)
         self._tma = tma_descriptors(compiled.program).get(self.kernel.params, {})
         self._tma_bytes: OrderedDict[tuple, bytes] = OrderedDict()   # encoded descriptors, by tensor geometry
         self._loaded: dict[int, _Loaded] = {}
@@ -295,7 +294,7 @@ class Kernel:
         if all(o.numel() == 0 for o in outs):
             return outs[0] if len(outs) == 1 else tuple(outs)
         values = dict(env, **dims)
-        if self._tile_counter:
+        if TILE_COUNTER in self._filled:
             # a persistent kernel's tile counter: zeroed on the launch's stream, freed behind it in stream order
             counter = torch.zeros(1, dtype=torch.int32, device=dev)
             values[TILE_COUNTER] = counter.data_ptr()
@@ -351,8 +350,8 @@ class Kernel:
         """Pack `values` (field name → value) into the struct and launch on `stream`. `tensors`
         (pointer field → torch tensor) gives the tensors TMA descriptors are encoded from."""
         driver = _driver()
-        filled = {RESIDENT_CTAS_FIELD} if self._resident_field else set()   # by the launcher, below
-        missing = [n for n, _ in self._params_op.fields if n not in values and n not in filled]
+        # the tile counter comes in `values` (__call__ allocates it per launch); the resident count is filled below
+        missing = [n for n, _ in self._params_op.fields if n not in values and n not in self._filled - {TILE_COUNTER}]
         if missing:
             why = (f"; {TILE_COUNTER} is a zeroed int32 on the launch's stream (a persistent kernel's tile counter)"
                    if TILE_COUNTER in missing else "")
@@ -360,7 +359,7 @@ class Kernel:
         import torch
         with torch.cuda.device(device):
             loaded = self._module(device.index if device.index is not None else torch.cuda.current_device())
-            if self._resident_field:   # SMs x occupancy: where the hardware's next wave of CTAs starts
+            if RESIDENT_CTAS_FIELD in self._filled:   # SMs x occupancy: where the hardware's next wave of CTAs starts
                 values = dict(values, **{RESIDENT_CTAS_FIELD: loaded.resident_ctas})
             params = self._struct(**{n: values[n] for n, _ in self._params_op.fields})
             env = {f"p.{n}": values[n] for n, _ in self._params_op.fields}

@@ -39,6 +39,7 @@ from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.base import substitute_names
 from tlc.kir.expr import BinOp, Call, Const, Expr, Var, free_names
+from tlc.lowering.warp_specialize import is_ring_loop
 
 L2_BUDGET = 32 * 1024 * 1024   # bytes of K/V a section's heads may keep live (FlashAttention-3's tile scheduler)
 
@@ -119,8 +120,7 @@ def _sections(kernel: H.Sm90KernelOp, tail_only: bool) -> tuple[H.Sm90KernelOp, 
 
 
 def _ring_loop(roles: H.WarpSpecializeOp) -> K.ForOp:
-    loops = [x for op in roles.producer for x in K.walk(op) if isinstance(x, K.ForOp)
-             and any(isinstance(y, H.MbarrierArriveExpectTxOp) for y in K.walk(x))]
+    loops = [x for op in roles.producer for x in K.walk(op) if is_ring_loop(x)]
     if len(loops) != 1:
         raise Declined(f"the producer has {len(loops)} ring loops, not one")
     return loops[0]

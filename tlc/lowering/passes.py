@@ -159,6 +159,20 @@ class _ScheduleRewritePass(_KernelPass):
 
 
 @dataclass(frozen=True)
+class _ScheduleProgramRewritePass(_KernelPass):
+    """A kernel-IR rewrite of the whole program `(program, arch) → (program, notes)`, for passes that change
+    the parameter struct too; its notes join the schedule listing."""
+
+    def rewrite_program(self, program, arch):
+        raise NotImplementedError
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        state = _state(ctx, self.name)
+        state.kir, notes = self.rewrite_program(state.kir, state.arch)
+        state.schedule = list(state.schedule) + notes
+
+
+@dataclass(frozen=True)
 class _ScheduleListingPass(Pass):
     """A pass whose printed state is the schedule's notes so far, then the kernel IR it leaves."""
 
@@ -230,7 +244,7 @@ class OverlapGemmsPass(_ScheduleListingPass, _ScheduleRewritePass):
 
 
 @dataclass(frozen=True)
-class PersistentPass(_ScheduleListingPass):
+class PersistentPass(_ScheduleListingPass, _ScheduleProgramRewritePass):
     """sm_90a, warp-specialised kernels: a CTA per resident slot loops over the output tiles, the
     producer loading the next tile while the consumers finish this one (tlc.lowering.persistent).
     `Param Persistent = true` turns it on (off by default); `Param StaticTiles = true` hands each CTA the
@@ -238,17 +252,19 @@ class PersistentPass(_ScheduleListingPass):
     stay uniform: no register→uniform moves per load)."""
 
     name: ClassVar[str] = "persistent"
+    static: bool = False
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        from tlc.lowering.persistent import make_persistent
-
         static = _bool_param(graph, "StaticTiles", False)
         _needs(graph, "StaticTiles", static, "Persistent", "it picks how a persistent kernel's CTAs take their tiles")
-        if not _bool_param(graph, "Persistent", False):
-            return
-        state = _state(ctx, self.name)
-        state.kir, notes = make_persistent(state.kir, state.arch.smem_per_block, static)
-        state.schedule = list(state.schedule) + notes
+        if _bool_param(graph, "Persistent", False):
+            object.__setattr__(self, "static", static)
+            super().apply(ctx, graph)
+
+    def rewrite_program(self, program, arch):
+        from tlc.lowering.persistent import make_persistent
+
+        return make_persistent(program, arch.smem_per_block, self.static)
 
 
 @dataclass(frozen=True)
@@ -276,7 +292,7 @@ class L2SectionsPass(_ScheduleListingPass, _ScheduleRewritePass):
 
 
 @dataclass(frozen=True)
-class PrefetchNextTilePass(_ScheduleListingPass):
+class PrefetchNextTilePass(_ScheduleListingPass, _ScheduleProgramRewritePass):
     """sm_90a, one tile per CTA: the producer prefetches into L2 the once-loaded tiles (Q) of the CTA that
     starts one resident wave later (tlc.lowering.prefetch_next_tile), so that CTA's first GEMM does not wait
     on DRAM. `Param PrefetchNext = true` turns it on (off by default: on an H200 it moved the bar rows by
@@ -286,13 +302,13 @@ class PrefetchNextTilePass(_ScheduleListingPass):
     name: ClassVar[str] = "prefetch-next-tile"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
+        if _bool_param(graph, "PrefetchNext", False):
+            super().apply(ctx, graph)
+
+    def rewrite_program(self, program, arch):
         from tlc.lowering.prefetch_next_tile import prefetch_next_tile
 
-        if not _bool_param(graph, "PrefetchNext", False):
-            return
-        state = _state(ctx, self.name)
-        state.kir, notes = prefetch_next_tile(state.kir)
-        state.schedule = list(state.schedule) + notes
+        return prefetch_next_tile(program)
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,11 @@ it finishes this one, and keeps its schedule.
 On an H200 (2026-11-27, `TLC_BENCH_DEFINES="PrefetchNext=true"` against the default, the bar rows alternating
 twice, bench/results/2026-11-27-h200-s14-prefetch-next-ab.txt) the one-tile rows moved by -0.3..+1.5 %, and
 d = 256 causal lost 9 % in a build whose coordinates (the whole l2-sections decode inlined into each) made
-the producer thread spill (268 B; 4436 instructions before its first ring wait against 102, NVRTC 13.0):
-the block-index lets the coordinates read are now re-declared once each (`<name>_next`), spill-free, and
-keep the kernel's i32 arithmetic; not re-timed. Off by default; tlc.tuning sets it, with a 3-stage ring, for d = 64 causal (1.007x and 1.013x of two
+the producer thread spill (ptxas: 268 B stored, 296 B loaded, 72 B of stack, in the build record of
+`tlc build specs/gqa_fwd.tl --arch sm_90a -D HeadDim=256 -D BM=128 -D BN=64 -D Warps=8 -D Causal=true
+-D L2Sections=true -D PrefetchNext=true` at 8e7a106, NVRTC 13.0, 2026-11-27; no spills since): the
+block-index lets the coordinates read are now re-declared once each (`<name>_next`) and keep the kernel's
+i32 arithmetic; not re-timed. Off by default; tlc.tuning sets it, with a 3-stage ring, for d = 64 causal (1.007x and 1.013x of two
 stages without it, in two calls). `next` fits an i32: 2^31 CTAs of at least 64 rows of 64
 bf16 columns each would be a 16 TiB Q.
 """
@@ -33,6 +35,7 @@ from tlc.expr.rewrite import substitute
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Expr, Var, free_names
+from tlc.lowering.warp_specialize import is_ring_loop
 
 NEXT, NEXT_X, NEXT_Y, NEXT_Z = "next_cta", "next_x", "next_y", "next_z"
 _GRID = {f"{g}.{a}" for g in ("blockIdx", "gridDim") for a in "xyz"}
@@ -80,10 +83,6 @@ def _prefetch(program: K.ProgramOp) -> tuple[K.ProgramOp, list[str]]:
                  "places on into L2 (cp.async.bulk.prefetch.tensor) before its K/V ring"]
 
 
-def _is_ring(op: K.Op) -> bool:
-    return isinstance(op, K.ForOp) and any(isinstance(x, H.MbarrierArriveExpectTxOp) for x in K.walk(op))
-
-
 def _insert(body: tuple[K.Op, ...], lets: list[K.LetOp], defined: set[str]) -> tuple[tuple[K.Op, ...], list[str]]:
     """`body` with the prefetches placed before the ring loop of the block that loads a tile once and then runs
     the ring (searched through ifs); the names of the tiles prefetched, none if no such block. `lets`: the
@@ -92,7 +91,7 @@ def _insert(body: tuple[K.Op, ...], lets: list[K.LetOp], defined: set[str]) -> t
     for i, op in enumerate(body):
         if isinstance(op, K.LetOp):
             scope.append(op)
-        if _is_ring(op):
+        if is_ring_loop(op):
             once = [x for x in body[:i] if isinstance(x, H.TmaLoadOp)]
             if not once:
                 return body, []

@@ -455,6 +455,11 @@ class WarpSpecializer:
 _DEAD_IF_UNUSED = (K.TiledCopyOp, K.PartitionOp, K.GlobalTileOp, K.IdentityTileOp, K.GlobalTensorOp)
 
 
+def is_ring_loop(op: K.Op) -> bool:
+    """A producer loop that arms a TMA ring's barriers: the K/V trips (what the once-loads precede)."""
+    return isinstance(op, K.ForOp) and any(isinstance(x, H.MbarrierArriveExpectTxOp) for x in K.walk(op))
+
+
 def _live(decls, users) -> list[K.Op]:
     """`decls` less the copy-only declarations nothing else reads."""
     decls = list(decls)
