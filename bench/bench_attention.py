@@ -6,7 +6,8 @@
     python bench/bench_attention.py --bar --arch sm_90a   # issue 12's bar table (BAR_ROWS), B·S = 16k everywhere
 
 Checks tlc's output (every swept variant's too, and each baseline's) against the tolerance rule of docs/correctness.md on a (batch 0,
-first and last query head) slice of every timed problem, times with triton.testing.do_bench (median),
+first and last query head) slice of every timed problem, times with triton.testing.do_bench (median, after
+WARMUP_MS = 500 ms of untimed calls; TLC_BENCH_WARMUP_MS sets it),
 prints a table last and writes JSON under $OUT. GQA/MQA rows give SDPA enable_gqa=True under each
 backend; a backend that refuses it (or answers wrongly) is timed on K/V heads expanded once with
 repeat_interleave, outside the timed call, and the row's note says so.
@@ -132,9 +133,17 @@ def flops(B, H, S, d, causal, d_v=None):
     return f / 2 if causal else f
 
 
+# Milliseconds each timed call runs untimed first. On the H200 every burst of GPU work starts with its SM clock
+# at 1620-1845 MHz for 0.3-0.4 s before it settles at 1965-1980 (nvidia-smi every 100 ms over three runs of the
+# d = 128 bf16/fp16 rows, 2026-11-27, bench/results/2026-11-27-h200-s15-fp16-clocks.txt), and each backend of a
+# row is timed after a host-side gap (checks, profiling): with do_bench's 50 ms most of a 300 ms measurement
+# fell inside that dip, how deep depending on the kernel's power draw, so the rows are timed at the settled clock.
+WARMUP_MS = int(os.environ.get("TLC_BENCH_WARMUP_MS", "500"))
+
+
 def bench_ms(fn) -> float:
     from triton.testing import do_bench
-    return do_bench(fn, warmup=50, rep=300, return_mode="median")
+    return do_bench(fn, warmup=WARMUP_MS, rep=300, return_mode="median")
 
 
 def sdpa_kernel_names(backend, q, k, v, causal, **kw) -> list[str]:
@@ -324,7 +333,8 @@ def main() -> int:
             print(line, flush=True)
     dev = torch.cuda.get_device_name()
     report = {"arch": ARCH, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": dev,
-              "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "rows": [], "sweep": []}
+              "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "warmup_ms": WARMUP_MS, "rows": [],
+              "sweep": []}
     if a.sweep:
         for row, tiles in sweeps:
             try:
@@ -356,7 +366,7 @@ def main() -> int:
     with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
     print(f"\n{dev}, torch {torch.__version__}, cuDNN {report['cudnn']}, tlc for {ARCH}, forward (bf16 unless "
-          "the row says fp16), TFLOP/s (median of do_bench), B·H·S as in the JSON")
+          f"the row says fp16), TFLOP/s (median of do_bench after {WARMUP_MS} ms of warm-up), B·H·S as in the JSON")
     print(f"{'config':24s} {'tlc':>7s} {'SDPA-FA2':>9s} {'cuDNN':>7s} {'tlc/FA2':>8s} {'tlc/cuDNN':>9s}  check  note")
     for r in report["rows"]:
         tl, fa, cu = r.get("tlc_tflops"), r.get("flash_tflops"), r.get("cudnn_tflops")

@@ -84,11 +84,17 @@ DEFAULT_SCHEDULE = {64: {"FoldLdmatrix": False}}
 # into L2 (`prefetch-next-tile`) ran 1.007x of 2 stages without it over three rounds of one call (1.002-1.012x each)
 # (`TLC_BENCH_DEFINES="Stages=2;PrefetchNext=false"` against the default, `--rows 'MHA d=64 causal$'`;
 # 3 stages alone 1.002x; …-s14-final-ab.txt) and 1.013x in another (…-s14-d64-causal-variants.txt, where
-# PingPong=false ran 1.000x, the dynamic persistent kernel 0.99x, one reduction chain 0.99x). On the whole bar
-# (…-s14-prefetch-next-ab.txt) the prefetch moved the other rows by -0.3..+1.5 %, and d = 256 causal lost 9 % in
-# a build whose producer spilled (fixed since, not re-timed): so it is set here only. The prefetch block timed
-# here inlined its coordinates; it now re-declares the lets they read (same boxes, fewer instructions), not re-timed.
-SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True, "Stages": 3, "PrefetchNext": True}, 256: {"L2Sections": True}}
+# PingPong=false ran 1.000x, the dynamic persistent kernel 0.99x, one reduction chain 0.99x).
+SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True, "Stages": 3}, 256: {"L2Sections": True}}
+
+
+# Every one-tile-per-CTA sm_90a kernel prefetches the next wave's Q into L2 (`prefetch-next-tile`; persistent
+# kernels load their next tile themselves). On every bar row where it applies it ran 1.000-1.011x alternating
+# twice with it off (H200, 2026-11-27, `TLC_BENCH_DEFINES="PrefetchNext=true" python3 bench/bench_attention.py
+# --bar --arch sm_90a --no-baselines` against the default at 9c8834e; GQA 32/8 causal 1.011x, MQA 32/1 causal
+# 1.007x, S = 16k 1.008x, d = 256 causal with l2-sections 1.000x, MLA prefill 1.002x;
+# bench/results/2026-11-27-h200-s15-prefetch-next-ab.txt).
+SM90A_ONE_TILE_SCHEDULE = {"PrefetchNext": True}
 
 
 # sm_90a kernels over short key sequences: a persistent kernel hides each tile's prologue (the Q load, the
@@ -103,19 +109,25 @@ SM90A_CAUSAL_SCHEDULE = {64: {"SkipMaskedTrips": True, "Stages": 3, "PrefetchNex
 # but d = 256 0.93x and MLA prefill 0.96x; S = 2k d = 128 1.00x; S = 4k 0.90-0.99x (`TLC_BENCH_DEFINES=
 # "Persistent=true"`, …-s13-persistent-causal-ab-*.txt); static causal tiles lose 7-15 % at S = 4k but for GQA
 # and MQA (`"Persistent=true;StaticTiles=true"`, …-s13-static-causal-heads-ab-*.txt: their concurrent tiles
-# span every head's K/V). Per causality: (the most keys, the
-# tabled widths it holds for, the knobs); MLA prefill's pair keeps its one schedule. The causal short kernels
-# keep the 2-stage ring they were timed with (d = 64 causal's 3 stages are for its one-tile kernel).
-SM90A_SHORT_KEYS = {False: (4096, (64, 128, 256), {"Persistent": True, "StaticTiles": True}),
-                    True: (1024, (64, 128), {"Persistent": True, "Stages": 2})}
+# span every head's K/V). Once one-tile kernels prefetched the next wave's Q (SM90A_ONE_TILE_SCHEDULE), the
+# static persistent kernel kept its lead at S <= 2k and at S = 4k for d = 64 only (H200, 2026-11-27, at
+# 9c8834e with SM90A_ONE_TILE_SCHEDULE, `TLC_BENCH_DEFINES="Persistent=false;StaticTiles=false;PrefetchNext=true"` against the
+# default, alternating twice, `--bar` rows at S = 4k and 1k and `--short`, `--no-baselines`;
+# bench/results/2026-11-27-h200-s15-short-keys-ab.txt): one tile + prefetch at S = 4k d = 64 0.990x, d = 128
+# 1.009x, d = 256 1.008x, GQA 32/8 1.009x, MQA 32/1 1.016x, fp16 1.001x; S = 2k d = 128 0.991x (causal 0.998x);
+# S = 1k 0.95-0.99x non-causal, causal d = 64 0.961x, d = 128 0.977x, GQA 0.969x. Per causality: (the most keys
+# per tabled width, the knobs); MLA prefill's pair and the widths not listed keep one tile per CTA. The causal
+# short kernels keep the 2-stage ring they were timed with (d = 64 causal's 3 stages are for its one-tile kernel).
+SM90A_SHORT_KEYS = {False: ({64: 4096, 128: 2048, 256: 2048}, {"Persistent": True, "StaticTiles": True}),
+                    True: ({64: 1024, 128: 1024}, {"Persistent": True, "Stages": 2})}
 
 
 def short_keys(arch: str, d_qk: int, d_v: int, causal: bool, seq_k: int | None) -> bool:
     """Whether a call with `seq_k` keys per sequence (None: unknown) takes the short-sequence schedule."""
     if arch != "sm_90a" or seq_k is None or (d_qk, d_v) in SM90A_PAIRS:
         return False
-    most, widths, _ = SM90A_SHORT_KEYS[bool(causal)]
-    return seq_k <= most and _table_width(SM90A_TILES, d_qk, d_v) in widths
+    most = SM90A_SHORT_KEYS[bool(causal)][0].get(_table_width(SM90A_TILES, d_qk, d_v), 0)
+    return seq_k <= most
 
 
 def default_schedule(d_qk: int, d_v: int, arch: str, causal: bool = False, seq_k: int | None = None) -> dict:
@@ -124,10 +136,11 @@ def default_schedule(d_qk: int, d_v: int, arch: str, causal: bool = False, seq_k
     if arch != "sm_90a":
         return dict(DEFAULT_SCHEDULE.get(_table_width(DEFAULT_TILES, d_qk, d_v), {}))
     if (d_qk, d_v) in SM90A_PAIRS:
-        return {}
-    short = dict(SM90A_SHORT_KEYS[bool(causal)][2]) if short_keys(arch, d_qk, d_v, causal, seq_k) else {}
+        return dict(SM90A_ONE_TILE_SCHEDULE)
+    short = short_keys(arch, d_qk, d_v, causal, seq_k)
     width = _table_width(SM90A_TILES, d_qk, d_v)
-    return {**SM90A_SCHEDULE.get(width, {}), **(SM90A_CAUSAL_SCHEDULE.get(width, {}) if causal else {}), **short}
+    return {**SM90A_SCHEDULE.get(width, {}), **(SM90A_CAUSAL_SCHEDULE.get(width, {}) if causal else {}),
+            **(SM90A_SHORT_KEYS[bool(causal)][1] if short else SM90A_ONE_TILE_SCHEDULE)}
 
 
 def _table_width(table: dict, d_qk: int, d_v: int) -> int:

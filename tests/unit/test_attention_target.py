@@ -47,21 +47,36 @@ def test_other_targets_do_not_fall_back(monkeypatch) -> None:
         rt.build_attention("bf16", 64, 64, True, "sm_80")
 
 
-@pytest.mark.parametrize("causal,seq_k,want", [
-    (False, 1, {"Persistent": True, "StaticTiles": True}), (False, 4096, {"Persistent": True, "StaticTiles": True}),
-    (False, 4097, {}), (True, 1024, {"Persistent": True}), (True, 1025, {}), (True, None, {}), (False, None, {})])
-def test_short_key_sequences_take_the_persistent_schedule_on_hopper(causal, seq_k, want) -> None:
+STATIC, DYNAMIC = {"Persistent": True, "StaticTiles": True}, {"Persistent": True}
+
+
+@pytest.mark.parametrize("causal,d,seq_k,want", [
+    (False, 64, 1, STATIC), (False, 64, 4096, STATIC), (False, 40, 4096, STATIC), (False, 64, 4097, {}),
+    (False, 128, 2048, STATIC), (False, 96, 2048, STATIC), (False, 128, 2049, {}), (False, 128, 4096, {}),
+    (False, 256, 2048, STATIC), (False, 224, 2049, {}),
+    (True, 64, 1024, DYNAMIC), (True, 128, 1024, DYNAMIC), (True, 128, 1025, {}), (True, 256, 1, {}),
+    (True, 128, None, {}), (False, 64, None, {})])
+def test_short_key_sequences_take_the_persistent_schedule_on_hopper(causal, d, seq_k, want) -> None:
     from tlc.tuning import default_schedule
 
     def knobs(d, dv, arch="sm_90a"):
         return {k: v for k, v in default_schedule(d, dv, arch, causal, seq_k).items() if k in ("Persistent", "StaticTiles")}
-    for d in (40, 64, 96, 128):
-        assert knobs(d, d) == want, d
-        assert knobs(d, d, "sm_90") == {}   # the mma.sync kernels: never
-    # d = 256 non-causal only (causal persistent ran 0.93x at S = 1k); MLA prefill's pair and the 192 width never
-    assert knobs(256, 256) == ({} if causal else want) and knobs(224, 224) == knobs(256, 256)
-    assert knobs(192, 128) == {} and knobs(160, 160) == {}
-    assert rt.attention_spec("bf16", 128, 128, causal, "sm_90a", seq_k)[1].get("Persistent", False) == bool(want)
+    assert knobs(d, d) == want
+    assert knobs(d, d, "sm_90") == {}   # the mma.sync kernels: never
+    assert knobs(192, 128) == {} and knobs(160, 160) == {}   # MLA prefill's pair and the 192 width: never
+    assert rt.attention_spec("bf16", d, d, causal, "sm_90a", seq_k)[1].get("Persistent", False) == bool(want)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (256, 256), (192, 128), (40, 40)])
+def test_one_tile_hopper_kernels_prefetch_the_next_wave_and_persistent_ones_do_not(d, dv, causal) -> None:
+    from tlc.tuning import default_schedule, short_keys
+
+    for seq_k in (None, 1, 1024, 4096, 4097, 16384):
+        got = default_schedule(d, dv, "sm_90a", causal, seq_k)
+        assert got.get("PrefetchNext", False) == (not got.get("Persistent", False)), (seq_k, got)
+        assert got.get("Persistent", False) == short_keys("sm_90a", d, dv, causal, seq_k)
+        assert "PrefetchNext" not in default_schedule(d, dv, "sm_90", causal, seq_k)
 
 
 def test_the_dispatch_table_keys_the_key_length_class(monkeypatch) -> None:
@@ -73,7 +88,7 @@ def test_the_dispatch_table_keys_the_key_length_class(monkeypatch) -> None:
     monkeypatch.setattr(rt, "build_attention", lambda *a: built.append(a) or f"kernel{len(built)}")
     monkeypatch.setattr(rt, "_ATTENTION", {})
     q = torch.empty(1, 2, 8, 128, dtype=torch.bfloat16)
-    kernels = [rt.attention_kernel(q, 128, False, sk) for sk in (1000, 4096, 8192, 100000)]
+    kernels = [rt.attention_kernel(q, 128, False, sk) for sk in (1000, 2048, 4096, 100000)]
     assert kernels == ["kernel1", "kernel1", "kernel2", "kernel2"]
-    assert [a[-1] for a in built] == [1000, 8192]
+    assert [a[-1] for a in built] == [1000, 4096]
     assert rt.attention_kernel(q, 128, True, 1000) == "kernel3" and rt.attention_kernel(q, 128, True, 2000) == "kernel4"
