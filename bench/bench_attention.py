@@ -136,9 +136,13 @@ def flops(B, H, S, d, causal, d_v=None):
 # Milliseconds each timed call runs untimed first. On the H200 every burst of GPU work starts with its SM clock
 # at 1620-1845 MHz for 0.3-0.4 s before it settles at 1965-1980 (nvidia-smi every 100 ms over three runs of the
 # d = 128 bf16/fp16 rows, 2026-11-27, bench/results/2026-11-27-h200-s15-fp16-clocks.txt), and each backend of a
-# row is timed after a host-side gap (checks, profiling): with do_bench's 50 ms most of a 300 ms measurement
-# fell inside that dip, how deep depending on the kernel's power draw, so the rows are timed at the settled clock.
-WARMUP_MS = int(os.environ.get("TLC_BENCH_WARMUP_MS", "500"))
+# row is timed after a host-side gap (checks, profiling), so the rows are timed past that dip. Against do_bench's
+# 50 ms (one run each, bench/results/2026-11-27-h200-s15-warmup-ab.txt) the bf16 d = 128 rows moved by 0.1 % and
+# the fp16 ones by -1.6 % / -1.0 %: the fp16 rows' lower speed is not the dip.
+_WARMUP = os.environ.get("TLC_BENCH_WARMUP_MS", "500")
+if not _WARMUP.isdigit():
+    sys.exit(f"TLC_BENCH_WARMUP_MS={_WARMUP!r}: write a whole number of milliseconds, e.g. 500")
+WARMUP_MS = int(_WARMUP)
 
 
 def bench_ms(fn) -> float:

@@ -114,8 +114,8 @@ SM90A_ONE_TILE_SCHEDULE = {"PrefetchNext": True}
 # 9c8834e with SM90A_ONE_TILE_SCHEDULE, `TLC_BENCH_DEFINES="Persistent=false;StaticTiles=false;PrefetchNext=true"` against the
 # default, alternating twice, `--bar` rows at S = 4k and 1k and `--short`, `--no-baselines`;
 # bench/results/2026-11-27-h200-s15-short-keys-ab.txt): one tile + prefetch at S = 4k d = 64 0.990x, d = 128
-# 1.009x, d = 256 1.008x, GQA 32/8 1.009x, MQA 32/1 1.016x, fp16 1.001x; S = 2k d = 128 0.991x (causal 0.998x);
-# S = 1k 0.95-0.99x non-causal, causal d = 64 0.961x, d = 128 0.977x, GQA 0.969x. Per causality: (the most keys
+# 1.009x, d = 256 1.008x, GQA 32/8 1.009x, MQA 32/1 1.016x, fp16 1.001x; S = 2k d = 128 0.991x; S = 1k
+# 0.95-0.99x non-causal, causal (dynamic) d = 64 0.961x, d = 128 0.977x, GQA 0.969x. Per causality: (the most keys
 # per tabled width, the knobs); MLA prefill's pair and the widths not listed keep one tile per CTA. The causal
 # short kernels keep the 2-stage ring they were timed with (d = 64 causal's 3 stages are for its one-tile kernel).
 SM90A_SHORT_KEYS = {False: ({64: 4096, 128: 2048, 256: 2048}, {"Persistent": True, "StaticTiles": True}),
