@@ -170,3 +170,21 @@ def test_the_launcher_fills_the_fields_its_ops_read_and_leaves_a_users_input_of_
     state = run_lowering(graph, "sm_90a", name="gqa_fwd")[0]
     assert "prefetch-next-tile: kept: the parameter struct already has a field resident_ctas" in state.schedule
     assert launcher_filled_fields(state.kir.kernels()[0]) == set()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq_k", [1024, 4096])
+def test_tlc_attention_kernels_prefetch_exactly_when_they_run_one_tile_per_cta(causal, seq_k) -> None:
+    """What tlc.attention builds at d = 128 on sm_90a: one tile per CTA with the prefetch (S = 4k), or a
+    persistent kernel without it (short keys) — lowered from the shipped spec with attention_spec's bindings."""
+    from tlc.runtime import attention_spec
+
+    spec, defines = attention_spec("bf16", 128, 128, causal, "sm_90a", seq_k)
+    kernel = lower_state(spec.stem, **{k: str(v).lower() if isinstance(v, bool) else str(v)
+                                       for k, v in defines.items()}).kir.kernels()[0]
+    prefetches = [op for op in K.walk(kernel) if isinstance(op, H.TmaPrefetchTileOp)]
+    persistent = bool(defines.get("Persistent"))
+    assert persistent == (seq_k == 1024)
+    assert bool(prefetches) == (not persistent)
+    assert launcher_filled_fields(kernel) == (
+        set() if persistent and not causal else {H.TILE_COUNTER} if persistent else {H.RESIDENT_CTAS_FIELD})
