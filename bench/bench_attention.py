@@ -19,7 +19,9 @@ import datetime
 import json
 import os
 import re
+import statistics
 import sys
+import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -150,6 +152,25 @@ def bench_ms(fn) -> float:
     return do_bench(fn, warmup=WARMUP_MS, rep=300, return_mode="median")
 
 
+# A row whose tlc call costs the host at least this share of its kernel's time is flagged in its notes: the GPU
+# may then wait on the host between do_bench's launches (each also queues an L2 flush), so the TFLOP/s are the
+# host's as much as the kernel's.
+HOST_BOUND = 0.8
+
+
+def host_us(fn, calls: int = 50) -> float:
+    """Median host time of one call of `fn` in µs, the calls issued back to back without synchronizing (the GPU
+    works through the queue meanwhile): what the CPU spends per launch."""
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e6
+
+
 def sdpa_kernel_names(backend, q, k, v, causal, **kw) -> list[str]:
     """Names of the CUDA kernels one SDPA call ran under `backend` (FA2 shows as flash_fwd_kernel)."""
     from torch.profiler import ProfilerActivity, profile
@@ -184,6 +205,7 @@ def run_row(row, tiles, check=True):
         result["check_passed"] = rep.passed
     ms = bench_ms(lambda: kern(q, k, v, out=out))
     result["tlc_ms"] = ms
+    result["tlc_host_us"] = host_us(lambda: kern(q, k, v, out=out))
     result["tlc_tflops"] = flops(B, H, S, d, causal, dv) / ms / 1e9
     return result, (q, k, v)
 
@@ -246,7 +268,8 @@ def run_baselines(row, qkv, result):
 
 def add_notes(rows) -> None:
     """Each row's `notes`: how its baselines ran (GQA: enable_gqa or expanded K/V), why one is n/a, whether
-    SDPA's flash kernel was FA2, tlc's error, and for fp16 rows tlc's fp16/bf16 ratio against its bf16 row."""
+    SDPA's flash kernel was FA2, tlc's error, a tlc call whose host time nears its kernel's (HOST_BOUND), and for
+    fp16 rows tlc's fp16/bf16 ratio against its bf16 row."""
     by_name = {r["name"]: r for r in rows}
     for r in rows:
         notes = []
@@ -264,6 +287,9 @@ def add_notes(rows) -> None:
                 notes.append(f"{what} n/a: " + "; ".join(f"{m}: {e[:100]}" for m, e in r[f"{label}_errors"].items()))
         if r.get("flash_is_fa2") is False:
             notes.append("SDPA flash kernel not FA2!")
+        if r.get("tlc_host_us") and r.get("tlc_ms") and r["tlc_host_us"] >= HOST_BOUND * r["tlc_ms"] * 1e3:
+            notes.append(f"tlc host {r['tlc_host_us']:.0f} us a call against its {r['tlc_ms'] * 1e3:.0f} us kernel: "
+                         "may be host-bound")
         base = by_name.get(r.get("bf16_row", ""))
         if base and r.get("tlc_tflops") and base.get("tlc_tflops"):
             ratio = r["tlc_tflops"] / base["tlc_tflops"]

@@ -143,6 +143,18 @@ def test_notes_name_how_each_baseline_ran_and_the_fp16_ratio() -> None:
     assert rows[3]["notes"] == ["tlc: boom"]
 
 
+def test_a_row_whose_host_time_nears_its_kernels_is_flagged() -> None:
+    from bench.bench_attention import HOST_BOUND, add_notes
+
+    assert 120.0 < HOST_BOUND * 174 < 140.0
+
+    rows = [dict(name="a", tlc_ms=0.174, tlc_host_us=140.0), dict(name="b", tlc_ms=0.174, tlc_host_us=120.0),
+            dict(name="c", tlc_ms=0.174)]
+    add_notes(rows)
+    assert rows[0]["notes"] == ["tlc host 140 us a call against its 174 us kernel: may be host-bound"]
+    assert rows[1]["notes"] == [] == rows[2]["notes"]
+
+
 def test_precompile_rows_and_variants_select_and_multiply_the_jobs() -> None:
     from bench.precompile import job_set
 
