@@ -3,7 +3,7 @@ what a short-sequence row of bench_attention.py pays per launch when the host, n
 bottleneck. Next to SDPA's cuDNN and flash backends in the same run, plus the hottest Python frames
 (cProfile) of tlc's call on the default target.
 
-    python3 bench/launch_overhead.py [--calls 300]
+    python3 bench/launch_overhead.py [--calls 300]   # each row: the median of 5 blocks of 300 calls
 
 Prints a table last; writes $OUT/launch_overhead.json when OUT is set.
 """
@@ -15,6 +15,7 @@ import io
 import json
 import os
 import pstats
+import statistics
 import sys
 import time
 
@@ -28,15 +29,20 @@ import tlc  # noqa: E402
 from bench import require_cuda  # noqa: E402
 
 
-def per_call_us(fn, calls: int) -> float:
+def per_call_us(fn, calls: int, blocks: int = 5) -> float:
+    """Time per call over `blocks` blocks of `calls` calls each (synchronized at each block's end), the median
+    block: one block on the device machine's host ranged 105-171 us for the same call (2026-11-27)."""
     for _ in range(10):
         fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    per_block = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        per_block.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(per_block)
 
 
 def main() -> int:
