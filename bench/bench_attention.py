@@ -142,7 +142,7 @@ def flops(B, H, S, d, causal, d_v=None):
 # 50 ms (one run each, bench/results/2026-11-27-h200-s15-warmup-ab.txt) the bf16 d = 128 rows moved by 0.1 % and
 # the fp16 ones by -1.6 % / -1.0 %: the fp16 rows' lower speed is not the dip.
 _WARMUP = os.environ.get("TLC_BENCH_WARMUP_MS", "500")
-if not _WARMUP.isdigit():
+if not _WARMUP.isdecimal():
     sys.exit(f"TLC_BENCH_WARMUP_MS={_WARMUP!r}: write a whole number of milliseconds, e.g. 500")
 WARMUP_MS = int(_WARMUP)
 

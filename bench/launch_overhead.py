@@ -29,7 +29,10 @@ import tlc  # noqa: E402
 from bench import require_cuda  # noqa: E402
 
 
-def per_call_us(fn, calls: int, blocks: int = 5) -> float:
+BLOCKS = 5   # timed blocks of calls per row; the row is their median
+
+
+def per_call_us(fn, calls: int, blocks: int = BLOCKS) -> float:
     """Time per call over `blocks` blocks of `calls` calls each (synchronized at each block's end), the median
     block: one block on the device machine's host ranged 105-171 us for the same call (2026-11-27)."""
     for _ in range(10):
@@ -58,9 +61,9 @@ def main() -> int:
         # The layers under tlc.attention: the op's implementation (no torch.library dispatch), the Kernel.
         from tlc.runtime import attention_kernel, run_attention
         rows[f"  run_attention ({target})"] = per_call_us(lambda: run_attention(q, k, v, False, None), a.calls)
-        kernel = attention_kernel(q, 128, False)
+        kernel = attention_kernel(q, 128, False, k.shape[2])   # the kernel tlc.attention runs for these keys
         rows[f"  Kernel.__call__ ({target})"] = per_call_us(lambda: kernel(q, k, v), a.calls)
-        # causal short keys on sm_90a: the dynamic persistent kernel, whose launch also zeroes a tile counter
+        # causal: on sm_90a the short keys' dynamic persistent kernel, whose launch also zeroes a tile counter
         rows[f"tlc.attention causal ({target})"] = per_call_us(lambda: tlc.attention(q, k, v, is_causal=True), a.calls)
     os.environ.pop("TLC_ATTENTION_ARCH")
     for name, backend in (("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION), ("SDPA flash", SDPBackend.FLASH_ATTENTION)):
@@ -78,13 +81,13 @@ def main() -> int:
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "launch_overhead_profile.txt"), "w") as f:
             f.write(text.getvalue())
-    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "calls": a.calls, "us_per_call": rows}
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "calls": a.calls, "blocks": BLOCKS, "us_per_call": rows}
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "launch_overhead.json"), "w") as f:
             json.dump(out, f, indent=1)
     print(f"host time per call, B=1 H=1 S=128 d=128 bf16, {out['gpu']}")
     for name, us in rows.items():
-        print(f"{name:<26} {us:8.1f} us")
+        print(f"{name:<30} {us:8.1f} us")
     return 0
 
 

@@ -126,8 +126,8 @@ def short_keys(arch: str, d_qk: int, d_v: int, causal: bool, seq_k: int | None) 
     """Whether a call with `seq_k` keys per sequence (None: unknown) takes the short-sequence schedule."""
     if arch != "sm_90a" or seq_k is None or (d_qk, d_v) in SM90A_PAIRS:
         return False
-    most = SM90A_SHORT_KEYS[bool(causal)][0].get(_table_width(SM90A_TILES, d_qk, d_v), 0)
-    return seq_k <= most
+    most = SM90A_SHORT_KEYS[bool(causal)][0].get(_table_width(SM90A_TILES, d_qk, d_v))
+    return most is not None and seq_k <= most
 
 
 def default_schedule(d_qk: int, d_v: int, arch: str, causal: bool = False, seq_k: int | None = None) -> dict:

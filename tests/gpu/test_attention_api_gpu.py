@@ -65,3 +65,14 @@ def test_head_dims_that_are_multiples_of_8(d, sq, sk) -> None:
         out = tlc.attention(q, k, v, is_causal=causal, enable_gqa=True)
         report = check_attention(out, q, k, v, causal=causal)
         assert report.passed, f"d={d} {sq}x{sk} causal={causal}: {report}"
+
+
+@pytest.mark.parametrize("d", [40, 96, 160, 224])
+def test_head_dims_that_are_multiples_of_8_over_long_keys(d) -> None:
+    """Past every short-keys limit (tlc.tuning.short_keys): the one-tile kernels with the next-wave prefetch at
+    the padded widths, 448 to 1344 CTAs for the GPU's 132 SMs."""
+    q, k, v = _qkv(b=8, hq=8, hkv=2, sq=1333, sk=4100, d=d)
+    for causal in (False, True):
+        out = tlc.attention(q, k, v, is_causal=causal, enable_gqa=True)
+        report = check_attention(out, q, k, v, causal=causal)
+        assert report.passed, f"d={d} 1333x4100 causal={causal}: {report}"

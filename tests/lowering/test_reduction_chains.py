@@ -57,5 +57,7 @@ def test_tlc_attention_uses_two_chains_at_d64_on_sm90a_only() -> None:
     assert chains(64, 64, "sm_90a") == 2 == chains(40, 40, "sm_90a") == chains(64, 64, "sm_90a", True, 1024)
     assert chains(128, 128, "sm_90a") == 1 == chains(256, 256, "sm_90a") == chains(192, 128, "sm_90a")
     assert default_schedule(64, 64, "sm_90") == {"FoldLdmatrix": False}
+    assert default_schedule(64, 64, "sm_90a") == {"ReduceChains": 2, "PrefetchNext": True}
+    assert default_schedule(128, 128, "sm_90a") == {"PrefetchNext": True}
     assert attention_spec("bf16", 64, 64, True, "sm_90a")[1]["ReduceChains"] == 2
     assert "ReduceChains" not in attention_spec("bf16", 64, 64, True, "sm_90")[1]

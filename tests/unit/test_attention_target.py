@@ -67,6 +67,27 @@ def test_short_key_sequences_take_the_persistent_schedule_on_hopper(causal, d, s
     assert rt.attention_spec("bf16", d, d, causal, "sm_90a", seq_k)[1].get("Persistent", False) == bool(want)
 
 
+def test_widths_outside_the_short_keys_table_are_never_short_even_with_no_keys() -> None:
+    from tlc.tuning import default_schedule, short_keys
+
+    for seq_k in (0, 1):
+        assert not short_keys("sm_90a", 160, 160, False, seq_k) and not short_keys("sm_90a", 256, 256, True, seq_k)
+        assert short_keys("sm_90a", 128, 128, True, seq_k) and short_keys("sm_90a", 256, 256, False, seq_k)
+    assert default_schedule(256, 256, "sm_90a", True, 0) == {"L2Sections": True, "PrefetchNext": True}
+
+
+def test_each_schedule_is_a_fresh_dict() -> None:
+    from tlc import tuning
+
+    for args in ((64, 64, "sm_90a", True, 1), (128, 128, "sm_90a", False, 1), (192, 128, "sm_90a"), (64, 64, "sm_90"),
+                 (128, 128, "sm_90a", False, 8192)):
+        tuning.default_schedule(*args)["Stages"] = 99
+        assert 99 not in (v for table in (tuning.SM90A_SHORT_KEYS[False][1], tuning.SM90A_SHORT_KEYS[True][1],
+                                          tuning.SM90A_ONE_TILE_SCHEDULE, *tuning.SM90A_SCHEDULE.values(),
+                                          *tuning.SM90A_CAUSAL_SCHEDULE.values(), *tuning.DEFAULT_SCHEDULE.values())
+                          for v in table.values())
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (256, 256), (192, 128), (40, 40)])
 def test_one_tile_hopper_kernels_prefetch_the_next_wave_and_persistent_ones_do_not(d, dv, causal) -> None:

@@ -23,8 +23,9 @@ the producer thread spill (ptxas: 268 B stored, 296 B loaded, 72 B of stack, in 
 `tlc build specs/gqa_fwd.tl --arch sm_90a -D HeadDim=256 -D BM=128 -D BN=64 -D Warps=8 -D Causal=true
 -D L2Sections=true -D PrefetchNext=true` at 8e7a106, NVRTC 13.0, 2026-11-27; no spills since): the
 block-index lets the coordinates read are now re-declared once each (`<name>_next`) and keep the kernel's
-i32 arithmetic; not re-timed. Off by default; tlc.tuning sets it, with a 3-stage ring, for d = 64 causal (1.007x and 1.013x of two
-stages without it, in two calls). `next` fits an i32: 2^31 CTAs of at least 64 rows of 64
+i32 arithmetic; timed again at 9c8834e (H200, 2026-11-27, bench/results/2026-11-27-h200-s15-prefetch-next-ab.txt):
+1.000-1.011x on every bar row it applies to, d = 256 causal 1.000x. Off by default; tlc.tuning sets it for every
+one-tile kernel tlc.attention builds (SM90A_ONE_TILE_SCHEDULE). `next` fits an i32: 2^31 CTAs of at least 64 rows of 64
 bf16 columns each would be a 16 TiB Q.
 """
 from __future__ import annotations
