@@ -1,0 +1,76 @@
+"""The Python share of one `Kernel.__call__` on the CPU, no GPU needed: the kernel is lowered (not compiled),
+its driver, module and the CUDA-only checks are replaced by stand-ins, and CPU tensors are passed. What is
+left is tlc's own host code per launch (checks, plan lookup, struct packing, descriptors); torch's CUDA calls
+and cuda-python's cuLaunchKernel are not in it (bench/launch_overhead.py times the whole call on a GPU).
+
+    python3 bench/host_path_cpu.py [--calls 3000]
+
+Prints µs per call (the median of 5 blocks) for a one-tile kernel with TMA descriptors and for the dynamic
+persistent one, both d = 128 on sm_90a.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from bench.tail_model import lower_state  # noqa: E402
+from tlc.backend_cute import launch  # noqa: E402
+from tlc.backend_cute.compile import CompiledKernel  # noqa: E402
+
+KERNELS = {"one tile + prefetch": dict(HeadDim="128", BM="128", BN="128", Warps="8", PrefetchNext="true"),
+           "dynamic persistent": dict(HeadDim="128", BM="128", BN="128", Warps="8", Causal="true",
+                                      Persistent="true")}
+
+
+def _stand_ins() -> None:
+    driver = types.SimpleNamespace(CUresult=types.SimpleNamespace(CUDA_SUCCESS=0), CUstream=lambda s: s,
+                                   cuLaunchKernel=lambda *args: (0,))
+    launch._driver = lambda: driver
+    if hasattr(launch, "_on_gpu"):
+        launch._on_gpu = lambda t: True
+    else:   # a tree from before the launch plans (e.g. to compare with 9c8834e): its tensor checks skipped
+        launch.Kernel._check_tensor = lambda self, t, arg: None
+    launch.encode_tma = lambda desc, t: bytes(128)
+    torch.cuda.device = lambda device: contextlib.nullcontext()
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.current_stream = lambda device=None: types.SimpleNamespace(cuda_stream=0)
+
+
+def per_call_us(fn, calls: int, blocks: int = 5) -> float:
+    fn()
+    per_block = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_block.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(per_block)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=3000)
+    a = ap.parse_args()
+    _stand_ins()
+    q, k, v = (torch.randn(16, 16, 1024, 128).to(torch.bfloat16) for _ in range(3))
+    out = torch.empty_like(q)
+    for name, defines in KERNELS.items():
+        state = lower_state("gqa_fwd", **defines)
+        kernel = launch.Kernel(CompiledKernel(state.kir, "sm_90a", "", b"", {}, 0.0), state.abi)
+        kernel._loaded[0] = types.SimpleNamespace(resident_ctas=132, function=None)
+        us = per_call_us(lambda: kernel(q, k, v, out=out), a.calls)
+        print(f"{name:<22} {us:6.1f} us per Kernel.__call__ (tlc's Python only; B=16 H=16 S=1k d=128, CPU tensors)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
