@@ -12,6 +12,22 @@ def require_cuda(script: str) -> None:
         sys.exit(f"{script}: needs a CUDA GPU (torch sees none); run it on the GPU machine (bench/README.md)")
 
 
+def median_block_us(fn, calls: int, blocks: int = 5, sync=lambda: None) -> float:
+    """µs per call of `fn`: `blocks` blocks of `calls` calls, each ended by `sync()` (e.g. torch.cuda.synchronize),
+    the median block (one block on the device machine's host ranged 105-171 µs for the same call, 2026-11-27)."""
+    import statistics
+    import time
+
+    per_block = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        per_block.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(per_block)
+
+
 class watchdog:
     """`with watchdog("MHA d=64 causal"):` — a kernel that hangs would stall the whole call with no word
     of which one; past `env` seconds (TLC_BENCH_TIMEOUT, 240; 0: no limit) this prints one line naming

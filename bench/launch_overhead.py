@@ -15,9 +15,7 @@ import io
 import json
 import os
 import pstats
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,26 +24,17 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tlc  # noqa: E402
-from bench import require_cuda  # noqa: E402
+from bench import median_block_us, require_cuda  # noqa: E402
 
 
 BLOCKS = 5   # timed blocks of calls per row; the row is their median
 
 
-def per_call_us(fn, calls: int, blocks: int = BLOCKS) -> float:
-    """Time per call over `blocks` blocks of `calls` calls each (synchronized at each block's end), the median
-    block: one block on the device machine's host ranged 105-171 us for the same call (2026-11-27)."""
+def per_call_us(fn, calls: int) -> float:
     for _ in range(10):
         fn()
     torch.cuda.synchronize()
-    per_block = []
-    for _ in range(blocks):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        per_block.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(per_block)
+    return median_block_us(fn, calls, BLOCKS, torch.cuda.synchronize)
 
 
 def main() -> int:
