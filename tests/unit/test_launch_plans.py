@@ -166,9 +166,15 @@ def test_new_geometries_and_inputs_get_new_plans_and_the_memo_is_bounded(monkeyp
     assert len(kernel._plans) == 4
     kernel(q, k, v, scale=torch.tensor(0.5))   # not a plain number: checked every time, not kept
     assert len(kernel._plans) == 4
+    kernel(q, k, v, scale=0.0)
+    kernel(q, k, v, scale=-0.0)   # equal to 0.0 in Python, not in the struct
+    assert math.copysign(1, kernel._struct.from_buffer_copy(driver.launches[-1][4]).scale) == -1
+    assert len(kernel._plans) == 6
+    first = next(iter(kernel._plans))
     for sk in range(1, launch._PLAN_MEMO + 10):
         kernel(*_qkv(1, 2, 2, 8, sk, bshd=False))
-    assert len(kernel._plans) == launch._PLAN_MEMO
+        kernel(q, k, v)   # in use all along: kept (the memo drops the least recently used)
+    assert len(kernel._plans) == launch._PLAN_MEMO and first in kernel._plans
 
 
 @pytest.mark.parametrize("call,message", [
@@ -193,3 +199,6 @@ def test_an_empty_output_is_returned_without_a_launch_also_from_its_plan(monkeyp
         out = kernel(q, k, v)
         assert out.shape == (1, 2, 0, 128) and driver.launches == []
     assert len(kernel._plans) == 1
+    shifted = torch.empty(k.numel() + 8, dtype=torch.bfloat16)[1:1 + k.numel()].view(k.shape)
+    with pytest.raises(TlcError, match="K's data pointer is not 16-byte aligned"):   # as a fresh kernel says
+        kernel(q, shifted, v)

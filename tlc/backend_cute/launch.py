@@ -7,7 +7,7 @@ in a CUDA graph (the module is loaded on the first call: make that call before c
 A call's geometry (the tensors' shapes, strides, dtypes and device, the runtime Inputs) fixes everything but
 the data pointers: its first call checks the tensors against the ABI and keeps a launch plan (the packed
 struct without pointers, the grid, the module), and later calls of that geometry check their pointers'
-alignment and fill them in. tlc's own Python per call: 12-14 µs against 27-31 µs before the plans, d = 128
+alignment and fill them in. tlc's own Python per call: 13-15 µs against 25-30 µs before the plans, d = 128
 sm_90a kernels on the CPU machine (`python3 bench/host_path_cpu.py`, 2026-11-27).
 """
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _geometry(tensors, out, inputs: Mapping) -> tuple | None:
     try:
         return (tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors),
                 None if out is None else (out.shape, out.stride(), out.dtype, out.device),
-                tuple(sorted(inputs.items())))
+                tuple(sorted((k, v, math.copysign(1, v)) for k, v in inputs.items())))   # -0.0 is not 0.0
     except (AttributeError, TypeError):
         return None
 
@@ -315,7 +315,12 @@ class Kernel:
         inputs = {k: v for k, v in inputs.items() if v is not None}
         key = _geometry(tensors, out, inputs)
         plan = self._plans.get(key) if key is not None else None
-        if plan is None:
+        if plan is not None:
+            try:
+                self._plans.move_to_end(key)
+            except KeyError:   # another thread's call dropped it meanwhile: `plan` still holds
+                pass
+        else:
             plan = self._plan(tensors, out, inputs)
             if key is not None:
                 self._plans[key] = plan
@@ -363,13 +368,14 @@ class Kernel:
     def _run(self, plan: _Plan, tensors, out):
         """Launch a planned call: allocate the outputs, fill in the data pointers and descriptors."""
         import torch
+        for arg, t in zip(self.inputs, tensors):
+            _check_aligned(t, arg)
         outs = [out if (out is not None and i == 0) else torch.empty(shape, dtype=plan.dtype, device=plan.device)
                 for i, shape in enumerate(plan.shapes)]
         if plan.template is not None:
             params = self._struct.from_buffer_copy(plan.template)
             bound = {}
             for arg, t in zip(self.inputs, tensors):
-                _check_aligned(t, arg)
                 setattr(params, arg.ptr, t.data_ptr())
                 bound[arg.ptr] = t
             for arg, t in zip(self.outputs, outs):
@@ -422,7 +428,10 @@ class Kernel:
             if len(self._tma_bytes) > _TMA_MEMO:
                 self._tma_bytes.popitem(last=False)
         else:
-            self._tma_bytes.move_to_end(key)
+            try:
+                self._tma_bytes.move_to_end(key)
+            except KeyError:   # another thread's call dropped it meanwhile: `found` still holds
+                pass
         return found
 
     def launch(self, values: dict, device, stream: int, tensors: Mapping | None = None) -> None:
