@@ -33,8 +33,8 @@ _INT32_MAX = 2**31 - 1
 
 
 _TMA_BYTES, _TMA_ALIGN = 128, 64   # a CUtensorMap
-_TMA_MEMO = 256   # encoded descriptors kept per kernel (oldest dropped first)
-_PLAN_MEMO = 64   # call geometries whose launch plan a kernel keeps (oldest dropped first)
+_TMA_MEMO = 256   # encoded descriptors kept per kernel (the least recently used dropped first)
+_PLAN_MEMO = 64   # call geometries whose launch plan a kernel keeps (likewise)
 _TMA_DTYPE = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp32": "FLOAT32"}
 _TMA_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 
@@ -157,6 +157,30 @@ class _Loaded:
         return max(1, int(per_sm)) * int(sms)
 
 
+class _Recent(OrderedDict):
+    """A memo of at most `most` entries that drops the least recently used (a race between threads over one
+    entry is benign: the caller keeps the value it found)."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__()
+        self.most = most
+
+    def recent(self, key):
+        found = self.get(key)
+        if found is not None:
+            try:
+                self.move_to_end(key)
+            except KeyError:   # another thread's call dropped it meanwhile
+                pass
+        return found
+
+    def keep(self, key, value):
+        self[key] = value
+        if len(self) > self.most:
+            self.popitem(last=False)
+        return value
+
+
 def _on_gpu(t) -> bool:
     return t.is_cuda
 
@@ -219,9 +243,9 @@ class Kernel:
         self._struct = params_struct(self._params_op)
         self._filled = launcher_filled_fields(self.kernel)
         self._tma = tma_descriptors(compiled.program).get(self.kernel.params, {})
-        self._tma_bytes: OrderedDict[tuple, bytes] = OrderedDict()   # encoded descriptors, by tensor geometry
+        self._tma_bytes = _Recent(_TMA_MEMO)   # encoded descriptors, by tensor geometry
         self._loaded: dict[int, _Loaded] = {}
-        self._plans: OrderedDict[tuple, _Plan] = OrderedDict()   # launch plans, by call geometry
+        self._plans = _Recent(_PLAN_MEMO)   # launch plans, by call geometry
         self._slots = [(getattr(self._struct, slot).offset, slot, desc) for slot, desc in self._tma.items()]
         self._head_exprs: dict = {}       # head offset text → parsed TL expression
         self._heads_ok: set[tuple] = set()  # head geometries whose offsets were checked
@@ -314,18 +338,9 @@ class Kernel:
         pointers' alignment and fills them in (the host time of a launch is most of a short call's)."""
         inputs = {k: v for k, v in inputs.items() if v is not None}
         key = _geometry(tensors, out, inputs)
-        plan = self._plans.get(key) if key is not None else None
-        if plan is not None:
-            try:
-                self._plans.move_to_end(key)
-            except KeyError:   # another thread's call dropped it meanwhile: `plan` still holds
-                pass
-        else:
-            plan = self._plan(tensors, out, inputs)
-            if key is not None:
-                self._plans[key] = plan
-                if len(self._plans) > _PLAN_MEMO:
-                    self._plans.popitem(last=False)
+        if key is None:
+            return self._run(self._plan(tensors, out, inputs), tensors, out)
+        plan = self._plans.recent(key) or self._plans.keep(key, self._plan(tensors, out, inputs))
         return self._run(plan, tensors, out)
 
     def _plan(self, tensors, out, inputs: Mapping) -> _Plan:
@@ -374,21 +389,15 @@ class Kernel:
                 for i, shape in enumerate(plan.shapes)]
         if plan.template is not None:
             params = self._struct.from_buffer_copy(plan.template)
-            bound = {}
-            for arg, t in zip(self.inputs, tensors):
-                setattr(params, arg.ptr, t.data_ptr())
-                bound[arg.ptr] = t
-            for arg, t in zip(self.outputs, outs):
-                setattr(params, arg.ptr, t.data_ptr())
-                bound[arg.ptr] = t
+            bound = {arg.ptr: t for arg, t in zip(self.inputs + self.outputs, (*tensors, *outs))}
+            for ptr, t in bound.items():
+                setattr(params, ptr, t.data_ptr())
             if TILE_COUNTER in self._filled:
                 # a persistent kernel's tile counter: zeroed on the launch's stream, freed behind it in stream order
                 counter = torch.zeros(1, dtype=torch.int32, device=plan.device)
                 setattr(params, TILE_COUNTER, counter.data_ptr())
             with torch.cuda.device(plan.device):
-                for offset, slot, desc in self._slots:
-                    ctypes.memmove(ctypes.addressof(params) + offset, self._encoded(slot, desc, bound[desc.field]),
-                                   _TMA_BYTES)
+                self._write_descriptors(params, bound)
                 self._fire(plan.loaded, plan.grid, params, torch.cuda.current_stream(plan.device).cuda_stream)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -415,24 +424,19 @@ class Kernel:
                            f"'{desc.field}': <tensor>}}")
             if tensor.data_ptr() != values[desc.field]:
                 raise fail(f"launch: {desc.field} = {values[desc.field]:#x} but its tensor is at {tensor.data_ptr():#x}")
-            ctypes.memmove(ctypes.addressof(params) + getattr(type(params), slot).offset,
-                           self._encoded(slot, desc, tensor), _TMA_BYTES)
+        self._write_descriptors(params, tensors)
+
+    def _write_descriptors(self, params: ctypes.Structure, tensors: Mapping) -> None:
+        """Each TMA slot's encoded descriptor, from the tensor of its pointer field, into the struct."""
+        for offset, slot, desc in self._slots:
+            ctypes.memmove(ctypes.addressof(params) + offset, self._encoded(slot, desc, tensors[desc.field]),
+                           _TMA_BYTES)
 
     def _encoded(self, slot: str, desc: TmaDescriptorOp, tensor) -> bytes:
         """`encode_tma` memoised on what the descriptor depends on (pointer, shape, strides, device):
         a model calling the same kernel on the same buffers pays the driver call once, not per launch."""
         key = (slot, tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device)
-        found = self._tma_bytes.get(key)
-        if found is None:
-            found = self._tma_bytes[key] = encode_tma(desc, tensor)
-            if len(self._tma_bytes) > _TMA_MEMO:
-                self._tma_bytes.popitem(last=False)
-        else:
-            try:
-                self._tma_bytes.move_to_end(key)
-            except KeyError:   # another thread's call dropped it meanwhile: `found` still holds
-                pass
-        return found
+        return self._tma_bytes.recent(key) or self._tma_bytes.keep(key, encode_tma(desc, tensor))
 
     def launch(self, values: dict, device, stream: int, tensors: Mapping | None = None) -> None:
         """Pack `values` (field name → value) into the struct and launch on `stream`. `tensors`

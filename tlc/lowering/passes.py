@@ -184,6 +184,27 @@ class _ScheduleListingPass(Pass):
 
 
 @dataclass(frozen=True)
+class _OptInPass(Pass):
+    """A schedule pass that `Param <switch> = true` turns on (off by default), with at most one bool Param
+    that refines it (`refinement`: refused at its line without the switch), passed on as `self.refined` (set
+    from the Params, so not a pipeline option)."""
+
+    switch: ClassVar[str] = ""
+    refinement: ClassVar[str | None] = None
+    refinement_why: ClassVar[str] = ""
+    refined: ClassVar[bool] = False
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        refined = False
+        if self.refinement is not None:
+            refined = _bool_param(graph, self.refinement, False)
+            _needs(graph, self.refinement, refined, self.switch, self.refinement_why)
+        if _bool_param(graph, self.switch, False):
+            object.__setattr__(self, "refined", refined)
+            super().apply(ctx, graph)
+
+
+@dataclass(frozen=True)
 class WarpSpecializePass(_ScheduleListingPass):
     """sm_90a: TMA loads, mbarrier rings and producer/consumer warp groups (tlc.lowering.warp_specialize).
     Stages: this option, else Param Stages, else 2 where shared memory allows. `Param WarpSpecialize =
@@ -244,7 +265,7 @@ class OverlapGemmsPass(_ScheduleListingPass, _ScheduleRewritePass):
 
 
 @dataclass(frozen=True)
-class PersistentPass(_ScheduleListingPass, _ScheduleProgramRewritePass):
+class PersistentPass(_OptInPass, _ScheduleListingPass, _ScheduleProgramRewritePass):
     """sm_90a, warp-specialised kernels: a CTA per resident slot loops over the output tiles, the
     producer loading the next tile while the consumers finish this one (tlc.lowering.persistent).
     `Param Persistent = true` turns it on (off by default); `Param StaticTiles = true` hands each CTA the
@@ -252,23 +273,18 @@ class PersistentPass(_ScheduleListingPass, _ScheduleProgramRewritePass):
     stay uniform: no register→uniform moves per load)."""
 
     name: ClassVar[str] = "persistent"
-    static: bool = False
-
-    def apply(self, ctx: PassContext, graph: Graph) -> None:
-        static = _bool_param(graph, "StaticTiles", False)
-        _needs(graph, "StaticTiles", static, "Persistent", "it picks how a persistent kernel's CTAs take their tiles")
-        if _bool_param(graph, "Persistent", False):
-            object.__setattr__(self, "static", static)
-            super().apply(ctx, graph)
+    switch: ClassVar[str] = "Persistent"
+    refinement: ClassVar[str | None] = "StaticTiles"
+    refinement_why: ClassVar[str] = "it picks how a persistent kernel's CTAs take their tiles"
 
     def rewrite_program(self, program, arch):
         from tlc.lowering.persistent import make_persistent
 
-        return make_persistent(program, arch.smem_per_block, self.static)
+        return make_persistent(program, arch.smem_per_block, self.refined)
 
 
 @dataclass(frozen=True)
-class L2SectionsPass(_ScheduleListingPass, _ScheduleRewritePass):
+class L2SectionsPass(_OptInPass, _ScheduleListingPass, _ScheduleRewritePass):
     """sm_90a, causal, one tile per CTA: the grid's tiles in L2-sized sections of heads, each section's
     query tiles longest first, so the SMs finish together and the K/V read at once fits L2
     (tlc.lowering.l2_sections). `Param L2Sections = true` turns it on (off by default: on an H200 it ran
@@ -276,33 +292,25 @@ class L2SectionsPass(_ScheduleListingPass, _ScheduleRewritePass):
     `Param L2TailOnly = true` reorders only the last section's heads (the grid's tail)."""
 
     name: ClassVar[str] = "l2-sections"
-    tail_only: bool = False
-
-    def apply(self, ctx: PassContext, graph: Graph) -> None:
-        tail_only = _bool_param(graph, "L2TailOnly", False)
-        _needs(graph, "L2TailOnly", tail_only, "L2Sections", "it picks which heads l2-sections reorders")
-        if _bool_param(graph, "L2Sections", False):
-            object.__setattr__(self, "tail_only", tail_only)
-            super().apply(ctx, graph)
+    switch: ClassVar[str] = "L2Sections"
+    refinement: ClassVar[str | None] = "L2TailOnly"
+    refinement_why: ClassVar[str] = "it picks which heads l2-sections reorders"
 
     def rewrite(self, kernel):
         from tlc.lowering.l2_sections import l2_sections
 
-        return l2_sections(kernel, self.tail_only)
+        return l2_sections(kernel, self.refined)
 
 
 @dataclass(frozen=True)
-class PrefetchNextTilePass(_ScheduleListingPass, _ScheduleProgramRewritePass):
+class PrefetchNextTilePass(_OptInPass, _ScheduleListingPass, _ScheduleProgramRewritePass):
     """sm_90a, one tile per CTA: the producer prefetches into L2 the once-loaded tiles (Q) of the CTA that
     starts one resident wave later (tlc.lowering.prefetch_next_tile), so that CTA's first GEMM does not wait
     on DRAM. `Param PrefetchNext = true` turns it on (off by default; tlc.tuning sets it for every one-tile
     kernel tlc.attention builds: 1.000-1.011x on the H200's bar rows, tlc/tuning.py SM90A_ONE_TILE_SCHEDULE)."""
 
     name: ClassVar[str] = "prefetch-next-tile"
-
-    def apply(self, ctx: PassContext, graph: Graph) -> None:
-        if _bool_param(graph, "PrefetchNext", False):
-            super().apply(ctx, graph)
+    switch: ClassVar[str] = "PrefetchNext"
 
     def rewrite_program(self, program, arch):
         from tlc.lowering.prefetch_next_tile import prefetch_next_tile
@@ -340,17 +348,14 @@ class SplitMaskedTripsPass(_ScheduleListingPass):
 
 
 @dataclass(frozen=True)
-class SkipMaskedTripsPass(_ScheduleListingPass, _ScheduleRewritePass):
+class SkipMaskedTripsPass(_OptInPass, _ScheduleListingPass, _ScheduleRewritePass):
     """sm_90a, causal, two or more consumer warp groups: each group skips the Q·Kᵀ, softmax and P·V of
     the trips its own rows mask entirely (tlc.lowering.skip_masked_trips), keeping every wait, release
     and barrier. `Param SkipMaskedTrips = true` turns it on (off by default: its guarded wgmma cost 0.4-2.3 %
     where little or nothing is skipped; tlc.tuning sets it for the sm_90a d = 64 causal kernels)."""
 
     name: ClassVar[str] = "skip-masked-trips"
-
-    def apply(self, ctx: PassContext, graph: Graph) -> None:
-        if _bool_param(graph, "SkipMaskedTrips", False):
-            super().apply(ctx, graph)
+    switch: ClassVar[str] = "SkipMaskedTrips"
 
     def rewrite(self, kernel):
         from tlc.lowering.skip_masked_trips import skip_masked_trips
