@@ -7,7 +7,7 @@ in a CUDA graph (the module is loaded on the first call: make that call before c
 A call's geometry (the tensors' shapes, strides, dtypes and device, the runtime Inputs) fixes everything but
 the data pointers: its first call checks the tensors against the ABI and keeps a launch plan (the packed
 struct without pointers, the grid, the module), and later calls of that geometry check their pointers'
-alignment and fill them in. tlc's own Python per call: 13-15 µs against 25-30 µs before the plans, d = 128
+alignment and fill them in. tlc's own Python per call: 12-15 µs against 25-30 µs before the plans, d = 128
 sm_90a kernels on the CPU machine (`python3 bench/host_path_cpu.py`, 2026-11-27).
 """
 from __future__ import annotations
