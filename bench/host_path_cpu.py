@@ -6,7 +6,7 @@ and cuda-python's cuLaunchKernel are not in it (bench/launch_overhead.py times t
     python3 bench/host_path_cpu.py [--calls 3000]
 
 Prints µs per call (the median of 5 blocks) for a one-tile kernel with TMA descriptors and for the dynamic
-persistent one, both d = 128 on sm_90a.
+persistent one, both d = 128 on sm_90a, each called directly and through `tlc.attention` (same stand-ins).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 from bench import median_block_us  # noqa: E402
 from bench.tail_model import lower_state  # noqa: E402
+from tlc import runtime  # noqa: E402
 from tlc.backend_cute import launch  # noqa: E402
 from tlc.backend_cute.compile import CompiledKernel  # noqa: E402
 
@@ -42,6 +43,9 @@ def _stand_ins() -> None:
     torch.cuda.device = lambda device: contextlib.nullcontext()
     torch.cuda.current_device = lambda: 0
     torch.cuda.current_stream = lambda device=None: types.SimpleNamespace(cuda_stream=0)
+    if hasattr(launch, "_current_stream"):
+        launch._current_stream = lambda device: 0
+    torch.cuda.is_current_stream_capturing = lambda: False
 
 
 def main() -> int:
@@ -49,15 +53,23 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=3000)
     a = ap.parse_args()
     _stand_ins()
-    q, k, v = (torch.randn(16, 16, 1024, 128).to(torch.bfloat16) for _ in range(3))
-    out = torch.empty_like(q)
+    q, k, v = (torch.randn(1, 1, 128, 128).to(torch.bfloat16) for _ in range(3))
     for name, defines in KERNELS.items():
         state = lower_state("gqa_fwd", **defines)
         kernel = launch.Kernel(CompiledKernel(state.kir, "sm_90a", "", b"", {}, 0.0), state.abi)
         kernel._loaded[0] = types.SimpleNamespace(resident_ctas=132, function=None)
-        kernel(q, k, v, out=out)   # plans the geometry
-        us = median_block_us(lambda: kernel(q, k, v, out=out), a.calls)
-        print(f"{name:<22} {us:6.1f} us per Kernel.__call__ (tlc's Python only; B=16 H=16 S=1k d=128, CPU tensors)")
+        kernel(q, k, v)   # plans the geometry
+        us = median_block_us(lambda: kernel(q, k, v), a.calls)
+        print(f"{name:<22} {us:6.1f} us per Kernel.__call__ (tlc's Python only; B=1 H=1 S=128 d=128, CPU tensors)")
+        # the same kernel under tlc.attention: its checks, layout and kernel lookup, or a kept call plan
+        runtime._on_cuda = lambda t: True
+        runtime.attention_target = lambda device=None: "sm_90a"
+        runtime._ATTENTION.clear()
+        runtime._CALLS.clear()
+        runtime.build_attention = lambda *args, kernel=kernel: kernel
+        causal = defines.get("Causal") == "true"
+        us = median_block_us(lambda: runtime.attention(q, k, v, is_causal=causal), a.calls)
+        print(f"{'':<22} {us:6.1f} us per tlc.attention call")
     return 0
 
 

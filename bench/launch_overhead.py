@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
 import io
 import json
 import os
@@ -24,6 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tlc  # noqa: E402
+from tlc.kir.ops_sm90 import TILE_COUNTER  # noqa: E402
 from bench import median_block_us, require_cuda  # noqa: E402
 
 
@@ -35,6 +37,46 @@ def per_call_us(fn, calls: int) -> float:
         fn()
     torch.cuda.synchronize()
     return median_block_us(fn, calls, BLOCKS, torch.cuda.synchronize)
+
+
+def pieces(q, calls: int) -> dict[str, float]:
+    """The CUDA-side calls one planned launch makes (each alone, same timing), to see where the host time goes
+    beyond tlc's own Python (bench/host_path_cpu.py times that part on a CPU)."""
+    from tlc.runtime import _CALLS, attention
+    attention(q, q, q)
+    kernel, plan = _CALLS.recent(next(reversed(_CALLS)))
+    dev, idx = plan.device, plan.device.index or 0
+    assert TILE_COUNTER not in kernel._filled, "time the pieces on a kernel without a tile counter"
+    bound = dict(zip((a.ptr for a in kernel.inputs + kernel.outputs), (q, q, q, torch.empty_like(q))))
+    with torch.cuda.device(dev):   # the launch a planned call makes, on these tensors
+        params = kernel._struct.from_buffer_copy(kernel._template(plan, bound))
+    for ptr, t in bound.items():
+        setattr(params, ptr, t.data_ptr())
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    assert len(bound) == len(kernel.inputs + kernel.outputs) == 4
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    function, threads, smem = ctypes.c_void_p(int(plan.loaded.function)), kernel.kernel.threads, kernel.kernel.smem_bytes
+    arg = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+
+    def direct():   # the same launch through the driver library by ctypes, without cuda-python's wrappers
+        if libcuda.cuLaunchKernel(function, *plan.grid, threads, 1, 1, smem, ctypes.c_void_p(stream), arg, None):
+            raise RuntimeError("cuLaunchKernel through ctypes failed")
+
+    def in_device():
+        with torch.cuda.device(dev):
+            pass
+    out = {
+        "piece: torch.empty (output)": lambda: torch.empty(plan.shapes[0], dtype=plan.dtype, device=dev),
+        "piece: torch.zeros(1) (tile counter)": lambda: torch.zeros(1, dtype=torch.int32, device=dev),
+        "piece: with torch.cuda.device": in_device,
+        "piece: current_stream(dev).cuda_stream": lambda: torch.cuda.current_stream(dev).cuda_stream,
+        "piece: _cuda_getCurrentRawStream": lambda: torch._C._cuda_getCurrentRawStream(idx),
+        "piece: cuLaunchKernel (cuda-python)": lambda: kernel._fire(plan.loaded, plan.grid, params, stream),
+        "piece: cuLaunchKernel (ctypes)": direct,
+        "piece: struct from template + 4 ptrs": lambda: [kernel._struct.from_buffer_copy(plan.template)] + [
+            q.data_ptr() for _ in range(4)],
+    }
+    return {name: per_call_us(fn, calls) for name, fn in out.items()}
 
 
 def main() -> int:
@@ -55,6 +97,7 @@ def main() -> int:
         # causal: on sm_90a the short keys' dynamic persistent kernel, whose launch also zeroes a tile counter
         rows[f"tlc.attention causal ({target})"] = per_call_us(lambda: tlc.attention(q, k, v, is_causal=True), a.calls)
     os.environ.pop("TLC_ATTENTION_ARCH")
+    rows.update(pieces(q, a.calls))
     for name, backend in (("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION), ("SDPA flash", SDPBackend.FLASH_ATTENTION)):
         with sdpa_kernel(backend):
             rows[name] = per_call_us(lambda: F.scaled_dot_product_attention(q, k, v), a.calls)
@@ -76,7 +119,7 @@ def main() -> int:
             json.dump(out, f, indent=1)
     print(f"host time per call, B=1 H=1 S=128 d=128 bf16, {out['gpu']}")
     for name, us in rows.items():
-        print(f"{name:<30} {us:8.1f} us")
+        print(f"{name:<38} {us:8.1f} us")
     return 0
 
 

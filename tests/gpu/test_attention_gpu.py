@@ -146,6 +146,41 @@ def test_cuda_graph_capture_and_replay():
     assert check_attention(out, q, k, v).passed
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_graph_capture_replays_of_the_short_keys_kernels(causal):
+    """Short keys on Hopper run persistent (causal: a dynamic tile counter, zeroed by each replay)."""
+    q, k, v = _qkv(torch.bfloat16, 2, 4, 4, 300, 300, 128)
+    tlc.attention(q, k, v, is_causal=causal)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = tlc.attention(q, k, v, is_causal=causal)
+    for _ in range(3):
+        q.copy_(torch.randn_like(q))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert check_attention(out, q, k, v, causal=causal).passed
+
+
+def test_repeated_calls_on_two_streams_each_see_a_zeroed_tile_counter():
+    """A call plan's launches past one block of tile counters and on a second stream all compute the output."""
+    from tlc.backend_cute.launch import _TileCounters
+
+    q, k, v = _qkv(torch.bfloat16, 1, 2, 2, 200, 200, 128)
+    want = tlc.attention(q, k, v, is_causal=True)
+    assert check_attention(want, q, k, v, causal=True).passed
+    side = torch.cuda.Stream()
+    outs = []
+    for i in range(_TileCounters.SLOTS + 10):
+        with torch.cuda.stream(side if i % 2 else torch.cuda.current_stream()):
+            outs.append(tlc.attention(q, k, v, is_causal=True))
+        if len(outs) > 4:   # keep a few, so the allocator recycles the outputs as a long run would
+            outs.pop(0)
+    torch.cuda.synchronize()
+    for out in outs:
+        assert torch.equal(out, want)
+
+
 def _poisoned(B, H, S, d):
     return torch.full((B, H, S, d), float("nan"), device="cuda", dtype=torch.bfloat16)
 

@@ -7,14 +7,15 @@ in a CUDA graph (the module is loaded on the first call: make that call before c
 A call's geometry (the tensors' shapes, strides, dtypes and device, the runtime Inputs) fixes everything but
 the data pointers: its first call checks the tensors against the ABI and keeps a launch plan (the packed
 struct without pointers, the grid, the module), and later calls of that geometry check their pointers'
-alignment and fill them in. tlc's own Python per call: 12-15 µs against 25-30 µs before the plans, d = 128
-sm_90a kernels on the CPU machine (`python3 bench/host_path_cpu.py`, 2026-11-27).
+alignment and fill them in; the TMA descriptors are kept per plan by the data pointers they encode, and a
+persistent kernel's tile counter is a slot of a block zeroed once per `_TileCounters.SLOTS` launches. tlc's own
+Python per call: 10-11 µs against 25-30 µs before the plans, d = 128 sm_90a kernels on the CPU machine
+(`python3 bench/host_path_cpu.py`, 2026-11-27).
 """
 from __future__ import annotations
 
 import ctypes
 import math
-from collections import OrderedDict
 from typing import Mapping
 
 from tlc.backend_cute.compile import CompiledKernel
@@ -25,6 +26,7 @@ from tlc.kir.ops import KernelOp, ParamsOp, walk
 from tlc.kir.ops_sm90 import (ELEMENT_BYTES, RESIDENT_CTAS_FIELD, TILE_COUNTER, AtomicAddOp, TmaDescriptorOp, TmaParamsOp,
                               TmaPrefetchTileOp, tma_descriptors)
 from tlc.lowering.abi import LaunchABI, TensorArg
+from tlc.recent import Recent
 
 _CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64, "ptr<i32>": ctypes.c_uint64,
            "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
@@ -157,28 +159,44 @@ class _Loaded:
         return max(1, int(per_sm)) * int(sms)
 
 
-class _Recent(OrderedDict):
-    """A memo of at most `most` entries that drops the least recently used (a race between threads over one
-    entry is benign: the caller keeps the value it found)."""
+class _TileCounters:
+    """Zeroed int32 tile counters for persistent launches: one slot per launch, from a block of `SLOTS` zeroed in
+    one torch.zeros on the launch's stream (a torch.zeros per launch cost 8-12 µs of host time and a fill kernel,
+    bench/launch_overhead.py). A slot is never reused; a used-up block is dropped and freed behind its launches
+    in stream order, like any tensor of that stream. A launch being captured into a CUDA graph gets its own
+    torch.zeros, which the graph replays before each replay's kernel."""
+    SLOTS = 1024
 
-    def __init__(self, most: int) -> None:
-        super().__init__()
-        self.most = most
+    def __init__(self) -> None:
+        self._blocks = Recent(64)   # (device index, stream) → (block, its slot numbers)
 
-    def recent(self, key):
-        found = self.get(key)
-        if found is not None:
-            try:
-                self.move_to_end(key)
-            except KeyError:   # another thread's call dropped it meanwhile
-                pass
-        return found
+    def take(self, device, stream: int):
+        """(a tensor to keep alive until the launch is queued, the address of a zeroed counter)."""
+        import torch
+        if torch.cuda.is_current_stream_capturing():
+            counter = torch.zeros(1, dtype=torch.int32, device=device)
+            return counter, counter.data_ptr()
+        key = (device.index, stream)
+        found = self._blocks.recent(key)
+        slot = next(found[1], None) if found is not None else None   # next() on a count is atomic under the GIL
+        if slot is None:
+            found = self._blocks.keep(key, (torch.zeros(self.SLOTS, dtype=torch.int32, device=device),
+                                            iter(range(self.SLOTS))))
+            slot = next(found[1])
+        return found[0], found[0].data_ptr() + 4 * slot
 
-    def keep(self, key, value):
-        self[key] = value
-        if len(self) > self.most:
-            self.popitem(last=False)
-        return value
+
+_TILE_COUNTERS = _TileCounters()
+
+
+def _current_stream(device) -> int:
+    """The raw handle of `device`'s current stream (torch's private accessor, as its compiled code uses: a
+    tenth of a µs against 3 µs for torch.cuda.current_stream(device).cuda_stream)."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return torch.cuda.current_stream(device).cuda_stream
+    return raw(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _on_gpu(t) -> bool:
@@ -193,11 +211,12 @@ def _check_aligned(t, arg: TensorArg) -> None:
 class _Plan:
     """What a call's geometry (shapes, strides, dtypes, device, runtime Inputs) fixes, checked once: the outputs'
     shapes, the parameter struct with every field but the data pointers, the grid, the loaded module."""
-    __slots__ = ("shapes", "dtype", "device", "template", "grid", "loaded")
+    __slots__ = ("shapes", "dtype", "device", "template", "grid", "loaded", "descriptors")
 
     def __init__(self, shapes, dtype, device, template=None, grid=None, loaded=None) -> None:
         self.shapes, self.dtype, self.device = shapes, dtype, device
         self.template, self.grid, self.loaded = template, grid, loaded   # None: the outputs are empty, no launch
+        self.descriptors = Recent(_TMA_MEMO)   # the template with the TMA slots in, by the pointers they encode
 
 
 def _geometry(tensors, out, inputs: Mapping) -> tuple | None:
@@ -243,9 +262,9 @@ class Kernel:
         self._struct = params_struct(self._params_op)
         self._filled = launcher_filled_fields(self.kernel)
         self._tma = tma_descriptors(compiled.program).get(self.kernel.params, {})
-        self._tma_bytes = _Recent(_TMA_MEMO)   # encoded descriptors, by tensor geometry
+        self._tma_bytes = Recent(_TMA_MEMO)   # encoded descriptors, by tensor geometry
         self._loaded: dict[int, _Loaded] = {}
-        self._plans = _Recent(_PLAN_MEMO)   # launch plans, by call geometry
+        self._plans = Recent(_PLAN_MEMO)   # launch plans, by call geometry
         self._slots = [(getattr(self._struct, slot).offset, slot, desc) for slot, desc in self._tma.items()]
         self._head_exprs: dict = {}       # head offset text → parsed TL expression
         self._heads_ok: set[tuple] = set()  # head geometries whose offsets were checked
@@ -343,6 +362,17 @@ class Kernel:
         plan = self._plans.recent(key) or self._plans.keep(key, self._plan(tensors, out, inputs))
         return self._run(plan, tensors, out)
 
+    def plan_of(self, tensors, inputs: Mapping) -> _Plan | None:
+        """The launch plan an earlier call of this geometry (no `out`) left, or None: what a caller that keeps
+        its own calls to one geometry hands back to `run_plan`."""
+        key = _geometry(tensors, None, {k: v for k, v in inputs.items() if v is not None})
+        return None if key is None else self._plans.get(key)
+
+    def run_plan(self, plan: _Plan, tensors):
+        """A call of `plan`'s geometry on `tensors` (the caller vouches for the geometry; the pointers'
+        alignment is checked here): the outputs, as `__call__` returns them."""
+        return self._run(plan, tensors, None)
+
     def _plan(self, tensors, out, inputs: Mapping) -> _Plan:
         """Check a call's tensors and Inputs and work out everything its geometry fixes."""
         import torch
@@ -388,17 +418,16 @@ class Kernel:
         outs = [out if (out is not None and i == 0) else torch.empty(shape, dtype=plan.dtype, device=plan.device)
                 for i, shape in enumerate(plan.shapes)]
         if plan.template is not None:
-            params = self._struct.from_buffer_copy(plan.template)
             bound = {arg.ptr: t for arg, t in zip(self.inputs + self.outputs, (*tensors, *outs))}
-            for ptr, t in bound.items():
-                setattr(params, ptr, t.data_ptr())
-            if TILE_COUNTER in self._filled:
-                # a persistent kernel's tile counter: zeroed on the launch's stream, freed behind it in stream order
-                counter = torch.zeros(1, dtype=torch.int32, device=plan.device)
-                setattr(params, TILE_COUNTER, counter.data_ptr())
             with torch.cuda.device(plan.device):
-                self._write_descriptors(params, bound)
-                self._fire(plan.loaded, plan.grid, params, torch.cuda.current_stream(plan.device).cuda_stream)
+                params = self._struct.from_buffer_copy(self._template(plan, bound))
+                for ptr, t in bound.items():
+                    setattr(params, ptr, t.data_ptr())
+                stream = _current_stream(plan.device)
+                if TILE_COUNTER in self._filled:   # a persistent kernel's tile counter, zeroed on this stream
+                    counter, address = _TILE_COUNTERS.take(plan.device, stream)
+                    setattr(params, TILE_COUNTER, address)
+                self._fire(plan.loaded, plan.grid, params, stream)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     # ------------------------------------------------------------------ launch
@@ -431,6 +460,19 @@ class Kernel:
         for offset, slot, desc in self._slots:
             ctypes.memmove(ctypes.addressof(params) + offset, self._encoded(slot, desc, tensors[desc.field]),
                            _TMA_BYTES)
+
+    def _template(self, plan: _Plan, tensors: Mapping) -> bytes:
+        """The plan's struct with the TMA slots of these tensors in: the geometry is the plan's, so their data
+        pointers alone key it (encoded on the first call with these pointers, one lookup on later ones)."""
+        if not self._slots:
+            return plan.template
+        pointers = tuple(tensors[desc.field].data_ptr() for _, _, desc in self._slots)
+        found = plan.descriptors.recent(pointers)
+        if found is None:
+            params = self._struct.from_buffer_copy(plan.template)
+            self._write_descriptors(params, tensors)
+            found = plan.descriptors.keep(pointers, bytes(params))
+        return found
 
     def _encoded(self, slot: str, desc: TmaDescriptorOp, tensor) -> bytes:
         """`encode_tma` memoised on what the descriptor depends on (pointer, shape, strides, device):

@@ -1,0 +1,173 @@
+"""tlc.attention's call plans, on the CPU: the first eager call of a geometry runs every check and keeps the
+kernel and its launch plan; a later call of that geometry launches the plan after only the checks no geometry
+settles (plain tensors, no tracing, grad, pointer alignment). The GPU side is stood in for
+(tests/unit/launch_stand_ins.py); what a planned call launches is compared with a fresh kernel's launch."""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tlc
+import tlc.runtime as rt
+from tests.unit.launch_stand_ins import lowered_kernel, no_gpu, record
+from tlc.backend_cute import launch
+from tlc.diagnostics import TlcError
+from tlc.kir.ops_sm90 import TILE_COUNTER
+from tlc.recent import Recent
+
+
+class _Calls:
+    """The stand-in GPU for tlc.attention: `name`'s kernel for every call, a launch recorder, checks counted."""
+
+    def __init__(self, monkeypatch, name: str) -> None:
+        no_gpu(monkeypatch)
+        self.name, self.checks = name, 0
+        self.driver = record(monkeypatch, ctypes.sizeof(lowered_kernel(name)._struct))
+        monkeypatch.setattr(rt, "_on_cuda", lambda t: True)
+        monkeypatch.setattr(rt, "attention_target", lambda device=None: "sm_90a")
+        monkeypatch.setattr(rt, "build_attention", lambda *args: lowered_kernel(name))
+        monkeypatch.setattr(rt, "_ATTENTION", {})
+        monkeypatch.setattr(rt, "_CALLS", Recent(256))
+        check = rt.check_attention
+
+        def counted(*args):
+            self.checks += 1
+            return check(*args)
+        monkeypatch.setattr(rt, "check_attention", counted)
+
+    @property
+    def causal(self) -> bool:
+        return self.name == "dynamic"
+
+    def fresh_launch(self, monkeypatch, q, k, v, scale):
+        """What a kernel that never ran launches for these tensors (its own recorder)."""
+        kernel = lowered_kernel(self.name)
+        driver = record(monkeypatch, ctypes.sizeof(kernel._struct))
+        kernel(q, k, v, scale=scale)
+        monkeypatch.setattr(launch, "_driver", lambda: self.driver)   # back to the calls' recorder
+        return driver.launches[-1]
+
+
+def _tensor(b, h, s, bshd: bool, d: int = 128):
+    if bshd:   # SDPA's view of a (batch, seq, heads, dim) buffer
+        return torch.randn(b, s, h, d).to(torch.bfloat16).transpose(1, 2)
+    return torch.randn(b, h, s, d).to(torch.bfloat16)
+
+
+def _without_counter(raw: bytes, name: str) -> bytes:
+    kernel = lowered_kernel(name)
+    if TILE_COUNTER not in kernel._filled:
+        return raw
+    offset = getattr(kernel._struct, TILE_COUNTER).offset
+    return raw[:offset] + bytes(8) + raw[offset + 8:]
+
+
+geometries = st.tuples(st.integers(1, 3), st.sampled_from([(2, 2), (4, 2), (4, 1)]), st.integers(1, 300),
+                       st.integers(1, 300), st.tuples(st.booleans(), st.booleans(), st.booleans()),
+                       st.sampled_from([None, 0.125, 1, -0.0]))
+
+
+@pytest.mark.parametrize("name", ["one_tile", "dynamic"])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(geometry=geometries)
+def test_a_repeated_call_skips_the_checks_and_launches_what_a_fresh_kernel_launches(monkeypatch, name, geometry):
+    b, (hq, hkv), sq, sk, layouts, scale = geometry
+    calls = _Calls(monkeypatch, name)
+
+    def call():
+        q, k, v = (_tensor(b, h, s, bshd) for (h, s), bshd in zip(((hq, sq), (hkv, sk), (hkv, sk)), layouts))
+        return (q, k, v), tlc.attention(q, k, v, is_causal=calls.causal, scale=scale, enable_gqa=hq != hkv)
+
+    call()
+    assert calls.checks == 1
+    (q, k, v), out = call()
+    assert calls.checks == 1 and len(rt._CALLS) == 1 and len(calls.driver.launches) == 2
+    assert out.shape == (b, hq, sq, 128)
+    got = calls.driver.launches[-1]
+    want = calls.fresh_launch(monkeypatch, q, k, v, None if scale is None else float(scale))
+    assert got[:4] == want[:4]
+    params = lowered_kernel(name)._struct.from_buffer_copy(got[4])
+    assert params.Q_ptr == q.data_ptr() and params.O_ptr == out.data_ptr()
+    # the output pointers differ (each call allocates its own): compare with them set alike
+    fresh = lowered_kernel(name)._struct.from_buffer_copy(want[4])
+    fresh.O_ptr = params.O_ptr
+    assert _without_counter(got[4], name) == _without_counter(bytes(fresh), name)
+
+
+def test_each_new_geometry_is_checked_once(monkeypatch) -> None:
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    qs, ks, vs = (_tensor(1, 2, 64, True) for _ in range(3))   # the same shapes, other strides
+    steps = [
+        ((q, k, v), {}),
+        ((q, k, v), {}),
+        ((qs, k, v), {}), ((q, ks, v), {}), ((q, k, vs), {}),         # each tensor's strides
+        ((q[:, :, :32], k, v), {}),                                  # query length
+        ((q, k, v), {"scale": 0.0}),
+        ((q, k, v), {"scale": -0.0}),                                # equal to 0.0 in Python, not in the kernel
+        ((q, k, v), {"scale": 0.0}),
+        ((q, k, v), {"enable_gqa": True}),                           # not needed here, but a different call
+        ((torch.cat([q, q]), torch.cat([k, k]), torch.cat([v, v])), {}),   # batch
+    ]
+    counts = []
+    for tensors, kwargs in steps:
+        tlc.attention(*tensors, **kwargs)
+        counts.append(calls.checks)
+    assert counts == [1, 1, 2, 3, 4, 5, 6, 7, 7, 8, 9]
+    assert math.copysign(1, lowered_kernel("one_tile")._struct.from_buffer_copy(
+        calls.driver.launches[7][4]).scale) == -1
+    monkeypatch.setenv("TLC_ATTENTION_ARCH", "sm_90")                # the target switch: checked again
+    tlc.attention(q, k, v)
+    assert calls.checks == 10
+
+
+def test_a_planned_geometry_still_refuses_grad(monkeypatch) -> None:
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    tlc.attention(q, k, v)
+    with pytest.raises(TlcError, match="q requires grad, but tlc has no backward kernel yet"):
+        tlc.attention(q.requires_grad_(), k, v)
+    with torch.no_grad():
+        tlc.attention(q, k, v)
+    assert calls.checks == 2 and len(calls.driver.launches) == 2
+
+
+def test_a_planned_geometry_copies_a_misaligned_tensor_as_the_checked_call_would(monkeypatch) -> None:
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    tlc.attention(q, k, v)
+    shifted = torch.empty(q.numel() + 8, dtype=torch.bfloat16)[1:1 + q.numel()].view(q.shape)
+    shifted.copy_(q)
+    assert shifted.stride() == q.stride() and shifted.data_ptr() % 16
+    tlc.attention(shifted, k, v)
+    params = lowered_kernel("one_tile")._struct.from_buffer_copy(calls.driver.launches[-1][4])
+    assert calls.checks == 2 and params.Q_ptr % 16 == 0 and params.Q_ptr != shifted.data_ptr()
+
+
+def test_calls_no_geometry_describes_take_the_checked_path(monkeypatch) -> None:
+    _Calls(monkeypatch, "one_tile")
+    q = _tensor(1, 2, 64, False)
+    assert rt._call_key(q, q, q, False, torch.tensor(0.5), False) is None   # a tensor scale
+    assert rt._call_key(q, q, q, False, True, False) is None                 # a bool is refused as a scale
+
+    class Sub(torch.Tensor):
+        pass
+    assert rt._call_key(q.as_subclass(Sub), q, q, False, None, False) is None   # traced or wrapped tensors
+    assert rt._call_key(q, q, q, False, None, False) is not None
+
+
+def test_a_launch_error_on_a_planned_call_speaks_for_tlc_attention(monkeypatch) -> None:
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    tlc.attention(q, k, v)
+    monkeypatch.setattr(calls.driver, "cuLaunchKernel", lambda *args: (1,), raising=False)
+    monkeypatch.setattr(calls.driver, "cuGetErrorName", lambda err: (0, b"CUDA_ERROR_LAUNCH_FAILED"), raising=False)
+    with pytest.raises(TlcError) as info:
+        tlc.attention(q, k, v)
+    assert str(info.value).splitlines()[0].startswith("error: tlc.attention: CUDA driver call cuLaunchKernel(")
+    assert calls.checks == 1
