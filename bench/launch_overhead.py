@@ -5,6 +5,9 @@ bottleneck. Next to SDPA's cuDNN and flash backends in the same run, plus the ho
 
     python3 bench/launch_overhead.py [--calls 300]   # each row: the median of 5 blocks of 300 calls
 
+Each row has two numbers: host, the calls alone (what the CPU spends per call), and wall, with the GPU drained
+(higher where the GPU takes longer per call than the host, e.g. a persistent kernel's CTAs on every SM).
+
 Prints a table last; writes $OUT/launch_overhead.json when OUT is set.
 """
 from __future__ import annotations
@@ -26,17 +29,31 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tlc  # noqa: E402
 from tlc.kir.ops_sm90 import TILE_COUNTER  # noqa: E402
-from bench import median_block_us, require_cuda  # noqa: E402
+from bench import require_cuda  # noqa: E402
 
 
 BLOCKS = 5   # timed blocks of calls per row; the row is their median
 
 
-def per_call_us(fn, calls: int) -> float:
+def per_call_us(fn, calls: int) -> tuple[float, float]:
+    """(host, wall) µs per call, each the median of BLOCKS blocks of `calls` calls: host is the calls alone (the
+    launch queue does not fill in one block, so the CPU never waits on the GPU), wall adds the synchronize
+    that drains the GPU (above host when the GPU takes longer per call than the host does)."""
+    import statistics
+    import time
     for _ in range(10):
         fn()
     torch.cuda.synchronize()
-    return median_block_us(fn, calls, BLOCKS, torch.cuda.synchronize)
+    host, wall = [], []
+    for _ in range(BLOCKS):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        issued = time.perf_counter()
+        torch.cuda.synchronize()
+        host.append((issued - start) / calls * 1e6)
+        wall.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(host), statistics.median(wall)
 
 
 def pieces(q, calls: int) -> dict[str, float]:
@@ -113,13 +130,15 @@ def main() -> int:
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "launch_overhead_profile.txt"), "w") as f:
             f.write(text.getvalue())
-    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "calls": a.calls, "blocks": BLOCKS, "us_per_call": rows}
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "calls": a.calls, "blocks": BLOCKS,
+           "us_per_call": {name: {"host": host, "wall": wall} for name, (host, wall) in rows.items()}}
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "launch_overhead.json"), "w") as f:
             json.dump(out, f, indent=1)
-    print(f"host time per call, B=1 H=1 S=128 d=128 bf16, {out['gpu']}")
-    for name, us in rows.items():
-        print(f"{name:<38} {us:8.1f} us")
+    print(f"µs per call, B=1 H=1 S=128 d=128 bf16, {out['gpu']} (host: the calls alone; wall: with the GPU drained)")
+    print(f"{'':<38} {'host':>8} {'wall':>8}")
+    for name, (host, wall) in rows.items():
+        print(f"{name:<38} {host:8.1f} {wall:8.1f}")
     return 0
 
 

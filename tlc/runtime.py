@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -27,6 +28,7 @@ from tlc.recent import Recent
 _DISPATCH: dict[tuple, Any] = {}
 _ATTENTION: dict[tuple, Any] = {}  # (dtype, d_qk, d_v, causal, device, arch, short keys) → kernel: no I/O per call
 _CALLS = Recent(256)   # an eager tlc.attention call's geometry → (kernel, launch plan): its checks passed once
+_FLOAT_MAX = sys.float_info.max
 HEAD_DIMS = range(8, 257, 8)  # FlashAttention's rule; widths that are not multiples of 32 are padded in the kernel
 MIXED_HEAD_DIMS = {(192, 128): "MLA prefill"}  # (q/k, v) head dims that may differ: the shapes tested on a GPU
 _NO_GRAD_FIX = ("tlc has no backward kernel yet: for inference wrap the call in `with torch.no_grad():` or "
@@ -159,9 +161,11 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, enab
     if _eager(q, k, v):
         # Eager: the op's implementation directly; torch.library's dispatch costs ~40 us a call (H200,
         # bench/launch_overhead.py), as much as a short sequence's kernel.
-        out = run_attention(q, k, v, bool(is_causal), scale)
-        if key is not None:
-            _remember(key, q, k, v, bool(is_causal), scale)
+        out, kernel = _run_attention(q, k, v, bool(is_causal), scale)
+        if key is not None and kernel is not None and all(_in_place(t) for t in (q, k, v)):
+            plan = kernel.plan_of((q, k, v), {"scale": scale})   # what the kernel just planned for q, k, v
+            if plan is not None:
+                _CALLS.keep(key, (kernel, plan))
         return out
     from tlc.torch_op import attention_op
 
@@ -170,31 +174,32 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, enab
 
 def _call_key(q, k, v, is_causal, scale, enable_gqa) -> tuple | None:
     """An eager call's geometry, which settles every check `check_attention`, `kernel_layout` and the kernel's
-    launch plan make but these per-call ones: plain CUDA tensors, no tracing, no grad, 16-byte aligned data
-    pointers. None when a per-call check fails (the checked path then refuses, copies or traces the call)."""
+    launch plan make but these per-call ones: plain CUDA tensors (no neg-bit views), no tracing, no grad, no
+    forward-mode AD level, 16-byte aligned data pointers, a scale that is a number (not NaN). None when a
+    per-call check fails or the call is odd in any way: the checked path then refuses, copies or traces it."""
     import torch
+    from torch.autograd import forward_ad
 
-    if not _eager(q, k, v) or not (_on_cuda(q) and _on_cuda(k) and _on_cuda(v)):
+    if not _eager(q, k, v) or forward_ad._current_level >= 0:
         return None
-    if scale is not None and type(scale) not in (int, float):
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
         return None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    try:
+        if not (_on_cuda(q) and _on_cuda(k) and _on_cuda(v)) or q.is_neg() or k.is_neg() or v.is_neg():
+            return None
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return None
+        if q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16:
+            return None
+        scale = None if scale is None else float(scale)
+        if scale is not None and scale != scale:   # NaN: never equal to itself, so never found again
+            return None
+        return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
+                v.dtype, v.device, bool(is_causal), bool(enable_gqa), scale,
+                0 if scale is None else math.copysign(1, scale),   # -0.0 apart from 0.0
+                os.environ.get("TLC_ATTENTION_ARCH"))
+    except (RuntimeError, OverflowError, ValueError):   # no storage (sparse, vmap), a scale past float's range
         return None
-    if q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16:
-        return None
-    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
-            v.dtype, v.device, bool(is_causal), bool(enable_gqa), scale, 0 if scale is None else math.copysign(1, scale),   # -0.0 apart
-            os.environ.get("TLC_ATTENTION_ARCH"))
-
-
-def _remember(key: tuple, q, k, v, causal: bool, scale: float | None) -> None:
-    """Keep the kernel and launch plan a checked call of `key`'s geometry just ran with q, k, v in place."""
-    if q.numel() == 0 or k.shape[2] == 0 or not all(_in_place(t) for t in (q, k, v)):
-        return
-    kernel = attention_kernel(q, v.shape[3], causal, k.shape[2])
-    plan = kernel.plan_of((q, k, v), {"scale": scale})
-    if plan is not None:
-        _CALLS.keep(key, (kernel, plan))
 
 
 def _eager(*tensors) -> bool:
@@ -233,6 +238,15 @@ def check_attention(q, k, v, scale, enable_gqa: bool) -> None:
         raise _refuse(problem)
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
         raise _refuse(f"scale must be a number or None, got {type(scale).__name__}")
+    if isinstance(scale, int) and abs(scale) > _FLOAT_MAX:
+        raise _refuse(f"scale {scale} is past a float's range")
+    from torch.autograd import forward_ad
+    if forward_ad._current_level >= 0:   # inside fwAD.dual_level(): a dual tensor's tangent would be dropped
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if forward_ad.unpack_dual(t).tangent is not None:
+                raise _refuse(f"{name} carries a forward-mode AD tangent, which tlc cannot carry through: pass "
+                              f"its primal (torch.autograd.forward_ad.unpack_dual({name}).primal) or use "
+                              "torch.nn.functional.scaled_dot_product_attention")
     devices = (q.device, k.device, v.device)
     if not all(_on_cuda(t) for t in (q, k, v)):
         raise _refuse(f"q, k and v must be CUDA tensors (got {', '.join(str(d) for d in devices)}); "
@@ -280,14 +294,19 @@ def _refuse(message: str) -> Exception:
 
 def run_attention(q, k, v, is_causal: bool, scale: float | None):
     """The `tlc::attention` op's implementation: degenerate shapes as SDPA answers them, else the kernel."""
+    return _run_attention(q, k, v, is_causal, scale)[0]
+
+
+def _run_attention(q, k, v, is_causal: bool, scale: float | None):
+    """`run_attention`'s output and the kernel that computed it (None for a degenerate shape)."""
     shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
     if q.numel() == 0:
-        return q.new_empty(shape)
+        return q.new_empty(shape), None
     if k.shape[2] == 0:
-        return q.new_zeros(shape)  # SDPA's answer when there is nothing to attend to
+        return q.new_zeros(shape), None  # SDPA's answer when there is nothing to attend to
     with _as_attention_error():
         kernel = attention_kernel(q, v.shape[3], bool(is_causal), k.shape[2])
-        return kernel(*(kernel_layout(t) for t in (q, k, v)), scale=scale)
+        return kernel(*(kernel_layout(t) for t in (q, k, v)), scale=scale), kernel
 
 
 def attention_kernel(q, d_v: int, causal: bool, seq_k: int | None = None):
@@ -351,6 +370,8 @@ def build_attention(dtype: str, d_qk: int, d_v: int, causal: bool, target: str, 
 def kernel_layout(t):
     """`t` if the kernel reads it in place, else a contiguous copy: SDPA takes any strides, and so does
     tlc.attention."""
+    if t.is_neg():   # a lazily negated view (torch._neg_view): the kernel reads memory, so negate it for real
+        t = t.resolve_neg()
     if _in_place(t):
         return t
     import torch
@@ -360,7 +381,7 @@ def kernel_layout(t):
 
 def _in_place(t) -> bool:
     """Whether the kernel reads `t` as it is: unit last stride, 16-byte aligned rows and base (cp.async, TMA)."""
-    ok = t.stride(-1) == 1 or t.shape[-1] == 1
+    ok = not t.is_neg() and (t.stride(-1) == 1 or t.shape[-1] == 1)
     ok = ok and t.data_ptr() % 16 == 0
     return ok and all((t.stride(d) * t.element_size()) % 16 == 0 or t.shape[d] == 1 for d in range(3))
 

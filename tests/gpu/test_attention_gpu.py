@@ -148,11 +148,15 @@ def test_cuda_graph_capture_and_replay():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_graph_capture_replays_of_the_short_keys_kernels(causal):
-    """Short keys on Hopper run persistent (causal: a dynamic tile counter, zeroed by each replay)."""
+    """Short keys on Hopper run persistent; a causal one's tile counter must be zeroed by each replay, also
+    where the capturing stream already has a block of counters from an eager call."""
     q, k, v = _qkv(torch.bfloat16, 2, 4, 4, 300, 300, 128)
-    tlc.attention(q, k, v, is_causal=causal)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        tlc.attention(q, k, v, is_causal=causal)   # loads the module and gives this stream its counters
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         out = tlc.attention(q, k, v, is_causal=causal)
     for _ in range(3):
         q.copy_(torch.randn_like(q))
@@ -162,23 +166,25 @@ def test_cuda_graph_capture_replays_of_the_short_keys_kernels(causal):
         assert check_attention(out, q, k, v, causal=causal).passed
 
 
-def test_repeated_calls_on_two_streams_each_see_a_zeroed_tile_counter():
-    """A call plan's launches past one block of tile counters and on a second stream all compute the output."""
-    from tlc.backend_cute.launch import _TileCounters
+def test_tile_counter_blocks_used_up_and_replaced_on_two_streams(monkeypatch):
+    """Persistent launches on two streams through blocks of 3 counters each (so used-up blocks are dropped
+    while launches that use them may still be queued): every output is right, each from its own inputs."""
+    from tlc.backend_cute import launch
 
-    q, k, v = _qkv(torch.bfloat16, 1, 2, 2, 200, 200, 128)
-    want = tlc.attention(q, k, v, is_causal=True)
-    assert check_attention(want, q, k, v, causal=True).passed
-    side = torch.cuda.Stream()
-    outs = []
-    for i in range(_TileCounters.SLOTS + 10):
-        with torch.cuda.stream(side if i % 2 else torch.cuda.current_stream()):
-            outs.append(tlc.attention(q, k, v, is_causal=True))
-        if len(outs) > 4:   # keep a few, so the allocator recycles the outputs as a long run would
-            outs.pop(0)
+    counters = launch._TileCounters()
+    monkeypatch.setattr(counters, "SLOTS", 3)
+    monkeypatch.setattr(launch, "_TILE_COUNTERS", counters)
+    qs = [tuple(torch.randn(1, 2, 200, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3)) for _ in range(24)]
+    streams = [torch.cuda.current_stream(), torch.cuda.Stream()]
     torch.cuda.synchronize()
-    for out in outs:
-        assert torch.equal(out, want)
+    outs = []
+    for i, (q, k, v) in enumerate(qs):
+        with torch.cuda.stream(streams[i % 2]):
+            outs.append(tlc.attention(q, k, v, is_causal=True))
+    torch.cuda.synchronize()
+    assert len(counters._blocks) == 2
+    for out, (q, k, v) in zip(outs, qs):
+        assert check_attention(out, q, k, v, causal=True).passed
 
 
 def _poisoned(B, H, S, d):

@@ -171,3 +171,70 @@ def test_a_launch_error_on_a_planned_call_speaks_for_tlc_attention(monkeypatch) 
         tlc.attention(q, k, v)
     assert str(info.value).splitlines()[0].startswith("error: tlc.attention: CUDA driver call cuLaunchKernel(")
     assert calls.checks == 1
+
+
+def test_what_else_the_key_holds_is_checked_again(monkeypatch) -> None:
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    tlc.attention(q, k, v)
+    tlc.attention(q, k, v, is_causal=True)   # another kernel (the stand-in builds the same one): checked again
+    assert calls.checks == 2
+    for bad, message in (((q.half(), k, v), "q, k and v must have one dtype"),
+                         ((q, k.half(), v), "q, k and v must have one dtype"),
+                         ((q, k.to("meta"), v), "q, k and v are on different devices")):
+        with pytest.raises(TlcError, match=message):
+            tlc.attention(*bad)
+    for i in (1, 2):   # k's or v's grad, not only q's
+        tensors = [q, k, v]
+        tensors[i] = tensors[i].clone().requires_grad_()
+        with pytest.raises(TlcError, match="requires grad"):
+            tlc.attention(*tensors)
+
+
+def test_traced_or_odd_calls_take_the_checked_path(monkeypatch) -> None:
+    _Calls(monkeypatch, "one_tile")
+    q = _tensor(1, 2, 64, False)
+    assert rt._call_key(q, q, q, False, 0.5, False) is not None
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert rt._call_key(q, q, q, False, 0.5, False) is None
+    monkeypatch.undo()
+    _Calls(monkeypatch, "one_tile")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        assert rt._call_key(q, q, q, False, 0.5, False) is None
+    import torch.autograd.forward_ad as fwad
+    with fwad.dual_level():
+        assert rt._call_key(q, q, q, False, 0.5, False) is None
+        dual = fwad.make_dual(q, torch.ones_like(q))
+        with pytest.raises(TlcError, match="q carries a forward-mode AD tangent"):
+            tlc.attention(dual, q, q)
+    assert rt._call_key(torch._neg_view(q), q, q, False, None, False) is None
+    assert rt._call_key(q, q, q, False, float("nan"), False) is None   # never found again: not kept
+    assert rt._call_key(q, q, q, False, 10 ** 400, False) is None
+    with pytest.raises(TlcError, match="scale 1000000000000000000000000000000000000000000"):
+        tlc.attention(q, q, q, scale=10 ** 400)
+
+
+def test_a_numpy_scale_and_its_float_share_a_plan(monkeypatch) -> None:
+    np = pytest.importorskip("numpy")
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    tlc.attention(q, k, v, scale=np.float64(0.125))
+    tlc.attention(q, k, v, scale=0.125)
+    assert calls.checks == 1
+
+
+def test_a_neg_view_is_negated_before_the_kernel_reads_it(monkeypatch) -> None:
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    tlc.attention(q, k, v)
+    read, launch_kernel = torch.empty_like(q), calls.driver.cuLaunchKernel
+
+    def reading_q(*args):   # what Q's pointer holds when the kernel is launched
+        result = launch_kernel(*args)
+        params = lowered_kernel("one_tile")._struct.from_buffer_copy(calls.driver.launches[-1][4])
+        ctypes.memmove(read.data_ptr(), params.Q_ptr, q.numel() * q.element_size())
+        return result
+    monkeypatch.setattr(calls.driver, "cuLaunchKernel", reading_q)
+    tlc.attention(torch._neg_view(q), k, v)
+    assert calls.checks == 2 and torch.equal(read, -q)

@@ -37,6 +37,7 @@ _INT32_MAX = 2**31 - 1
 _TMA_BYTES, _TMA_ALIGN = 128, 64   # a CUtensorMap
 _TMA_MEMO = 256   # encoded descriptors kept per kernel (the least recently used dropped first)
 _PLAN_MEMO = 64   # call geometries whose launch plan a kernel keeps (likewise)
+_PLAN_TEMPLATES = 16   # a plan's structs with descriptors in, by data pointers (a few buffers a geometry cycles)
 _TMA_DTYPE = {"bf16": "BFLOAT16", "fp16": "FLOAT16", "fp32": "FLOAT32"}
 _TMA_SWIZZLE = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 
@@ -216,7 +217,7 @@ class _Plan:
     def __init__(self, shapes, dtype, device, template=None, grid=None, loaded=None) -> None:
         self.shapes, self.dtype, self.device = shapes, dtype, device
         self.template, self.grid, self.loaded = template, grid, loaded   # None: the outputs are empty, no launch
-        self.descriptors = Recent(_TMA_MEMO)   # the template with the TMA slots in, by the pointers they encode
+        self.descriptors = Recent(_PLAN_TEMPLATES)   # the template with the TMA slots in, by the pointers they encode
 
 
 def _geometry(tensors, out, inputs: Mapping) -> tuple | None:
