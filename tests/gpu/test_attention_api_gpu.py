@@ -56,6 +56,18 @@ def test_any_strides_like_sdpa() -> None:
     torch.testing.assert_close(out, tlc.attention(q, k, v, is_causal=True, enable_gqa=True), atol=0, rtol=0)
 
 
+def test_a_neg_view_is_read_negated_also_after_a_planned_call() -> None:
+    """torch._neg_view's lazy sign: the kernel reads memory, so tlc.attention must negate it first, also when
+    the same geometry already has a call plan."""
+    q, k, v = _qkv()
+    tlc.attention(q, k, v, is_causal=True, enable_gqa=True)   # plans the geometry
+    for neg_q, neg_v in ((True, False), (False, True)):
+        args = (torch._neg_view(q) if neg_q else q, k, torch._neg_view(v) if neg_v else v)
+        out = tlc.attention(*args, is_causal=True, enable_gqa=True)
+        report = check_attention(out, -q if neg_q else q, k, -v if neg_v else v, causal=True)
+        assert report.passed, report
+
+
 @pytest.mark.parametrize("d", [40, 80, 96, 112, 160, 224])
 @pytest.mark.parametrize("sq,sk", [(1, 1), (17, 1000), (333, 77)])
 def test_head_dims_that_are_multiples_of_8(d, sq, sk) -> None:
