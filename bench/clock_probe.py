@@ -6,7 +6,8 @@ the clock the GPU runs it at (fp16 against bf16 at d = 128 on the H200: the same
 
 Per row and round: ms per launch (CUDA events over the steady part, after 0.5 s), the median SM clock and
 power of nvidia-smi's samples (every 50 ms) in that window, the clock-event reasons it reported; for an fp16
-row next to its bf16 row, time fp16/bf16 against clock bf16/fp16 (equal when the clock explains the time).
+row, per round, its time and clock against its bf16 row's (time x clock ratio 1 when the clock explains the time).
+The first row runs once untimed before the rounds.
 Prints a table last; writes $OUT/clock_probe.json when OUT is set. Clocks are only read, never set.
 """
 from __future__ import annotations
@@ -119,6 +120,7 @@ def main() -> int:
     sampler = Sampler()
     results = []
     try:
+        run_row(rows[0], a.arch, a.seconds, sampler)   # untimed: the process's first kernels ran slower (2026-11-27)
         for round_ in range(a.rounds):
             for row in rows:
                 results.append(dict(run_row(row, a.arch, a.seconds, sampler), round=round_ + 1))
@@ -128,16 +130,16 @@ def main() -> int:
     for r in results:
         print(f"{r['name']:<24}{r['round']:>6}{r['ms']:>9.4f}{r['tflops']:>9.1f}{r['mhz'] or 0:>7.0f}"
               f"{r['watts'] or 0:>7.0f}{r['max_celsius'] or 0:>7.0f}  {', '.join(r['reasons']) or '-'}")
-    by_name = {}
-    for r in results:
-        by_name.setdefault(r["name"], []).append(r)
+    by_round = {(r["name"], r["round"]): r for r in results}
     for row in rows:
         base = row.get("bf16_row")
-        if base in by_name and all(r["mhz"] for r in by_name[row["name"]] + by_name[base]):
-            t = statistics.median(r["ms"] for r in by_name[row["name"]]) / statistics.median(r["ms"] for r in by_name[base])
-            c = statistics.median(r["mhz"] for r in by_name[base]) / statistics.median(r["mhz"] for r in by_name[row["name"]])
-            print(f"{row['name']}: time against {base} {t:.3f}, its clock against {base}'s {1 / c:.3f} "
-                  f"(time x clock ratio {t / c:.3f}: 1.000 when the clock explains the time)")
+        for round_ in range(1, a.rounds + 1):   # per round: rows of one round ran next to each other
+            mine, theirs = by_round[(row["name"], round_)], by_round.get((base, round_))
+            if theirs is None or not (mine["mhz"] and theirs["mhz"]):
+                continue
+            t, c = mine["ms"] / theirs["ms"], mine["mhz"] / theirs["mhz"]
+            print(f"{row['name']}, round {round_}: {t:.3f}x the time of {base} at {c:.3f}x its clock "
+                  f"(time x clock {t * c:.3f}: 1.000 when the clock explains the time)")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "clock_probe.json"), "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "arch": a.arch, "results": results}, f, indent=1)
