@@ -15,17 +15,25 @@ def require_cuda(script: str) -> None:
 def median_block_us(fn, calls: int, blocks: int = 5, sync=lambda: None) -> float:
     """µs per call of `fn`: `blocks` blocks of `calls` calls, each ended by `sync()` (e.g. torch.cuda.synchronize),
     the median block (one block on the device machine's host ranged 105-171 µs for the same call, 2026-11-27)."""
+    return median_block_host_wall_us(fn, calls, blocks, sync)[1]
+
+
+def median_block_host_wall_us(fn, calls: int, blocks: int = 5, sync=lambda: None) -> tuple[float, float]:
+    """(host, wall) µs per call of `fn`, each the median over `blocks` blocks of `calls` calls: host is the calls
+    alone, wall adds the `sync()` that ends each block (on a GPU: above host when the GPU takes longer per call)."""
     import statistics
     import time
 
-    per_block = []
+    host, wall = [], []
     for _ in range(blocks):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
+        issued = time.perf_counter()
         sync()
-        per_block.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(per_block)
+        host.append((issued - start) / calls * 1e6)
+        wall.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(host), statistics.median(wall)
 
 
 class watchdog:

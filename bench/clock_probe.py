@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -42,7 +43,11 @@ class Sampler:
         fields = None
         for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
             query = f"--query-gpu=clocks.sm,power.draw,temperature.gpu,{reasons}"
-            if subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"], capture_output=True).returncode == 0:
+            try:
+                probe = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"], capture_output=True)
+            except OSError as exc:
+                sys.exit(f"clock_probe: cannot run nvidia-smi ({exc.strerror or exc}): it reads the clocks")
+            if probe.returncode == 0:
                 fields = query
                 break
         if fields is None:
@@ -110,7 +115,6 @@ def main() -> int:
     ap.add_argument("--arch", default="sm_90a")
     a = ap.parse_args()
     require_cuda("bench/clock_probe.py")
-    import re
     try:
         rows = [r for r in BAR_ROWS if re.search(a.rows, r["name"])]
     except re.error as exc:

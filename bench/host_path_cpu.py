@@ -11,53 +11,29 @@ persistent one, both d = 128 on sm_90a, each called directly and through `tlc.at
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
 from bench import median_block_us  # noqa: E402
-from bench.tail_model import lower_state  # noqa: E402
+from bench.launch_stand_ins import lowered_kernel, no_gpu, record  # noqa: E402
 from tlc import runtime  # noqa: E402
-from tlc.backend_cute import launch  # noqa: E402
-from tlc.backend_cute.compile import CompiledKernel  # noqa: E402
 
-KERNELS = {"one tile + prefetch": dict(HeadDim="128", BM="128", BN="128", Warps="8", PrefetchNext="true"),
-           "dynamic persistent": dict(HeadDim="128", BM="128", BN="128", Warps="8", Causal="true",
-                                      Persistent="true")}
-
-
-def _stand_ins() -> None:
-    driver = types.SimpleNamespace(CUresult=types.SimpleNamespace(CUDA_SUCCESS=0), CUstream=lambda s: s,
-                                   cuLaunchKernel=lambda *args: (0,))
-    launch._driver = lambda: driver
-    if hasattr(launch, "_on_gpu"):
-        launch._on_gpu = lambda t: True
-    else:   # a tree from before the launch plans (e.g. to compare with 9c8834e): its tensor checks skipped
-        launch.Kernel._check_tensor = lambda self, t, arg: None
-    launch.encode_tma = lambda desc, t: bytes(128)
-    torch.cuda.device = lambda device: contextlib.nullcontext()
-    torch.cuda.current_device = lambda: 0
-    torch.cuda.current_stream = lambda device=None: types.SimpleNamespace(cuda_stream=0)
-    if hasattr(launch, "_current_stream"):
-        launch._current_stream = lambda device: 0
-    torch.cuda.is_current_stream_capturing = lambda: False
+KERNELS = {"one tile + prefetch": "one_tile", "dynamic persistent": "dynamic"}   # bench/launch_stand_ins.py's
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=3000)
     a = ap.parse_args()
-    _stand_ins()
+    no_gpu()
+    record(setattr, None)   # a driver that accepts launches and keeps nothing
     q, k, v = (torch.randn(1, 1, 128, 128).to(torch.bfloat16) for _ in range(3))
-    for name, defines in KERNELS.items():
-        state = lower_state("gqa_fwd", **defines)
-        kernel = launch.Kernel(CompiledKernel(state.kir, "sm_90a", "", b"", {}, 0.0), state.abi)
-        kernel._loaded[0] = types.SimpleNamespace(resident_ctas=132, function=None)
+    for name, stand_in in KERNELS.items():
+        kernel = lowered_kernel(stand_in)
         kernel(q, k, v)   # plans the geometry
         us = median_block_us(lambda: kernel(q, k, v), a.calls)
         print(f"{name:<22} {us:6.1f} us per Kernel.__call__ (tlc's Python only; B=1 H=1 S=128 d=128, CPU tensors)")
@@ -67,7 +43,7 @@ def main() -> int:
         runtime._ATTENTION.clear()
         runtime._CALLS.clear()
         runtime.build_attention = lambda *args, kernel=kernel: kernel
-        causal = defines.get("Causal") == "true"
+        causal = stand_in == "dynamic"
         us = median_block_us(lambda: runtime.attention(q, k, v, is_causal=causal), a.calls)
         print(f"{'':<22} {us:6.1f} us per tlc.attention call")
     return 0

@@ -29,7 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tlc  # noqa: E402
 from tlc.kir.ops_sm90 import TILE_COUNTER  # noqa: E402
-from bench import require_cuda  # noqa: E402
+from bench import median_block_host_wall_us, require_cuda  # noqa: E402
 
 
 BLOCKS = 5   # timed blocks of calls per row; the row is their median
@@ -39,21 +39,10 @@ def per_call_us(fn, calls: int) -> tuple[float, float]:
     """(host, wall) µs per call, each the median of BLOCKS blocks of `calls` calls: host is the calls alone (the
     launch queue does not fill in one block, so the CPU never waits on the GPU), wall adds the synchronize
     that drains the GPU (above host when the GPU takes longer per call than the host does)."""
-    import statistics
-    import time
     for _ in range(10):
         fn()
     torch.cuda.synchronize()
-    host, wall = [], []
-    for _ in range(BLOCKS):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        issued = time.perf_counter()
-        torch.cuda.synchronize()
-        host.append((issued - start) / calls * 1e6)
-        wall.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(host), statistics.median(wall)
+    return median_block_host_wall_us(fn, calls, BLOCKS, torch.cuda.synchronize)
 
 
 def pieces(q, calls: int) -> dict[str, float]:

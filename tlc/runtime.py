@@ -182,7 +182,7 @@ def _call_key(q, k, v, is_causal, scale, enable_gqa) -> tuple | None:
 
     if not _eager(q, k, v) or forward_ad._current_level >= 0:
         return None
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+    if scale is not None and not _number(scale):
         return None
     try:
         if not (_on_cuda(q) and _on_cuda(k) and _on_cuda(v)) or q.is_neg() or k.is_neg() or v.is_neg():
@@ -236,7 +236,7 @@ def check_attention(q, k, v, scale, enable_gqa: bool) -> None:
     problem = head_dim_problem(q.shape[3], v.shape[3])
     if problem:
         raise _refuse(problem)
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+    if scale is not None and not _number(scale):
         raise _refuse(f"scale must be a number or None, got {type(scale).__name__}")
     if isinstance(scale, int) and abs(scale) > _FLOAT_MAX:
         raise _refuse(f"scale {scale} is past a float's range")
@@ -257,6 +257,11 @@ def check_attention(q, k, v, scale, enable_gqa: bool) -> None:
 
 def _on_cuda(t) -> bool:
     return t.is_cuda
+
+
+def _number(scale) -> bool:
+    """A scale SDPA takes: an int or float (numpy's float64 is one), not a bool."""
+    return isinstance(scale, (int, float)) and not isinstance(scale, bool)
 
 
 def _check_heads(hq: int, hk: int, hv: int, enable_gqa: bool) -> None:

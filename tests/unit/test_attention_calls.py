@@ -1,7 +1,7 @@
 """tlc.attention's call plans, on the CPU: the first eager call of a geometry runs every check and keeps the
 kernel and its launch plan; a later call of that geometry launches the plan after only the checks no geometry
 settles (plain tensors, no tracing, grad, pointer alignment). The GPU side is stood in for
-(tests/unit/launch_stand_ins.py); what a planned call launches is compared with a fresh kernel's launch."""
+(bench/launch_stand_ins.py); what a planned call launches is compared with a fresh kernel's launch."""
 from __future__ import annotations
 
 import ctypes
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import tlc
 import tlc.runtime as rt
-from tests.unit.launch_stand_ins import lowered_kernel, no_gpu, record
+from bench.launch_stand_ins import lowered_kernel, no_gpu, record
 from tlc.backend_cute import launch
 from tlc.diagnostics import TlcError
 from tlc.kir.ops_sm90 import TILE_COUNTER
@@ -25,9 +25,9 @@ class _Calls:
     """The stand-in GPU for tlc.attention: `name`'s kernel for every call, a launch recorder, checks counted."""
 
     def __init__(self, monkeypatch, name: str) -> None:
-        no_gpu(monkeypatch)
+        no_gpu(monkeypatch.setattr)
         self.name, self.checks = name, 0
-        self.driver = record(monkeypatch, ctypes.sizeof(lowered_kernel(name)._struct))
+        self.driver = record(monkeypatch.setattr, ctypes.sizeof(lowered_kernel(name)._struct))
         monkeypatch.setattr(rt, "_on_cuda", lambda t: True)
         monkeypatch.setattr(rt, "attention_target", lambda device=None: "sm_90a")
         monkeypatch.setattr(rt, "build_attention", lambda *args: lowered_kernel(name))
@@ -47,7 +47,7 @@ class _Calls:
     def fresh_launch(self, monkeypatch, q, k, v, scale):
         """What a kernel that never ran launches for these tensors (its own recorder)."""
         kernel = lowered_kernel(self.name)
-        driver = record(monkeypatch, ctypes.sizeof(kernel._struct))
+        driver = record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
         kernel(q, k, v, scale=scale)
         monkeypatch.setattr(launch, "_driver", lambda: self.driver)   # back to the calls' recorder
         return driver.launches[-1]

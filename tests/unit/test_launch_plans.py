@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.launch_stand_ins import KERNELS, RESIDENT, lowered_kernel, no_gpu, qkv, record
+from bench.launch_stand_ins import KERNELS, RESIDENT, lowered_kernel, no_gpu, qkv, record
 from tlc.backend_cute import launch
 from tlc.diagnostics import TlcError
 from tlc.kir.evaluate import evaluate
@@ -23,11 +23,11 @@ from tlc.kir.ops_sm90 import RESIDENT_CTAS_FIELD, TILE_COUNTER
 
 @pytest.fixture(autouse=True)
 def _no_gpu(monkeypatch):
-    no_gpu(monkeypatch)
+    no_gpu(monkeypatch.setattr)
 
 
 def _record(monkeypatch, kernel):
-    return record(monkeypatch, ctypes.sizeof(kernel._struct))
+    return record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
 
 
 def _without_counter(kernel, raw: bytes) -> bytes:
