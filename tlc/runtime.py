@@ -239,7 +239,7 @@ def check_attention(q, k, v, scale, enable_gqa: bool) -> None:
     if scale is not None and not _number(scale):
         raise _refuse(f"scale must be a number or None, got {type(scale).__name__}")
     if isinstance(scale, int) and abs(scale) > _FLOAT_MAX:
-        raise _refuse(f"scale {scale} is past a float's range")
+        raise _refuse(f"scale is past a float's range (an int of {scale.bit_length()} bits); pass a float")
     from torch.autograd import forward_ad
     if forward_ad._current_level >= 0:   # inside fwAD.dual_level(): a dual tensor's tangent would be dropped
         for name, t in (("q", q), ("k", k), ("v", v)):
