@@ -76,7 +76,8 @@ def normal_defines(defines: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def _build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str, lse: bool) -> str:
-    """Key of the build index: everything that decides the emitted source and how NVRTC compiles it."""
+    """Key of the build index: everything that decides the emitted source and how NVRTC compiles it,
+    each input under its name (the defines as a mapping), so no two builds share a key."""
     from tlc.backend_cute import cache
     from tlc.backend_cute.headers import include_dirs, versions
 
@@ -86,9 +87,10 @@ def _build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str
         from tlc.backend_cute.nvrtc import nvrtc_version
 
         nvrtc = nvrtc_version()
-    defines = "\0".join(f"{k}={v}" for k, v in sorted(defs.items()))
-    return cache.build_key(data, name, defines, arch, str(lse), nvrtc, repr(sorted(found.items())),
-                           repr(include_dirs()), _switches())
+    dirs = include_dirs()
+    return cache.build_key({"tl": data, "name": name, "defines": dict(defs), "arch": arch, "lse": bool(lse),
+                            "nvrtc": nvrtc, "versions": found, "switches": _switches(),
+                            "include_dirs": [str(dirs.cutlass), str(dirs.cuda), str(dirs.cccl)]})
 
 
 def compile_spec(path_or_text: str | Path, *, arch: str, defines: Mapping[str, Any] | None = None,

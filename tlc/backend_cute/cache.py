@@ -1,6 +1,7 @@
 """Compiled-kernel cache: an in-process dispatch dict in front of an on-disk cubin cache.
 
-Key = sha256(tlc source hash, emitted source, NVRTC version, arch, options). Writes are atomic
+Key = sha256 of a canonical encoding (`canonical`: typed and length-prefixed, so two different inputs
+never share a key) of tlc's source hash, the emitted source, NVRTC version, arch and options. Writes are atomic
 (temp file + os.replace); an entry that fails to read back is rebuilt; `entry_lock` keeps two
 processes from compiling one key. A build index maps a build's inputs (TL text, defines, arch) to
 its cubin key and kernel IR, so a warm start skips lowering. `TLC_CACHE_DIR` (default ~/.cache/tlc),
@@ -15,6 +16,7 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
+from typing import Any, Mapping
 
 import tlc
 from tlc.backend_cute.lock import file_lock
@@ -35,12 +37,48 @@ def tlc_source_hash() -> str:
     return h.hexdigest()[:16]
 
 
+def canonical(value: Any) -> bytes:
+    """An unambiguous byte encoding of nested data: None, bool, int, str, bytes, lists or tuples, and
+    mappings with str keys (in sorted order). Each value is a type letter, then its length or count,
+    then its parts, so no two different values share an encoding, whatever bytes their strings hold
+    (NUL, '=', newlines)."""
+    out = bytearray()
+    _encode(value, out)
+    return bytes(out)
+
+
+def _encode(value: Any, out: bytearray) -> None:
+    if value is None:
+        out += b"N"
+    elif isinstance(value, bool):
+        out += b"T" if value else b"F"
+    elif isinstance(value, int):
+        out += b"i%x;" % value
+    elif isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        out += b"s%d:" % len(data) + data
+    elif isinstance(value, (bytes, bytearray)):
+        out += b"b%d:" % len(value) + value
+    elif isinstance(value, (list, tuple)):
+        out += b"l%d:" % len(value)
+        for item in value:
+            _encode(item, out)
+    elif isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        out += b"d%d:" % len(value)
+        for k in sorted(value):
+            _encode(k, out)
+            _encode(value[k], out)
+    else:
+        raise TypeError(f"cache keys hold plain data, not {type(value).__name__}")
+
+
+def _digest(kind: str, inputs: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical({"kind": kind, "tlc": tlc_source_hash(), "inputs": inputs})).hexdigest()
+
+
 def cache_key(source: str, arch: str, options: list[str], nvrtc_version: str) -> str:
-    h = hashlib.sha256()
-    for part in (tlc_source_hash(), nvrtc_version, arch, "\0".join(options), source):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+    """Key of a cubin: everything NVRTC's output depends on."""
+    return _digest("cubin", {"source": source, "arch": arch, "options": list(options), "nvrtc": nvrtc_version})
 
 
 def cache_dir() -> Path:
@@ -142,13 +180,9 @@ def entry_lock(key: str, on_wait=None):
 _INDEX_MAGIC = b"TLCBUILD1\n"
 
 
-def build_key(*parts: str | bytes) -> str:
-    """Key of a build's inputs; the caller passes everything that decides the emitted source."""
-    h = hashlib.sha256(tlc_source_hash().encode())
-    for part in parts:
-        h.update(b"\0")
-        h.update(part.encode() if isinstance(part, str) else part)
-    return h.hexdigest()
+def build_key(inputs: Mapping[str, Any]) -> str:
+    """Key of a build's inputs, by name; the caller passes everything that decides the emitted source."""
+    return _digest("build", inputs)
 
 
 def _index_path(key: str) -> Path:
