@@ -4,6 +4,7 @@ holder's lock), progress lines on stderr, and the build index that lets a warm s
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -56,9 +57,10 @@ def _hold(path: str, ready, release, die: bool) -> None:
 
 
 def test_lock_is_released_and_removed(tmp_path) -> None:
-    lock = tmp_path / "k.lock"
+    lock = tmp_path / "made" / "k.lock"
     with file_lock(lock):
         assert lock.read_text() == str(os.getpid())
+        assert stat.S_IMODE(lock.stat().st_mode) == 0o600 and stat.S_IMODE(lock.parent.stat().st_mode) == 0o700
     assert not lock.exists()
     with file_lock(lock, timeout=1):  # taken again at once
         pass
@@ -177,7 +179,7 @@ def test_index_pointing_at_a_missing_cubin_rebuilds(tmp_cache, monkeypatch) -> N
     again, _ = compile_spec(MHA, arch="sm_90", defines={"HeadDim": 64})
     assert not again.cached
     for index in tmp_cache.rglob("*.build"):
-        index.write_bytes(b"TLCBUILD1\ngarbage")
+        index.write_bytes(cache._INDEX_MAGIC + b"garbage")
     cache.clear_memory()
     assert compile_spec(MHA, arch="sm_90", defines={"HeadDim": 64})[0].cached  # via lowering + cubin cache
 

@@ -1,19 +1,23 @@
-"""Compiled-kernel cache: an in-process dispatch dict in front of an on-disk cubin cache.
+"""Compiled-kernel cache: an in-process dispatch dict in front of an on-disk cubin cache and a build index.
 
-Key = sha256 of a canonical encoding (`canonical`: typed and length-prefixed, so two different inputs
-never share a key) of tlc's source hash, the emitted source, NVRTC version, arch and options. Writes are atomic
-(temp file + os.replace); an entry that fails to read back is rebuilt; `entry_lock` keeps two
-processes from compiling one key. A build index maps a build's inputs (TL text, defines, arch) to
-its cubin key and kernel IR, so a warm start skips lowering. `TLC_CACHE_DIR` (default ~/.cache/tlc),
-`TLC_ALWAYS_COMPILE=1` bypasses both levels, `TLC_DUMP_DIR` receives .cu/.cubin/.log.
+Keys are sha256 of a canonical encoding of every input (`canonical`: typed and length-prefixed, so two
+different inputs never share a key). The cubin key covers tlc's source hash, the emitted source, NVRTC
+version, arch and options; the build-index key covers a build's inputs (TL text, defines, arch, ...) and
+its entry holds the cubin key and the kernel IR as JSON data (`kir_codec`, never pickle), so a warm start
+skips lowering. Folders are created 0700, entries written atomically 0600; an entry that is torn, for
+another key or format version, or that someone other than the user could have written is a miss and is
+rebuilt. `entry_lock` keeps two processes from compiling one key. `TLC_CACHE_DIR` (default
+~/.cache/tlc); `TLC_ALWAYS_COMPILE=1` bypasses both levels; `TLC_DUMP_DIR` receives .cu/.cubin/.log.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
-import pickle
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -102,6 +106,85 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+# ---------------------------------------------------------------------- folders and entry files
+def _private_folder(folder: Path) -> None:
+    """Create `folder` and its missing parents mode 0700, so only the user can read or plant entries."""
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+
+
+def _ours(st: os.stat_result) -> bool:
+    """Owned by the user (or root): nobody else could have written what it holds."""
+    return not hasattr(os, "geteuid") or st.st_uid in (os.geteuid(), 0)
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why another user could plant entries in `folder`: it is theirs, or anyone may write to it."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None  # absent: nothing to read from it; a store creates it private
+    if not _ours(st):
+        return f"it belongs to user id {st.st_uid}, not to you"
+    if st.st_mode & stat.S_IWOTH:
+        return f"anyone can write to it (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+_WARNED: set[str] = set()
+
+
+def _usable(folder: Path) -> bool:
+    """Whether the cache may read and write entries in `folder` (an entry's two-letter folder): it and
+    the cache folder must be the user's and not writable by everyone (a group-writable folder of the
+    user's own passes; the per-file check in `_read_file` still refuses entries others wrote). Says
+    once per folder on stderr when it is not: the cache then works as if it were empty."""
+    for where in (cache_dir(), folder):
+        problem = _folder_problem(where)
+        if problem is not None:
+            shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(where))
+            if shown not in _WARNED:
+                _WARNED.add(shown)
+                print(f"tlc: warning: not using the kernel cache in {shown}: {problem}; set TLC_CACHE_DIR to a "
+                      "folder of your own that only you can write", file=sys.stderr, flush=True)
+            return False
+    return True
+
+
+def _read_file(path: Path) -> bytes | None:
+    """An entry's bytes, or None unless it is a regular file (not a link, nor a FIFO that would block)
+    owned by the user or root and writable by no one else: checked on the open file, so it cannot be
+    swapped between the check and the read."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    with open(fd, "rb") as f:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not _ours(st) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return None
+            return f.read()
+        except OSError:
+            return None
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write an entry atomically, mode 0600, in a private folder; nothing where others could write."""
+    if _usable(path.parent):
+        _private_folder(path.parent)
+        atomic_write(path, data)  # mkstemp: 0600 whatever the umask
+
+
+# ---------------------------------------------------------------------- cubin entries
 def _entry_path(key: str) -> Path:
     return cache_dir() / key[:2] / f"{key}.cubin"
 
@@ -141,9 +224,9 @@ def lookup(key: str) -> tuple[bytes, dict] | None:
         return None
     if key in _MEMORY:
         return _MEMORY[key]
-    try:
-        blob = _entry_path(key).read_bytes()
-    except OSError:
+    path = _entry_path(key)
+    blob = _read_file(path) if _usable(path.parent) else None
+    if blob is None:
         return None
     try:
         cubin, meta = _read_entry(blob, key)
@@ -157,7 +240,7 @@ def store(key: str, cubin: bytes, meta: dict) -> None:
     meta = dict(meta, cache_key=key, cubin_bytes=len(cubin), cubin_sha256=hashlib.sha256(cubin).hexdigest())
     _MEMORY[key] = (cubin, meta)
     try:
-        atomic_write(_entry_path(key), _MAGIC + json.dumps(meta, sort_keys=True).encode() + b"\n" + cubin)
+        _write_file(_entry_path(key), _MAGIC + json.dumps(meta, sort_keys=True).encode() + b"\n" + cubin)
     except OSError:
         pass  # a read-only cache still works in process
 
@@ -172,12 +255,21 @@ def dump(name: str, files: dict[str, bytes | str]) -> None:
 
 
 def entry_lock(key: str, on_wait=None):
-    """Context manager: the cross-process lock beside `key`'s entry (tlc.backend_cute.lock)."""
-    return file_lock(_entry_path(key).with_suffix(".lock"), on_wait=on_wait)
+    """Context manager: the cross-process lock beside `key`'s entry (tlc.backend_cute.lock); none in a
+    folder the cache does not use (`_usable`), where nothing is stored to wait for."""
+    path = _entry_path(key)
+    if not _usable(path.parent):
+        return contextlib.nullcontext()
+    with contextlib.suppress(OSError):  # a read-only cache: file_lock then compiles without the lock
+        _private_folder(path.parent)
+    return file_lock(path.with_suffix(".lock"), on_wait=on_wait)
 
 
 # ---------------------------------------------------------------------- build index
-_INDEX_MAGIC = b"TLCBUILD1\n"
+# An index entry: the magic line, then one JSON document of this format and version.
+_INDEX_MAGIC = b"TLCBUILD2\n"
+INDEX_FORMAT = "tlc.build-index"
+INDEX_VERSION = 2
 
 
 def build_key(inputs: Mapping[str, Any]) -> str:
@@ -190,30 +282,58 @@ def _index_path(key: str) -> Path:
 
 
 def lookup_build(key: str) -> dict | None:
-    """The record `store_build` wrote for `key`, or None. The record is a pickle of tlc's own
-    kernel-IR objects, read only from the user's cache folder (as the cubins it points at are)."""
+    """The record `store_build` wrote for `key` (cubin_key, source, program, abi), or None: an entry
+    that is torn, of another format or version, for another key, or that names anything but tlc's
+    kernel-IR and ABI data classes is a miss (and is overwritten by the rebuild)."""
     if always_compile():
         return None
-    try:
-        blob = _index_path(key).read_bytes()
-    except OSError:
-        return None
-    if not blob.startswith(_INDEX_MAGIC):
+    path = _index_path(key)
+    blob = _read_file(path) if _usable(path.parent) else None
+    if blob is None or not blob.startswith(_INDEX_MAGIC):
         return None
     try:
-        record = pickle.loads(blob[len(_INDEX_MAGIC):])
-    except Exception:  # a torn or foreign file, or classes renamed since: rebuild
+        return _read_record(blob[len(_INDEX_MAGIC):], key)
+    except (ValueError, RecursionError):  # the codec's and json's errors are ValueErrors
         return None
-    return record if isinstance(record, dict) and record.get("build_key") == key else None
 
 
-def store_build(key: str, record: dict) -> None:
+def _read_record(text: bytes, key: str) -> dict:
+    from tlc.backend_cute import kir_codec
+    from tlc.kir.ops import ProgramOp
+    from tlc.lowering.abi import LaunchABI
+
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT or type(doc.get("version")) is not int:
+        raise ValueError("not a build index entry")
+    if doc["version"] != INDEX_VERSION or doc.get("build_key") != key:
+        raise ValueError("another version's or another key's entry")
+    cubin_key, source = doc.get("cubin_key"), doc.get("source")
+    if not isinstance(cubin_key, str) or not isinstance(source, str):
+        raise ValueError("cubin_key or source is not a string")
+    roots = kir_codec.decode(doc.get("ir"))
+    program, abi = roots.get("program"), roots.get("abi")
+    if type(program) is not ProgramOp or type(abi) is not LaunchABI:
+        raise ValueError("not a kernel-IR program and its launch ABI")
+    return {"build_key": key, "cubin_key": cubin_key, "source": source, "program": program, "abi": abi}
+
+
+def store_build(key: str, record: Mapping[str, Any]) -> None:
+    """Index a build: `record` holds cubin_key, source, program (the kernel-IR ProgramOp) and abi (its
+    LaunchABI). A program the codec cannot write so that it reads back exactly is not indexed: the
+    next build lowers it again and the cubin cache still serves the kernel."""
+    from tlc.backend_cute import kir_codec
+
     try:
-        blob = _INDEX_MAGIC + pickle.dumps(dict(record, build_key=key), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return  # an unpicklable program just misses the index: the cubin cache still works
+        ir = kir_codec.encode({"program": record["program"], "abi": record["abi"]})
+        written = json.dumps(ir)
+        if json.dumps(kir_codec.encode(kir_codec.decode(json.loads(written)))) != written:
+            return
+    except (ValueError, RecursionError):
+        return
+    doc = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "build_key": key, "cubin_key": record["cubin_key"],
+           "source": record["source"], "ir": ir}
     try:
-        atomic_write(_index_path(key), blob)
+        _write_file(_index_path(key), _INDEX_MAGIC + json.dumps(doc).encode())
     except OSError:
         pass
 

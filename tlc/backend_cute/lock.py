@@ -41,7 +41,7 @@ def _open_locked(path: Path, deadline: float, on_wait: Callable[[], None] | None
     """An fd holding the flock on `path`, the file still linked there (a releaser may unlink it)."""
     waited = False
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             while True:
                 try:
@@ -70,14 +70,15 @@ def _open_locked(path: Path, deadline: float, on_wait: Callable[[], None] | None
 
 @contextlib.contextmanager
 def file_lock(path: Path, timeout: float | None = None, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if missing, removed on release); `on_wait` runs once
-    if another process holds it. A folder that refuses the lock file means no lock, not an error."""
+    """Hold an exclusive lock on `path` (created 0600 if missing, its folder 0700; removed on release);
+    `on_wait` runs once if another process holds it. A folder that refuses the lock file means no lock,
+    not an error."""
     if fcntl is None:
         yield
         return
     deadline = time.monotonic() + (lock_timeout() if timeout is None else timeout)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = _open_locked(path, deadline, on_wait)
     except OSError:
         fd = None  # a read-only cache: compile without the lock, as the cache itself stores nothing
