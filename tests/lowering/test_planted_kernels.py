@@ -17,7 +17,6 @@ FIXES = {
     "mask_wrong_side": [("causal bottom_right", "causal top_left")],
     "missing_scale": [("  Compute Mask S causal Align", "  Compute Multiply S, scale and get new S\n"
                                                          "  Compute Mask S causal Align")],
-    "store_wrong_tile": [("coordinate [L = 0] from register", "coordinate [L = block_idx] from register")],
     "softcap_mask_first": [("  Compute Mask S causal Align and get new S when Causal\n", ""),
                            ("  Compute Multiply S, Softcap and get new S\n",
                             "  Compute Multiply S, Softcap and get new S\n"

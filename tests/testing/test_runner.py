@@ -56,6 +56,16 @@ def test_planted_bug_is_caught_shrunk_and_replayable(path: Path) -> None:
     assert shrunk.group(0) in "\n".join(lines)
 
 
+def test_store_at_other_rows_than_the_query_load_is_refused_at_the_store() -> None:
+    """Storing every query tile at tile 0 would store rows the load leaves absent once the mask pass
+    zero-fills them: refused at the store's line, not tested against a kernel that means otherwise."""
+    path = ROOT / "tests" / "testing" / "refused" / "store_wrong_tile.tl"
+    code, out = run(path)
+    store = next(i for i, line in enumerate(path.read_text().splitlines(), 1)
+                 if "from register to global" in line and not line.startswith("#"))
+    assert code == 1 and f"store_wrong_tile.tl:{store}:" in out and "query tile 'Q' is loaded at" in out, out
+
+
 def test_planted_bug_location_is_reported() -> None:
     code, out = run(ROOT / "tests" / "testing" / "planted" / "mask_wrong_side.tl")
     assert code == 1 and re.search(r"at batch \d+, head \d+, row \d+", out), out

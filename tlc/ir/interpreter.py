@@ -1,9 +1,11 @@
 """CPU reference interpreter of the TL graph, following specs/LANGUAGE.md literally.
 
-Tiles are float64 torch tensors carrying the global row/column index of every element
-and a validity mask: elements past a tensor's end are *absent* (no score, no
-contribution), which is what the language means and what the `mask` pass must
-reproduce explicitly. A Softmax inside a loop is normalised over the loop's whole
+Tiles are float64 torch tensors carrying the global row/column index of every element,
+a validity mask and which rows and columns exist: elements past a tensor's end are
+*absent* (no score, no contribution to a sum), which is what the language means and what
+the `mask` pass must reproduce explicitly. A row exists when the tensor row it comes from
+does, whether or not any of its elements does: a query row whose keys in one trip are all
+past the end gets no scores from that trip, and the trip adds nothing to its output row. A Softmax inside a loop is normalised over the loop's whole
 domain (a first sweep gathers the statistics), so every pass that turns it into the
 online form is checked against this meaning, not against itself.
 """
@@ -39,9 +41,11 @@ class Tile:
     rows: torch.Tensor | None = None  # global row index per row
     cols: torch.Tensor | None = None  # global column index per column
     role: str = "none"
+    row_ok: torch.Tensor | None = None  # bool per row: the row exists (None: where any element is valid)
+    col_ok: torch.Tensor | None = None  # bool per column of a 2-D tile, the same
 
     def t(self) -> "Tile":
-        return Tile(self.data.T, self.valid.T, self.cols, self.rows, self.role)
+        return Tile(self.data.T, self.valid.T, self.cols, self.rows, self.role, self.col_ok, self.row_ok)
 
 
 @dataclass
@@ -50,8 +54,16 @@ class GlobalRef:
     slice: torch.Tensor  # (rows, cols) view into the output or input tensor
 
 
-def _rows_any(valid: torch.Tensor) -> torch.Tensor:
-    return valid.any(dim=-1) if valid.dim() == 2 else valid
+def _row_ok(t: Tile) -> torch.Tensor:
+    """Which rows of `t` exist (a row vector's elements are its rows)."""
+    if t.row_ok is not None:
+        return t.row_ok
+    return t.valid.any(dim=-1) if t.valid.dim() == 2 else t.valid
+
+
+def _col_ok(t: Tile) -> torch.Tensor:
+    """Which columns of a 2-D tile exist."""
+    return t.col_ok if t.col_ok is not None else t.valid.any(dim=0)
 
 
 class Interpreter:
@@ -163,7 +175,7 @@ class Interpreter:
         data[r_ok.nonzero()[:, 0][:, None], c_ok.nonzero()[:, 0][None, :]] = t[rows[r_ok]][:, cols[c_ok]].to(torch.float64)
         if op.oob == "zero":
             return Tile(torch.where(inside, data, torch.zeros_like(data)), torch.ones_like(inside), rows, cols)
-        return Tile(data, inside, rows, cols)
+        return Tile(data, inside, rows, cols, row_ok=r_ok, col_ok=c_ok)
 
     def store(self, op: CopyOp, tile: Tile, ref: GlobalRef, env) -> GlobalRef:
         t = ref.slice
@@ -193,15 +205,16 @@ class Interpreter:
             raise InterpError(f"GEMM inner dimensions differ: {tuple(a.data.shape)} · {tuple(b.data.shape)}", op)
         ad = torch.where(a.valid, a.data, torch.zeros_like(a.data))
         bd = torch.where(b.valid, b.data, torch.zeros_like(b.data))
-        prod = ad @ bd
-        valid = a.valid.any(dim=1)[:, None] & b.valid.any(dim=0)[None, :]
-        out = Tile(prod, valid, a.rows, b.cols, "acc")
+        prod = ad @ bd  # absent terms contribute nothing; a sum of none is 0
+        rows_ok, cols_ok = _row_ok(a), _col_ok(b)
+        out = Tile(prod, rows_ok[:, None] & cols_ok[None, :], a.rows, b.cols, "acc", rows_ok, cols_ok)
         if op.accumulate:
             acc = args[2]
             if acc.data.shape != prod.shape:
                 raise InterpError(f"accumulates a {tuple(prod.shape)} product into a {tuple(acc.data.shape)} tile", op)
-            out = Tile(acc.data + prod, acc.valid & valid, a.rows if a.rows is not None else acc.rows,
-                       b.cols if b.cols is not None else acc.cols, "acc")
+            out = Tile(acc.data + prod, acc.valid & out.valid, a.rows if a.rows is not None else acc.rows,
+                       b.cols if b.cols is not None else acc.cols, "acc", _row_ok(acc) & rows_ok,
+                       _col_ok(acc) & cols_ok)
         return out
 
     def _check_roles(self, op: GemmOp, a: Tile, b: Tile) -> None:
@@ -228,13 +241,22 @@ class Interpreter:
                 datas.append(torch.tensor(float(a), dtype=torch.float64))
         try:
             data = _apply(op.fn, datas)
+            valid = valids[0]
+            for v in valids[1:]:
+                valid = valid & v
+            valid = valid.expand(data.shape)
+            rows_ok = _row_ok(tiles[0])
+            for t in tiles[1:]:
+                rows_ok = rows_ok & _row_ok(t)
         except RuntimeError as exc:
             raise InterpError(f"'{op.fn}' on tiles of different shapes: {exc}", op) from None
-        valid = valids[0]
-        for v in valids[1:]:
-            valid = valid & v
-        valid = valid.expand(data.shape)
-        return Tile(data, valid, ref.rows, ref.cols if ref.data.dim() == 2 else None, ref.role)
+        cols_ok = None
+        if ref.data.dim() == 2:
+            cols_ok = _col_ok(ref)
+            for t in tiles:
+                if t is not ref and t.data.dim() == 2:
+                    cols_ok = cols_ok & _col_ok(t)
+        return Tile(data, valid, ref.rows, ref.cols if ref.data.dim() == 2 else None, ref.role, rows_ok, cols_ok)
 
     def op_MaskOp(self, op: MaskOp, args, vals, env):
         x: Tile = args[0]
@@ -275,7 +297,7 @@ class Interpreter:
             data = torch.where(x.valid, x.data, torch.full_like(x.data, NEG_INF)).amax(dim=1)
         else:
             data = torch.where(x.valid, x.data, torch.zeros_like(x.data)).sum(dim=1)
-        return Tile(data, _rows_any(x.valid), x.rows, None)
+        return Tile(data, _row_ok(x), x.rows, None)  # a row without elements: max −inf, sum 0
 
     def op_ScaledExpOp(self, op: ScaledExpOp, args, vals, env):
         x, m, s = args
@@ -284,7 +306,9 @@ class Interpreter:
         mv = m.valid[:, None] if (x.data.dim() == 2 and m.valid.dim() == 1) else m.valid
         msafe = torch.where(torch.isneginf(md), torch.zeros_like(md), md)
         data = torch.exp2(x.data * scale - msafe * scale)
-        return Tile(data, (x.valid & mv).expand(data.shape), x.rows, x.cols, x.role)
+        rows_ok = _row_ok(x) & _row_ok(m)
+        cols_ok = _col_ok(x) if x.data.dim() == 2 else None
+        return Tile(data, (x.valid & mv).expand(data.shape), x.rows, x.cols, x.role, rows_ok, cols_ok)
 
     def op_LoopOp(self, op: LoopOp, args, vals, env):
         start = int(self.eval(op.start, env, op))
@@ -350,18 +374,23 @@ def _depends_on(body: Graph, value, sources: set[int]) -> bool:
 
 
 def _softmax_stats(tiles: list[Tile]) -> tuple[Tile, Tile]:
+    """Row max and sum over every trip's scores; a row that exists but has no score in the
+    whole domain has m = −inf and l = 0."""
     data = torch.cat([torch.where(t.valid, t.data, torch.full_like(t.data, NEG_INF)) for t in tiles], dim=1)
-    valid = torch.cat([t.valid for t in tiles], dim=1)
+    rows_ok = _row_ok(tiles[0])
+    for t in tiles[1:]:
+        rows_ok = rows_ok | _row_ok(t)
     m = data.amax(dim=1)
     msafe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     l = torch.exp(data - msafe[:, None]).sum(dim=1)
     rows = tiles[0].rows
-    return Tile(m, _rows_any(valid), rows), Tile(l, _rows_any(valid), rows)
+    return Tile(m, rows_ok, rows), Tile(l, rows_ok, rows)
 
 
 def _exp_sub(x: Tile, m: Tile) -> Tile:
     msafe = torch.where(torch.isneginf(m.data), torch.zeros_like(m.data), m.data)
-    return Tile(torch.exp(x.data - msafe[:, None]), x.valid & m.valid[:, None], x.rows, x.cols, x.role)
+    return Tile(torch.exp(x.data - msafe[:, None]), x.valid & m.valid[:, None], x.rows, x.cols, x.role,
+                _row_ok(x) & _row_ok(m), _col_ok(x))
 
 
 def _safe_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

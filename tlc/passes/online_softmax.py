@@ -23,13 +23,17 @@ from typing import ClassVar
 
 from tlc.expr import BinOp, Const, Var
 from tlc.ir.graph import Graph
-from tlc.ir.ops import (CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
+from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
                         ScalarOp, ScaledExpOp, SoftmaxOp)
 from tlc.ir.types import SCALAR, TileType, Value
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.tile_origin import all_users, extent, fresh_name
 
 LOG2E = math.log2(math.e)
+_HOMOGENEOUS_UNARY = frozenset({"neg", "abs", "relu"})   # f(c·x) = c·f(x) for every c > 0
+_TL_NAMES = {"add": "Add", "sub": "Subtract", "mul": "Multiply", "div": "Divide", "max": "Max", "min": "Min",
+             "exp": "Exp", "exp2": "Exp2", "log": "Log", "tanh": "Tanh", "relu": "Relu", "neg": "Negate",
+             "abs": "Abs", "sqrt": "Sqrt", "square": "Square"}
 
 
 @dataclass(frozen=True)
@@ -202,8 +206,13 @@ class _Rewrite:
 
     def rescale_accumulators(self, loop: LoopOp, p: Value, alpha: Value) -> list[int]:
         """Every accumulator P reaches (through Reshape, casts, GEMM chains) is multiplied by
-        alpha before the trip's GEMM adds to it. Returns the carried indices rescaled."""
+        alpha before the trip's GEMM adds to it. Returns the carried indices rescaled.
+
+        Exact only when what reaches the GEMM scales with P: each trip's P is computed against
+        the running max, so it is the domain's P times a positive factor, and the rescale by
+        alpha fixes the accumulator only if f(c·P) = c·f(P). Any other op on the way is refused."""
         carried = {a.uid: i for i, a in enumerate(loop.args[1:])}
+        derived = self.derived_from(p)
         done: list[int] = []
         frontier, seen = [p], set()
         while frontier:
@@ -218,13 +227,73 @@ class _Rewrite:
                 if isinstance(u, RowReduceOp):
                     continue
                 if isinstance(u, (ReshapeOp, ElementwiseOp, CopyOp, MaskOp)):
+                    why = self.not_homogeneous(u, derived, carried)
+                    if why:
+                        self.ctx.error(why, u.loc)
+                        return done
                     frontier.append(u.result)
                 elif isinstance(u, GemmOp) and u.accumulate and v is not u.operands[2]:
+                    if all(o.uid in derived for o in u.operands[:2]):
+                        self.ctx.error(f"both operands of this GEMM are computed from the softmax result "
+                                       f"'{p.base}', so it grows as P squared, which the online form's rescale "
+                                       "cannot follow", u.loc)
+                        return done
                     self.rescale_chain(u, carried, alpha, done)
                 else:
                     self.ctx.error(f"the softmax result reaches a '{u.mnemonic}' the online form cannot "
                                    "rescale; accumulate it with 'Compute GEMM P, V and accumulate O'", u.loc)
         return done
+
+    def derived_from(self, p: Value) -> set[int]:
+        """Uids of the values in the loop body computed from `p`."""
+        out, frontier = {p.uid}, [p]
+        while frontier:
+            for u in self.region.users(frontier.pop()):
+                for r in u.results:
+                    if r.uid not in out:
+                        out.add(r.uid)
+                        frontier.append(r)
+        return out
+
+    def not_homogeneous(self, op: Op, derived: set[int], carried: dict[int, int]) -> str | None:
+        """Why `op` does not scale with its operands computed from P (None when it does)."""
+        if not isinstance(op, ElementwiseOp):
+            return None  # a Reshape (a cast), a register copy or a mask keep c·P as c·P
+        fn, p = op.fn, self.sm.results[0].base
+        mine = [o for o in op.operands if o.uid in derived]
+        others = [o for o in op.operands if o.uid not in derived]
+        name = _TL_NAMES.get(fn, fn)
+        if any(self.reads_carried(o, carried) for o in others):
+            return (f"'{name}' combines the softmax result '{p}' with a value carried through the loop, which the "
+                    "online form rescales too; compute it from values loaded or defined in this trip")
+        if fn in _HOMOGENEOUS_UNARY:
+            return None
+        if fn in ("add", "sub", "max", "min") and not others:
+            return None
+        if fn == "mul" and len(mine) == 1:
+            return None
+        if fn == "div" and op.operands[0].uid in derived and op.operands[1].uid not in derived:
+            return None
+        return (f"'{name}' on the softmax result '{p}' is not exact in the online form: each trip's P is taken "
+                f"against the running max and rescaled later by exp(m_old - m_new), which commutes only with ops "
+                f"that scale with P (Multiply or Divide by a value not computed from P, Negate, Abs, Relu, and "
+                f"sums, differences, maxima and minima of such); apply '{name}' to the scores before the softmax "
+                f"or to the result after the loop")
+
+    def reads_carried(self, v: Value, carried: dict[int, int]) -> bool:
+        """Whether `v` is computed (in this trip) from a loop-carried value."""
+        stack, seen = [v], set()
+        while stack:
+            x = stack.pop()
+            if x.uid in carried:
+                return True
+            if x.uid in seen:
+                continue
+            seen.add(x.uid)
+            prod = self.region.producer(x)
+            if prod is not None and any(prod is o for o in self.region.ops()):
+                stack.extend(prod.operands)
+        return False
 
     def rescale_chain(self, gemm: GemmOp, carried: dict[int, int], alpha: Value, done: list[int]) -> None:
         """Follow `gemm`'s accumulator back through accumulating GEMMs to the loop-carried
@@ -239,10 +308,60 @@ class _Rewrite:
             gemm, acc = prev, prev.operands[2]
         if carried[acc.uid] in done:
             return
+        loop = _enclosing_loop(self.region)
+        assert loop is not None
+        why = self.init_not_zero(loop, carried[acc.uid]) or self.not_carried_plainly(loop, acc, carried)
+        if why:
+            self.ctx.error(why, gemm.loc)
+            return
         scaled = self.value(acc.base, acc.type)
         self.region.insert_before(gemm, ElementwiseOp((scaled,), (acc, alpha), fn="mul", loc=gemm.loc))
         self.region.replace(gemm, replace(gemm, operands=(gemm.operands[0], gemm.operands[1], scaled)))
         done.append(carried[acc.uid])
+
+    def init_not_zero(self, loop: LoopOp, index: int) -> str | None:
+        """Why the accumulator may hold something before the loop (None when it is zeros): the
+        online form rescales it by exp(m_old - m_new) from the first trip on, m_old = -inf, so a
+        value from before the loop would be lost instead of added."""
+        init = loop.operands[index]
+        assert self.region.parent is not None
+        prod = self.region.parent.producer(init)
+        if isinstance(prod, AllocateOp) and prod.space == "register" or isinstance(prod, FullOp) and prod.value == 0:
+            return None
+        where = f" (line {prod.loc.line})" if prod is not None and prod.loc.line > 0 else ""
+        return (f"the accumulator '{init.base}' holds a value from before the loop{where}: the online softmax "
+                f"rescales what it accumulates by exp(m_old - m_new) from the first trip on, which would scale that "
+                f"value away; start the loop from the zeros of 'Allocate {init.base} in register' and add the value "
+                "after the loop")
+
+    def not_carried_plainly(self, loop: LoopOp, acc: Value, carried: dict[int, int]) -> str | None:
+        """Why the accumulator's trip does more than add to it (None when it only adds, or scales
+        it with ops that commute with the rescale)."""
+        derived = self.derived_from(acc)
+        for op in self.region.ops():
+            reads = [o for o in op.operands if o.uid in derived]
+            if not reads or isinstance(op, (ReshapeOp, CopyOp)):
+                continue
+            if isinstance(op, GemmOp):
+                if op.accumulate and op.operands[2].uid in derived and all(o.uid not in derived for o in op.operands[:2]):
+                    continue
+                return (f"'{acc.base}' is a GEMM operand in the loop; the online softmax rescales it every trip, "
+                        "so only its accumulator role is exact")
+            if isinstance(op, ElementwiseOp) and op.fn == "mul" and any(o.uid not in derived for o in op.operands):
+                continue
+            if isinstance(op, ElementwiseOp) and (op.fn in _HOMOGENEOUS_UNARY or op.fn == "div"
+                                                  and op.operands[1].uid not in derived):
+                continue
+            if isinstance(op, ElementwiseOp) and op.fn in ("add", "sub", "max", "min") and len(reads) == 2:
+                continue
+            name = _TL_NAMES.get(getattr(op, "fn", ""), op.mnemonic)
+            return (f"'{name}' on the accumulator '{acc.base}' inside the loop is not exact in the online form: "
+                    "the accumulator is rescaled by exp(m_old - m_new) every trip, which commutes only with "
+                    "Multiply, Divide by values not computed from it, Negate, Abs and Relu; move it after the loop")
+        for i, y in enumerate(loop.yields[: len(loop.operands)]):
+            if y.uid in derived and i != carried[acc.uid]:
+                return f"'{acc.base}' flows into another carried value, which the online form does not rescale"
+        return None
 
     def carry_stats(self, loop: LoopOp, parent: Graph, inits: tuple[Value, Value],
                     args: tuple[Value, Value]) -> LoopOp:
