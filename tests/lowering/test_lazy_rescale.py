@@ -125,3 +125,56 @@ def test_an_alpha_of_another_form_is_left_alone() -> None:
     changed = dataclasses.replace(kernel, body=other(kernel.body))
     rewritten, notes = lazy_rescale(changed)
     assert not _votes(rewritten) and not notes and rewritten == changed
+
+
+# Programs a stale running max would change: O divided by a function of l, the max read after the loop, an
+# op on P before P·V. The pass proves its precondition on the TL graph and declines them (tlc.lowering.stale_max).
+MHA_TEXT = (SPECS / "mha_fwd.tl").read_text()
+STALE_BREAKERS = {
+    "o_over_l_plus_1": MHA_TEXT.replace("Compute Divide O, l and get new O\n",
+                                        "Compute Add l, 1.0 and get l2\nCompute Divide O, l2 and get new O\n"),
+    "o_plus_max": MHA_TEXT.replace("Compute Divide O, l and get new O\n",
+                                   "Compute Divide O, l and get new O\nCompute Add O, m and get new O\n"),
+    "p_times_half": MHA_TEXT.replace("  Reshape P from", "  Compute Multiply P, 0.5 and get new P\n  Reshape P from"),
+}
+SMALL_LAZY = {"HeadDim": "64", "BM": "64", "BN": "32", "LazyRescale": "true"}
+
+
+def _lowered_text(name: str, arch: str = "sm_90"):
+    graph, _ = compile_graph(STALE_BREAKERS[name].encode(), f"{name}.tl", defines=SMALL_LAZY)
+    state, _ = run_lowering(graph, arch, name=name)
+    return graph, state
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+@pytest.mark.parametrize("name", sorted(STALE_BREAKERS))
+def test_a_program_a_stale_max_would_change_keeps_the_exact_rescale(name: str, arch: str) -> None:
+    _, state = _lowered_text(name, arch)
+    assert not _votes(state.kir)
+    assert any(n.startswith("lazy-rescale: not applied:") for n in state.schedule), state.schedule
+
+
+def test_the_precondition_is_needed() -> None:
+    """Forced onto O / (l + 1), the lazy rescale computes something else (the tile evaluator, float64)."""
+    graph, state = _lowered_text("o_over_l_plus_1")
+    kernel, _ = lazy_rescale(state.kir.kernels()[0])
+    forced = dataclasses.replace(state.kir, body=tuple(kernel if isinstance(op, K.KernelOp) else op
+                                                       for op in state.kir.body))
+    assert _votes(forced)
+    gen = torch.Generator().manual_seed(3)
+    sq, sk = 17, 150
+    tensors = {}
+    for arg in state.abi.tensors:
+        if not arg.output:
+            t = torch.randn(1, 2, sq if arg.rows == "seqlen_q" else sk, arg.cols, generator=gen)
+            tensors[arg.name] = (t * torch.linspace(1.0, 6.0, t.shape[2])[None, None, :, None] if arg.name == "K"
+                                 else t).to(torch.bfloat16).double()
+    scalars = {"seqlen_q": sq, "seqlen_k": sk, "scale": 0.125}
+    from tlc.ir.interpreter import run_program
+    want = run_program(graph, {**tensors, "O": torch.full((1, 2, sq, 64), float("nan"), dtype=torch.float64)},
+                       scalars)["O"]
+
+    def err(program) -> float:
+        got = evaluate_program(program, state.abi, tensors, scalars)["O"]
+        return float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+    assert err(state.kir) <= TOL < err(forced)

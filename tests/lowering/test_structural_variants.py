@@ -66,3 +66,32 @@ def test_three_gemms_lower_to_three_mmas():
     src = emit_text(spec.read_bytes(), str(spec), "sm_90", {}, "cute", line_directives=False)
     calls = re.findall(r"tiled_mma\.call\(d_, (\w+)\(_, m_s, \w+\), (\w+)\(_, n_, \w+\), d_\);", src)
     assert len(calls) == 3 and len(set(calls)) == 3, calls   # one MMA per GEMM, each on its own operands
+
+
+NARROW = (MHA.replace("Param HeadDim = 128", "Param HeadDim = 64\nParam DQ = 32")
+          .replace("Allocate Q in shared (BM, HeadDim)", "Allocate Q in shared (BM, DQ)")
+          .replace("Allocate K in shared (BN, HeadDim)", "Allocate K in shared (BN, DQ)")
+          .replace("Copy Q (BM, HeadDim) in coordinate [L = block_idx] from global",
+                   "Copy Q (BM, DQ) in coordinate [L = block_idx] from global")
+          .replace("Copy K (BN, HeadDim) in coordinate [L = n]", "Copy K (BN, DQ) in coordinate [L = n]"))
+
+
+def test_a_tile_narrower_than_its_tensor_is_not_padded_into_the_tensors_columns(tmp_path):
+    """Q and K tiles of 32 of the tensors' 64 columns: sm_90a pads tiles to 64 columns, which would read
+    columns 32..63 (TMA zero-fills only past the tensor's end), so it is refused at the copy; the sm_80
+    family copies 32-column tiles as they are."""
+    path = write(tmp_path, "narrow", NARROW)
+    assert "Copy Q (BM, DQ)" in NARROW and "Copy K (BN, DQ)" in NARROW
+    _cute(path, "sm_90")
+    with pytest.raises(TlcError, match="padded to 64") as exc:
+        _cute(path, "sm_90a")
+    loc = exc.value.diagnostics[0].loc
+    assert "Copy Q (BM, DQ)" in NARROW.splitlines()[loc.line - 1]
+
+
+def test_a_padded_column_tile_past_the_first_is_refused(tmp_path):
+    """A 40-column tile at [C = 1] of an 80-column tensor: padded to 64, its view would start at column 64."""
+    text = NARROW.replace("Param HeadDim = 64\nParam DQ = 32", "Param HeadDim = 80\nParam DQ = 40").replace(
+        "Copy K (BN, DQ) in coordinate [L = n]", "Copy K (BN, DQ) in coordinate [L = n, C = 1]")
+    with pytest.raises(TlcError, match="padded to 64"):
+        _cute(write(tmp_path, "narrow40", text), "sm_90")

@@ -127,15 +127,31 @@ def test_bad_params_are_one_line_errors(param: str, message: str) -> None:
     assert diag.loc is not None and diag.loc.line == len(text.splitlines())
 
 
-@pytest.mark.parametrize("consumers,bn,regs", [(1, 64, 240), (2, 64, 240), (3, 96, 160), (4, 64, 120)])
+@pytest.mark.parametrize("consumers,bn,regs", [(1, 64, 240), (2, 64, 240), (3, 96, 160), (4, 64, 112)])
 def test_register_split_fits_the_register_file(consumers: int, bn: int, regs: int) -> None:
-    """BN: whole passes of the cp.async copies lower-tile-ops emits first (48 rows on 384 threads)."""
+    """BN: whole passes of the cp.async copies lower-tile-ops emits first (48 rows on 384 threads). The split
+    fits the pool the block starts with (threads x entry registers), not only the register file: 640
+    threads start with 96 each, and consumers asking 120 each would wait in setmaxnreg.inc forever."""
     text = (SPEC.read_text().replace("Param BM = 128", f"Param BM = {64 * consumers}")
             .replace("Param BN = 64", f"Param BN = {bn}").replace("Param HeadDim = 128", "Param HeadDim = 64"))
     out, _ = warp_specialize(_before_pass(text), 1, 232448)
     roles = next(op for op in K.walk(out) if isinstance(op, H.WarpSpecializeOp))
     assert roles.consumer_regs == regs and roles.producer_regs == 24
-    assert 128 * (24 + consumers * regs) <= H.REGISTER_FILE
+    threads = 128 * (consumers + 1)
+    assert 128 * (24 + consumers * regs) <= H.entry_registers(threads) * threads <= H.REGISTER_FILE
+
+
+def test_a_register_split_past_the_entry_pool_is_refused() -> None:
+    """The kernel-IR check refuses the split that hung a 640-thread kernel on an H200 (120 consumer registers)."""
+    text = (SPEC.read_text().replace("Param BM = 128", "Param BM = 256").replace("Param BN = 64", "Param BN = 64")
+            .replace("Param HeadDim = 128", "Param HeadDim = 64"))
+    out, _ = warp_specialize(_before_pass(text), 1, 232448)
+    kernel = out.kernels()[0]
+    roles = next(op for op in K.walk(out) if isinstance(op, H.WarpSpecializeOp))
+    hung = dataclasses.replace(roles, consumer_regs=120)
+    body = tuple(hung if op is roles else op for op in kernel.body)
+    with pytest.raises(Exception, match="pool of 61440"):
+        dataclasses.replace(kernel, body=body).check()
 
 
 def test_overlap_notes_and_param() -> None:

@@ -19,6 +19,15 @@ MMA_SOURCES = ("SS", "RS")           # wgmma operands: both from shared memory, 
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 WARP_GROUP = 128                     # threads of one warp group: the unit of wgmma and setmaxnreg
 REGISTER_FILE = 65536                # 32-bit registers per SM (and per CTA) on sm_90
+MAX_THREAD_REGS = 248                # the most registers a thread starts with (255, in 8-register steps)
+
+
+def entry_registers(threads: int) -> int:
+    """Registers each thread of a `threads`-thread, one-block-per-SM kernel starts with: the cap
+    `__launch_bounds__(threads, 1)` gives, which ptxas takes as the entry count when the kernel uses
+    setmaxnreg (a 640-thread kernel starts at 96). The block's register pool is this times `threads`:
+    setmaxnreg.inc past it waits for registers no warp will free, and the kernel hangs."""
+    return min(MAX_THREAD_REGS, REGISTER_FILE // threads // 8 * 8)
 
 
 # ----------------------------------------------------------------------------- program level
@@ -56,9 +65,11 @@ class Sm90KernelOp(KernelOp):
                            f"threads={self.threads}: warp specialization needs 2 or more whole warp groups")
                 consumers = self.threads - op.producer_threads
                 total = op.producer_regs * op.producer_threads + op.consumer_regs * consumers
-                self._need(total <= REGISTER_FILE,
+                pool = entry_registers(self.threads) * self.threads
+                self._need(total <= pool,
                            f"asks {op.producer_regs}x{op.producer_threads} + {op.consumer_regs}x{consumers} = "
-                           f"{total} registers; the SM has {REGISTER_FILE}")
+                           f"{total} registers; {self.threads} threads start with {entry_registers(self.threads)} "
+                           f"each, a pool of {pool} (setmaxnreg.inc past it never returns)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -416,12 +416,18 @@ class LazyRescalePass(_ScheduleListingPass):
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
         from tlc.lowering.lazy_rescale import lazy_rescale
+        from tlc.lowering.stale_max import stale_max_blocker
 
         wanted = _schedule_param(graph, "LazyRescale", None, lambda v: v is None or isinstance(v, bool),
                                  "use true or false")
         state = _state(ctx, self.name)
         kernel = _kernel(state)
         if wanted is False or (wanted is None and not any(isinstance(op, WarpSpecializeOp) for op in walk(kernel))):
+            return
+        blocker = stale_max_blocker(graph)
+        if blocker is not None:
+            state.schedule = list(state.schedule) + [f"lazy-rescale: not applied: {blocker} (a stale running "
+                                                     "max would change the result)"]
             return
         kernel, notes = lazy_rescale(kernel)
         state.schedule = list(state.schedule) + list(dict.fromkeys(notes))

@@ -132,7 +132,13 @@ class CopyRules:
         if (tr, logical) != want:
             raise fail(f"tlc build: the copied tile is {tr}×{logical} but {what} is {want[0]}×{want[1]}", op.loc)
         r, c = self._coords(op, tr, logical, g.logical_cols)
-        return tr, padded(logical, self.col_unit), logical, r, c
+        tc = padded(logical, self.col_unit)
+        if tc != logical and logical != g.logical_cols:
+            raise fail(f"tlc build ({self.arch.name}): the tile's {logical} columns are padded to {tc} in the kernel "
+                       f"({self.col_unit}-element rows), which reads past the tile only where that is past the "
+                       f"tensor's end, but '{op.operands[0].base}' has {g.logical_cols} columns; copy tiles as wide "
+                       f"as the tensor, or {self.col_unit} columns (or a multiple) wide", op.loc)
+        return tr, tc, logical, r, c
 
     def _load(self, op: CopyOp, out: list[K.Op]) -> None:
         g = self.slot(op.operands[0], op)

@@ -196,7 +196,8 @@ class WarpSpecializer:
         if self.tma_store:
             consumer = self._stores(consumer, descriptors)
         prefix = tuple(self._relayout.get(getattr(op, "name", None), op) for op in prefix)
-        regs = min(MAX_CONSUMER_REGS, (H.REGISTER_FILE - PRODUCER_REGS * WARP_GROUP) // (WARP_GROUP * consumers) // 8 * 8)
+        pool = H.entry_registers(kernel.threads + WARP_GROUP) * (kernel.threads + WARP_GROUP)
+        regs = min(MAX_CONSUMER_REGS, (pool - PRODUCER_REGS * WARP_GROUP) // (WARP_GROUP * consumers) // 8 * 8)
         roles = H.WarpSpecializeOp(group="warp_group", producer_regs=PRODUCER_REGS, consumer_regs=regs,
                                    producer=tuple(producer), consumer=tuple(consumer), producer_last=True,
                                    loc=kernel.loc)
