@@ -205,3 +205,18 @@ def test_the_share_of_masked_warp_group_trips_the_docs_quote() -> None:
             total += trips
             masked += sum(n * bn > last for n in range(trips))
     assert round(masked / total, 3) == 0.030
+
+
+def test_a_trip_that_changes_more_than_the_softmax_is_not_skipped() -> None:
+    """`Compute Multiply O, 0.5` in the loop halves O in masked trips too: skipping them would change O."""
+    from tlc.api import compile_graph
+    from tlc.lowering.passes import run_lowering
+
+    spec = Path(__file__).resolve().parents[2] / "specs" / "mha_fwd.tl"
+    text = spec.read_text().replace("\n  Compute GEMM P, V and accumulate O\n",
+                                    "\n  Compute GEMM P, V and accumulate O\n  Compute Multiply O, 0.5 and get new O\n")
+    defines = {"Causal": "true", "HeadDim": "64", "BM": "192", "SkipMaskedTrips": "true"}
+    graph, _ = compile_graph(text.encode(), "halved.tl", defines=defines)
+    state, _ = run_lowering(graph, "sm_90a", name="halved")
+    assert any(n.startswith("skip-masked-trips: kept: a trip whose scores are all masked still changes 'O'")
+               for n in state.schedule), state.schedule

@@ -63,6 +63,11 @@ KEPT = {
     # a trip whose K/V tiles lie wholly past seqlen_k adds nothing, as absent keys do
     "one_trip_past_the_keys": _sub(LOOP, "for n = 0:seqlen_k / BN + 1\n"),
     "kv_one_tile_ahead": MHA.replace("in coordinate [L = n]", "in coordinate [L = n + 1]"),
+    # causal: the trips past the diagonal still halve O, so the loop is not cut there
+    "o_halved_each_trip_causal": _sub(PV, PV + "  Compute Multiply O, 0.5 and get new O\n").replace(
+        "Param Causal = false", "Param Causal = true"),
+    "causal_bottom_right": MHA.replace("Param Causal = false", "Param Causal = true").replace(
+        "Param Align = top_left", "Param Align = bottom_right"),
 }
 
 

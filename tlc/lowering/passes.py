@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from tlc.diagnostics import Diagnostic, Loc, Note, fail
 from tlc.ir.graph import Graph
-from tlc.ir.ops import GemmOp
+from tlc.ir.ops import GemmOp, LoopOp, MaskOp
 from tlc.kir.ops import Exp2ScaleOp, ForOp, KernelOp, MmaOp, RowReduceOp, rewrite_ops, walk
 from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
@@ -356,6 +356,22 @@ class SkipMaskedTripsPass(_OptInPass, _ScheduleListingPass, _ScheduleRewritePass
 
     name: ClassVar[str] = "skip-masked-trips"
     switch: ClassVar[str] = "SkipMaskedTrips"
+
+    def apply(self, ctx: PassContext, graph: Graph) -> None:
+        """Skipping a masked trip is exact only if such a trip changes nothing the loop carries
+        (tlc.passes.masked_trips, checked on the TL graph); otherwise every group runs every trip."""
+        from tlc.passes.masked_trips import masked_trip_changes
+
+        if _bool_param(graph, self.switch, False):
+            for _, op in graph.walk():
+                causal = isinstance(op, LoopOp) and op.body is not None and any(
+                    isinstance(m, MaskOp) and m.kind == "causal" for m in op.body.ops())
+                why = masked_trip_changes(op, lambda m: m.kind == "causal") if causal else None
+                if why:
+                    state = _state(ctx, self.name)
+                    state.schedule = list(state.schedule) + [f"skip-masked-trips: kept: {why}"]
+                    return
+        super().apply(ctx, graph)
 
     def rewrite(self, kernel):
         from tlc.lowering.skip_masked_trips import skip_masked_trips

@@ -29,6 +29,7 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp, CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
+from tlc.passes.masked_trips import masked_trip_changes
 from tlc.passes.tile_origin import Origin, fresh_name, origin
 
 
@@ -181,10 +182,15 @@ class _LoopMasks:
             return
         shift = _shift(mask.alignment)
         first = BinOp("/", _add(_add(rows.start, shift), Const(1)), cols.tile)
-        self.body.replace(mask, replace(mask, from_iteration=((self.loop.var, first),)))
+        placed = replace(mask, from_iteration=((self.loop.var, first),))
+        self.body.replace(mask, placed)
         msg = f"causal ({mask.alignment}): masked only from trip {self.loop.var} = {first}"
         if any(isinstance(o, SoftmaxOp) for o in self.body.ops()):
             self.ctx.remark(msg + "; loop bound kept (run online-softmax first to cut it)", mask.loc)
+            return
+        why = masked_trip_changes(self.loop, lambda m: m is placed)
+        if why:
+            self.ctx.remark(msg + f"; loop bound kept: {why}", mask.loc)
             return
         cut = _cdiv(_add(rows.end, shift), cols.tile)
         assert self.loop.stop is not None
