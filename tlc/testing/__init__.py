@@ -14,6 +14,8 @@ from __future__ import annotations
 from tlc.testing.checks import (RTOL, CheckResult, Shapes, check_interpreter, make_inputs, program_info,
                                 random_tensor)
 from tlc.testing.strategies import ProgramChoices, attention_shapes, inputs, program_choices, tl_programs, with_shapes
+from tlc.testing.structural import (StructuralChoices, output_difference, reference_graph, structural_choices,
+                                    structural_program, structural_programs)
 
 try:  # the one tolerance rule (docs/correctness.md) for low-precision (GPU) outputs lives with the backend
     from tlc.testing_tolerance import *  # noqa: F401,F403
@@ -25,4 +27,6 @@ except ImportError:
 
 __all__ = ["RTOL", "CheckResult", "Shapes", "check_interpreter", "make_inputs", "program_info", "random_tensor",
            "ProgramChoices", "attention_shapes", "inputs", "program_choices", "tl_programs", "with_shapes",
+           "StructuralChoices", "output_difference", "reference_graph", "structural_choices", "structural_program",
+           "structural_programs",
            *_TOLERANCE]
