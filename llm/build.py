@@ -23,9 +23,14 @@ class BuildOutcome:
     artifacts: dict[str, str] = field(default_factory=dict)
 
 
-def existing_artifacts(out_dir: Path, stem: str) -> list[Path]:
-    """Artifacts a build would replace; without --force `tlc gen` refuses to start over them."""
-    return [out_dir / f"{stem}{s}" for s in ARTIFACT_SUFFIXES if (out_dir / f"{stem}{s}").exists()]
+TRANSLATION_SUFFIXES = (".llm.cu", ".llm.cubin")  # what `--translate llm` writes beside them
+
+
+def artifact_paths(out_dir: Path, stem: str, translated: bool = False) -> list[Path]:
+    """Every file a build (and an LLM translation) of `stem` writes; without --force `tlc gen`
+    refuses to start over any that exists."""
+    suffixes = ARTIFACT_SUFFIXES + (TRANSLATION_SUFFIXES if translated else ())
+    return [out_dir / f"{stem}{suffix}" for suffix in suffixes]
 
 
 def _builder(text: str, path: Path, arch: str, out_dir: Path, defines: dict[str, str]) -> Callable[[], Any] | None:

@@ -6,16 +6,17 @@ Exit status: 0 done, 1 the run failed (message says why), 2 bad usage.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
-from tlc_llm.build import existing_artifacts
+from tlc_llm.build import artifact_paths
 from tlc_llm.checker import ToolchainError
 from tlc_llm.client import ProviderError
-from tlc_llm.output import OutputExists, ensure_writable
+from tlc_llm.output import OutputError, ensure_writable, plain_name_problem
 from tlc_llm.request import RequestError, parse_request
 from tlc_llm.redact import redact
 from tlc_llm.session import (
@@ -23,15 +24,29 @@ from tlc_llm.session import (
     replay_session, transcript_path,
 )
 from tlc_llm.targets import TargetError, target_facts
+from tlc_llm.terminal import escape_controls
 from tlc_llm.transcript import TranscriptError, load, unique_path
 
 DEFAULT_TARGET = "sm_90"
+MAX_SECONDS = 86400.0  # a day: past that a timeout is a typo (and `inf` overflows the platform's timers)
+MAX_EVAL_SAMPLES = 1000  # per variant; each sample costs at least two model calls
 Log = Callable[[str], None]
-_FAILURES = (ProviderError, ToolchainError, OutputExists, RequestError, SetupError, TargetError, TranscriptError)
+_FAILURES = (ProviderError, ToolchainError, OutputError, RequestError, SetupError, TargetError, TranscriptError)
+
+
+class UsageError(SetupError):
+    """The command line does not parse (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (through `main`'s log, so its control bytes are escaped)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see tlc gen --help)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tlc gen", description=(
+    p = _Parser(prog="tlc gen", description=(
         "Ask an LLM for LLM-TL (sketch, then parameters), check and repair it with tlc, write and build it."))
     p.add_argument("request", nargs="?", help='what to generate, e.g. "GQA, causal, head dim 128, bf16"')
     p.add_argument("--target", help=f"GPU target, e.g. sm_80, sm_90, sm_90a (default {DEFAULT_TARGET})")
@@ -67,25 +82,40 @@ def _defines(items: list[str]) -> dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise SetupError(f"-D expects NAME=VALUE, got {item!r}")
+            raise SetupError(f"-D expects NAME=VALUE, got '{item}'")
+        if name.strip() in out:
+            raise SetupError(f"-D {name.strip()} is given twice ({out[name.strip()]} and {value.strip()}); keep one")
         out[name.strip()] = value.strip()
     return out
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Flags whose values would otherwise fail deep inside the run (a timer, a sleep, the JSON sent)."""
+    for name, value in (("--max-rounds", args.max_rounds), ("--retries", args.retries)):
+        if value is not None and value < 0:
+            raise SetupError(f"{name} must be >= 0")
+    for name, seconds in (("--timeout", args.timeout), ("--total-timeout", args.total_timeout)):
+        if seconds is not None and not 0 < seconds <= MAX_SECONDS:
+            raise SetupError(f"{name} must be > 0 and at most {MAX_SECONDS:g} seconds")
+    if not (math.isfinite(args.backoff) and args.backoff >= 0):
+        raise SetupError("--backoff must be a number of seconds >= 0")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise SetupError("--temperature must be a number >= 0")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise SetupError("--max-tokens must be >= 1")
+    if args.eval is not None and not 1 <= args.eval <= MAX_EVAL_SAMPLES:
+        raise SetupError(f"--eval N needs 1 <= N <= {MAX_EVAL_SAMPLES} samples per variant")
 
 
 def _settings(args: argparse.Namespace) -> RunSettings:
     if args.request is None:
         raise SetupError('missing request, e.g. tlc gen "GQA, causal, head dim 128, bf16" --target sm_90')
     request = parse_request(args.request, args.target)
-    for name, value in (("--max-rounds", args.max_rounds), ("--retries", args.retries)):
-        if value is not None and value < 0:
-            raise SetupError(f"{name} must be >= 0")
-    for name, seconds in (("--timeout", args.timeout), ("--total-timeout", args.total_timeout)):
-        if seconds is not None and not seconds > 0:
-            raise SetupError(f"{name} must be > 0 seconds")
-    if args.eval is not None and args.eval < 1:
-        raise SetupError("--eval N needs N >= 1 samples per variant")
+    _check_numbers(args)
     if args.vanilla and args.translate == "llm":
         raise SetupError("--vanilla asks for CUDA directly; --translate llm applies to the TL workflow only")
+    if args.eval is not None and args.output is not None:
+        raise SetupError("--eval writes one file per sample into --transcript-dir (default tlc-gen-eval); drop -o")
     return RunSettings(
         request=args.request, target=request.target or DEFAULT_TARGET,
         mode="vanilla" if args.vanilla else "tl", translate=args.translate or "tlc",
@@ -104,9 +134,14 @@ def _replay_conflicts(args: argparse.Namespace) -> list[str]:
     return named + (["vanilla"] if args.vanilla else []) + (["-D"] if args.defines else [])
 
 
-def _default_output(settings: RunSettings) -> Path:
-    """The recorded name for a replay, else one that names the specialization."""
+def _default_output(settings: RunSettings, transcript: Path | None) -> Path:
+    """For a replay the recorded name, if it is a plain file name (the transcript may have been
+    edited to say `../../x.tl`); else one that names the specialization."""
     if settings.filename:
+        problem = plain_name_problem(settings.filename)
+        if problem:
+            raise SetupError(f"transcript {transcript} records the output name '{settings.filename}', which is not "
+                             f"a plain file name ({problem}); pass -o PATH to choose where the replay writes")
         return Path(settings.filename)
     request = parse_request(settings.request, settings.target)
     suffix = ".vanilla.cu" if settings.mode == "vanilla" else ".tl"
@@ -129,14 +164,22 @@ def _run_single(args: argparse.Namespace, settings: RunSettings, session: Sessio
 
 
 def _preflight(args: argparse.Namespace, settings: RunSettings) -> Path:
-    """Everything that can fail before spending a model call: target, output, artifacts."""
+    """Everything that can fail before spending a model call: target, output, artifacts, transcript folder."""
     target_facts(settings.target)
-    out_path = args.output or _default_output(settings)
+    out_path = args.output or _default_output(settings, args.replay)
     ensure_writable(out_path, args.force)
-    if settings.mode == "tl" and not args.no_build and not args.force:
-        clash = existing_artifacts(args.build_dir or out_path.parent, out_path.stem)
-        if clash:
-            raise OutputExists(f"{clash[0]} already exists (tlc build would replace it); pass --force or --no-build")
+    if settings.mode == "tl" and not args.no_build:
+        build_dir = args.build_dir or out_path.parent
+        artifacts = artifact_paths(build_dir, out_path.stem, settings.translate == "llm")
+        if out_path in artifacts:
+            raise SetupError(f"-o {out_path} is a name the build writes its own output to; name the TL file "
+                             f"{out_path.stem}.tl, or pass --no-build")
+        clash = [path for path in artifacts if path.exists()]
+        if clash and not args.force:
+            raise OutputError(f"{clash[0]} already exists (tlc build would replace it); pass --force or --no-build")
+    folder = args.transcript_dir or out_path.parent
+    if folder.exists() and not folder.is_dir():
+        raise SetupError(f"--transcript-dir {folder} is not a directory")
     return out_path
 
 
@@ -172,7 +215,7 @@ def run(argv: list[str], log: Log, on_secret: Callable[[str | None], None] = lam
         session.transcript.command = settings.to_json()
     elif settings.translate == "llm" and settings.filename and Path(settings.filename).stem != out_path.stem:
         raise SetupError(f"this run used --translate llm, whose kernel symbol derives from the file name: "
-                         f"replay it with -o {settings.filename}")
+                         f"replay it with -o {Path(settings.filename).name}")
     directory = args.transcript_dir or out_path.parent
     record = unique_path(transcript_path(directory, out_path.name))
     try:
@@ -183,8 +226,7 @@ def run(argv: list[str], log: Log, on_secret: Callable[[str | None], None] = lam
         session.transcript.outcome.setdefault("message", str(exc))
         raise
     finally:
-        session.transcript.write(record)
-        log(f"transcript: {record}")
+        log(f"transcript: {session.write_transcript(record)}")
     return 0 if ok else 1
 
 
@@ -193,11 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     secrets: list[str] = []
 
     def log(message: str) -> None:
-        for secret in secrets:  # replies are scrubbed already; this is the last line of defence
+        for secret in secrets:  # what is shown is redacted where it is built; this is the last line of defence
             message = redact(message, secret)
         if message.startswith("error: "):
             message = " ".join(message.split())  # an error is one line, whatever it quotes
-        print(f"tlc gen: {message}", file=sys.stderr)
+        print(f"tlc gen: {escape_controls(message)}", file=sys.stderr)
 
     def keep_secret(key: str | None) -> None:
         if key:
@@ -205,13 +247,16 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return run(list(sys.argv[1:] if argv is None else argv), log, keep_secret)
+    except UsageError as exc:
+        log(f"error: {exc}")
+        return 2
     except _FAILURES as exc:
         log(f"error: {exc}")
         return 1
     except KeyboardInterrupt:
         log("error: interrupted")
         return 130
-    except SystemExit as exc:  # argparse: usage errors already printed
+    except SystemExit as exc:  # argparse after --help
         return int(exc.code) if isinstance(exc.code, int) else 2
     except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback
         if os.environ.get("TLC_DEBUG"):

@@ -63,25 +63,38 @@ def build_payload(settings: ChatSettings, messages: list[Message]) -> dict[str, 
     return payload
 
 
-def answer_text(body: str) -> str:
-    """The first choice's message content, or `_Malformed` saying what was wrong."""
+def answer_text(body: str, scrub: Callable[[str], str] = lambda text: text) -> str:
+    """The first choice's message content, exactly as sent, or `_Malformed` saying what was wrong
+    (`scrub` removes the key from what that message quotes before it is shortened)."""
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
+        if body.lstrip()[:1] == "<":
+            raise _Malformed("reply is not valid JSON but an HTML page (a proxy or a web server answered: "
+                             "check that --base-url is the API's address, e.g. https://host/v1)") from None
         raise _Malformed(f"reply is not valid JSON (truncated?) at char {exc.pos}") from None
+    except (ValueError, RecursionError):  # a number past Python's digit limit; nesting past its stack
+        raise _Malformed("reply is not JSON that tlc gen can read (a number too long or nesting too deep)") from None
     if not isinstance(data, dict):
         raise _Malformed("reply is not a JSON object")
     if "error" in data and "choices" not in data:
-        raise _Malformed(f"endpoint reported an error: {_short(json.dumps(data['error']))}")
+        raise _Malformed(f"endpoint reported an error: {_short(scrub(json.dumps(data['error'])))}")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise _Malformed("reply has an empty choice list")
     first = choices[0]
     message = first.get("message") if isinstance(first, dict) else None
     content = message.get("content") if isinstance(message, dict) else None
+    if content is not None and not isinstance(content, str):
+        raise _Malformed(f"reply's first choice has content that is not text (a JSON {_json_kind(content)})")
     if not isinstance(content, str) or not content.strip():
         raise _Malformed("reply's first choice has no message content")
     return content
+
+
+def _json_kind(value: Any) -> str:
+    kinds = ((bool, "boolean"), (int, "number"), (float, "number"), (list, "array"), (dict, "object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "value")
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -122,17 +135,21 @@ class ChatClient:
                 problem = f"{error.kind}: {error.message}"
             elif reply is not None and reply.status == 200:
                 try:
-                    return self.transport.scrub(answer_text(reply.body))  # the key, after JSON decoding
+                    return answer_text(reply.body, self.transport.scrub)  # parsed as sent: never redacted
                 except _Malformed as exc:
                     problem = str(exc)
             elif reply is not None and (reply.status == 429 or reply.status >= 500):
-                problem = f"HTTP {reply.status}: {_short(reply.body) or 'no body'}"
+                problem = f"HTTP {reply.status}: {self._quoted(reply.body) or 'no body'}"
             elif reply is not None:
                 raise ProviderError(self.transport.scrub(
-                    f"{label}: endpoint refused the request: HTTP {reply.status}: {_short(reply.body)}"))
+                    f"{label}: endpoint refused the request: HTTP {reply.status}: {self._quoted(reply.body)}"))
             if attempt + 1 < attempts:
                 self.sleep(self._delay(attempt, reply, ends_at))
         raise self._failure(label, made, problem, timed_out)
+
+    def _quoted(self, body: str) -> str:
+        """A reply body in a message: redacted whole, then shortened, so no part of the key survives the cut."""
+        return _short(self.transport.scrub(body))
 
     def _failure(self, label: str, made: int, problem: str, timed_out: bool,
                  budget: TransportError | None = None) -> ProviderError:
@@ -166,7 +183,7 @@ class ChatClient:
         return reply, error
 
     def _delay(self, attempt: int, reply: HttpReply | None, ends_at: float | None) -> float:
-        backoff = self.settings.backoff_s * (2**attempt)
+        backoff = self.settings.backoff_s * (2 ** min(attempt, 32))  # capped below; 2**1100 is past float
         if reply is not None and reply.retry_after is not None:
             backoff = max(backoff, reply.retry_after)
         backoff = min(backoff, self.settings.backoff_max_s)

@@ -2,6 +2,8 @@
 
 Each sample is an ordinary single run (own seed, own `.tl` and transcript, replayable alone
 with `--replay`), so an evaluation is just a loop plus a summary (printed, and `eval.json`).
+Every file it would write is checked before the first call: none is replaced without --force,
+and an existing transcript is kept (the new one gets a `-1` name).
 """
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from tlc_llm.build import artifact_paths
 from tlc_llm.client import ProviderError
-from tlc_llm.output import ensure_writable
+from tlc_llm.output import OutputError, OutputExists, ensure_writable, write_output
 from tlc_llm.redact import redact
 from tlc_llm.request import VARIANTS, GenRequest, parse_request
 from tlc_llm.run_tl import RunResult
@@ -71,11 +74,15 @@ def run_eval(args: argparse.Namespace, settings: RunSettings, endpoint: Endpoint
     out_dir: Path = args.transcript_dir or Path("tlc-gen-eval")
     requests = eval_requests(settings)
     suffix = ".vanilla.cu" if settings.mode == "vanilla" else ".tl"
+    summary_path = out_dir / "eval.json"
+    ensure_writable(summary_path, args.force)
     plans = []
     for request in requests:
         for i in range(settings.eval_samples):
             out_path = out_dir / f"{request.slug()}-s{i}{suffix}"
             ensure_writable(out_path, args.force)
+            if settings.mode == "tl" and not args.no_build and not args.force:
+                _refuse_existing(artifact_paths(out_dir, out_path.stem, settings.translate == "llm"))
             sample = replace(settings, request=request.describe(), seed=(settings.seed or 0) + i, eval_samples=0,
                              filename=out_path.name)
             build_dir = None if args.no_build else out_dir
@@ -92,12 +99,12 @@ def run_eval(args: argparse.Namespace, settings: RunSettings, endpoint: Endpoint
         try:
             runner = run_vanilla if plan.settings.mode == "vanilla" else run_tl
             result = runner(session, plan, messages.append)
-        except ProviderError as exc:
+        except (ProviderError, OutputError) as exc:
             session.transcript.outcome.update(status="failed", message=str(exc))
             messages.append(f"error: {exc}")
             result = RunResult(False)
         finally:
-            session.transcript.write(transcript_path(out_dir, plan.out_path.name))
+            session.write_transcript(transcript_path(out_dir, plan.out_path.name))  # never replaces one
             calls += session.client.calls
         tally.add(result, messages)
         status = "ok" if result.ok else "failed"
@@ -107,6 +114,12 @@ def run_eval(args: argparse.Namespace, settings: RunSettings, endpoint: Endpoint
     summary = {"settings": settings.to_json(), "model": endpoint.model, "llm_calls": calls,
                "variants": {t.variant: {k: v for k, v in vars(t).items() if k != "variant"} for t in tallies.values()}}
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
-    (out_dir / "eval.json").write_text(redact(text, endpoint.api_key), encoding="utf-8")
-    log(f"{calls} LLM call(s); summary in {out_dir / 'eval.json'}")
+    write_output(summary_path, redact(text, endpoint.api_key), args.force)
+    log(f"{calls} LLM call(s); summary in {summary_path}")
     return 0
+
+
+def _refuse_existing(paths: list[Path]) -> None:
+    clash = next((path for path in paths if path.exists()), None)
+    if clash is not None:
+        raise OutputExists(f"{clash} already exists (tlc build would replace it); pass --force or --no-build")

@@ -1,17 +1,21 @@
-"""Removing the API key from text before anything shows or records it: raw, JSON-escaped, decoded.
+"""Removing the API key from what is shown or recorded (messages, transcripts, eval.json): raw,
+JSON-escaped, decoded. What is parsed or built (reply bodies, answers, programs) is never redacted.
 
 An endpoint may echo the key back, and a JSON body may spell any of its characters as an
 escape (`\\u0073`, `\\u004B`, `\\/`, a surrogate pair), at any escaping depth (`\\\\u0073` in a
 JSON string inside a JSON string). One pattern per key matches every such spelling.
+A key shorter than `MIN_SECRET_CHARS` is not redacted: cutting `1` or `BN` out of a transcript
+destroys it (every `"index": 1`, every `Param BN`), and such a key is no secret worth the name.
 """
 from __future__ import annotations
 
 import functools
 import json
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 REDACTED = "[REDACTED]"
+MIN_SECRET_CHARS = 8  # shorter keys (`1`, `EMPTY`, `ollama`) are placeholders, not secrets
 
 # JSON's two-character escapes: the character, then the letter that follows the backslash
 _SHORT_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
@@ -47,9 +51,15 @@ def _key_pattern(secret: str) -> re.Pattern[str]:
     return re.compile("".join(_char_pattern(c) for c in secret))
 
 
+def is_secret(key: str | None) -> TypeGuard[str]:
+    """Whether `key` is long enough to be redacted (see the module docstring)."""
+    return key is not None and len(key) >= MIN_SECRET_CHARS
+
+
 def redact(text: str, secret: str | None) -> str:
-    """Replace every spelling of `secret` in `text` (raw or JSON-escaped); a no-op without a secret."""
-    if not secret or not text:
+    """Replace every spelling of `secret` in `text` (raw or JSON-escaped); a no-op without a secret
+    or with one shorter than `MIN_SECRET_CHARS`."""
+    if not is_secret(secret) or not text:
         return text
     if secret in text or "\\" in text:
         return _key_pattern(secret).sub(REDACTED, text)
@@ -57,7 +67,7 @@ def redact(text: str, secret: str | None) -> str:
 
 
 def leaks(text: str, secret: str | None) -> bool:
-    return bool(secret) and _key_pattern(secret).search(text) is not None
+    return is_secret(secret) and _key_pattern(secret).search(text) is not None
 
 
 def _decoded_strings(value: Any) -> list[str]:
@@ -70,13 +80,14 @@ def _decoded_strings(value: Any) -> list[str]:
     return []
 
 
-def _redact_values(value: Any, secret: str) -> Any:
+def redact_values(value: Any, secret: str | None) -> Any:
+    """Decoded JSON with the key removed from every string, keys of objects included."""
     if isinstance(value, str):
         return redact(value, secret)
     if isinstance(value, dict):
-        return {redact(k, secret): _redact_values(v, secret) for k, v in value.items()}
+        return {redact(k, secret): redact_values(v, secret) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact_values(item, secret) for item in value]
+        return [redact_values(item, secret) for item in value]
     return value
 
 
@@ -86,12 +97,12 @@ def redact_body(text: str, secret: str | None) -> str:
     The raw pass covers every JSON spelling, so the decoded check is a second line of defence;
     if it ever finds the key, the body is re-encoded from the scrubbed values."""
     text = redact(text, secret)
-    if not secret:
+    if not is_secret(secret):
         return text
     try:
         data = json.loads(text)
-    except ValueError:
+        if not any(leaks(s, secret) for s in _decoded_strings(data)):
+            return text
+        return json.dumps(redact_values(data, secret), ensure_ascii=False)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python follows
         return text
-    if not any(leaks(s, secret) for s in _decoded_strings(data)):
-        return text
-    return json.dumps(_redact_values(data, secret), ensure_ascii=False)

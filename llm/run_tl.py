@@ -64,7 +64,7 @@ def run_tl(session: Session, plan: RunPlan, log: Log) -> RunResult:
         outcome.update(status="failed", message=str(exc))
         log(f"error: {exc}")
         return RunResult(False)
-    write_output(plan.out_path, generated.text, plan.force)
+    write_output(plan.out_path, generated.text, plan.force, session.secret)
     outcome.update(
         status="ok", sha256=sha256(generated.text),
         repair_rounds=generated.repair_rounds, remarks=list(generated.remarks),

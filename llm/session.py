@@ -5,6 +5,7 @@ stores it; `--replay` takes it from there, so the replayed run asks the same que
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tlc_llm.client import ChatClient, ChatSettings
+from tlc_llm.output import OutputError
 from tlc_llm.transcript import ReplayDivergence, ReplayTransport, Transcript, TranscriptError
 from tlc_llm.transport import HttpTransport, redact
 
@@ -49,11 +51,45 @@ class RunSettings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunSettings:
+        """A transcript's `command`, checked field by field: a replay runs only settings a live run could have."""
         known = {f.name for f in fields(cls)}
         missing = {"request", "target"} - set(data)
         if missing:
-            raise TranscriptError(f"transcript command lacks {', '.join(sorted(missing))}")
+            raise TranscriptError(f"its command lacks {', '.join(sorted(missing))}")
+        problem = _command_problem(data)
+        if problem:
+            raise TranscriptError(f"its command's {problem}")
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+_CHOICES = {"mode": ("tl", "vanilla"), "translate": ("tlc", "llm")}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _command_problem(data: dict[str, Any]) -> str | None:
+    """The first field of a recorded command whose type or value no live run writes."""
+    for name in ("request", "target", "filename", *_CHOICES):
+        if name in data and not isinstance(data[name], str):
+            return f"'{name}' is not text"
+    for name, allowed in _CHOICES.items():
+        if name in data and data[name] not in allowed:
+            return f"'{name}' is not one of {', '.join(allowed)}"
+    for name in ("max_rounds", "max_retries", "eval_samples"):
+        if name in data and not (_is_int(data[name]) and data[name] >= 0):
+            return f"'{name}' is not a whole number >= 0"
+    for name in ("seed", "max_tokens"):
+        if data.get(name) is not None and not _is_int(data[name]):
+            return f"'{name}' is not a whole number"
+    temperature = data.get("temperature", 0.0)
+    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and math.isfinite(temperature)):
+        return "'temperature' is not a number"
+    defines = data.get("defines", {})
+    if not (isinstance(defines, dict) and all(isinstance(v, str) for v in defines.values())):
+        return "'defines' is not an object of NAME: VALUE texts"
+    return None
 
 
 @dataclass(frozen=True)
@@ -89,6 +125,18 @@ class Session:
     transcript: Transcript
     replay: ReplayTransport | None = None
 
+    @property
+    def secret(self) -> str | None:
+        """The API key of a live run (None for a replay): what no output file may contain."""
+        return self.transcript.secret
+
+    def write_transcript(self, path: Path) -> Path:
+        """Where the transcript went: `path`, or `path` with `-N` if a file has that name (none is replaced)."""
+        try:
+            return self.transcript.write(path)
+        except OSError as exc:
+            raise OutputError(f"cannot write the transcript {path}: {exc.strerror or 'I/O error'}") from None
+
     def finish_replay(self) -> None:
         """A replay that left recorded requests unasked diverged from the original run."""
         if self.replay is not None and self.replay.unused:
@@ -116,7 +164,11 @@ def live_session(settings: RunSettings, endpoint: Endpoint, backoff_s: float = 1
 def replay_session(recorded: Transcript) -> tuple[RunSettings, Session]:
     """Settings and model come from the transcript; retries do not sleep (nothing to wait for) and
     no time budget applies: where the live run's budget ran out, the transcript says so."""
-    settings = RunSettings.from_json(recorded.command)
+    try:
+        settings = RunSettings.from_json(recorded.command)
+    except TranscriptError as exc:
+        raise TranscriptError(f"transcript {recorded.source}: {exc}; it was edited or damaged: record the run "
+                              "again") from None
     model = str(recorded.endpoint.get("model", ""))
     if not model and recorded.exchanges:
         model = str(recorded.exchanges[0].get("request", {}).get("model", ""))

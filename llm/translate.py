@@ -13,18 +13,18 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from tlc_llm.build import TRANSLATION_SUFFIXES
 from tlc_llm.checker import Check, ToolchainError
 from tlc_llm.client import ProviderError
 from tlc_llm.gpucheck import check_tl_on_gpu
 from tlc_llm.nvrtc import compile_cuda
-from tlc_llm.output import write_output
+from tlc_llm.output import OutputError, write_output
 from tlc_llm.prompts import PromptSet
 from tlc_llm.repair import StageFailed, run_stage
 from tlc_llm.run_tl import RunPlan
 from tlc_llm.session import Session
 from tlc_llm.transcript import ReplayDivergence
 from tlc_llm.vanilla import cpp_dialect
-
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,12 @@ def translate_with_llm(session: Session, plan: RunPlan, prompts: PromptSet, tl_t
     except ProviderError as exc:
         return Translation(False, f"LLM translation failed ({exc}); using tlc's emitter")
     out_dir = plan.build_dir or plan.out_path.parent
-    written = out_dir / f"{plan.out_path.stem}.llm.cu"
-    write_output(written, stage.text, plan.force)
-    write_output(out_dir / f"{plan.out_path.stem}.llm.cubin", cubins[stage.text], plan.force)
+    written = out_dir / f"{plan.out_path.stem}{TRANSLATION_SUFFIXES[0]}"
+    try:
+        write_output(written, stage.text, plan.force, session.secret)
+        write_output(out_dir / f"{plan.out_path.stem}{TRANSLATION_SUFFIXES[1]}", cubins[stage.text], plan.force)
+    except OutputError as exc:
+        return Translation(False, f"LLM translation not written ({exc}); using tlc's emitter")
     result = check_tl_on_gpu(plan.out_path, cubins[stage.text], plan.facts.name, plan.settings.defines, plan.request)
     if result.correct is False:
         return Translation(False, f"LLM translation compiles ({written}) but is wrong: {result.summary}; "

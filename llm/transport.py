@@ -1,8 +1,10 @@
 """One HTTP POST to an OpenAI-compatible `/chat/completions` endpoint, nothing more.
 
 Retries, parsing and recording live above this layer (client.py, transcript.py). The API
-key is attached here and scrubbed here from everything that leaves: reply bodies and
-error messages, so no caller can ever log or record it. Each POST has one wall-clock
+key is attached here, and removed here from the error messages this layer writes (a URL may
+carry it). Reply bodies come back exactly as received: they are parsed, and a key cut out of
+them could break the JSON or the program (`1` in `"index": 1`); what is shown or recorded of
+them is redacted where it is shown or recorded. Each POST has one wall-clock
 deadline covering connect, headers and the whole body: a server that trickles bytes cannot
 keep resetting a per-read socket timeout.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import socket
 import threading
 import time
@@ -18,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tlc_llm.redact import REDACTED, redact, redact_body
+from tlc_llm.redact import REDACTED, redact
 
 __all__ = ["REDACTED", "HttpReply", "HttpTransport", "Transport", "TransportError", "chat_url", "redact",
            "seconds_text"]
@@ -29,7 +32,7 @@ CHUNK_BYTES = 65536
 
 @dataclass(frozen=True)
 class HttpReply:
-    """What came back: status, body text (key-scrubbed), and a Retry-After hint in seconds."""
+    """What came back: status, body text (as received, not redacted), and a Retry-After hint in seconds."""
 
     status: int
     body: str
@@ -52,7 +55,7 @@ class Transport(Protocol):
         ...
 
     def scrub(self, text: str) -> str:
-        """Remove the API key from text derived from a reply (after JSON decoding, say)."""
+        """Remove the API key from a message about to be shown (an error quoting a reply, say)."""
         ...
 
 
@@ -76,7 +79,7 @@ def _retry_after(value: str | None) -> float | None:
         seconds = float(value)
     except ValueError:
         return None  # HTTP-date form: ignore, our own backoff applies
-    return seconds if seconds >= 0 else None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None  # `inf` would not fit a transcript
 
 
 class _Deadline:
@@ -247,9 +250,10 @@ class HttpTransport:
         detail = type(exc).__name__ + (f": {exc}" if str(exc) else "")
         return TransportError("connection", self._scrub(f"connection to {self.url} failed ({detail})"))
 
-    def _clean(self, body: bytes) -> str:
+    @staticmethod
+    def _clean(body: bytes) -> str:
         # errors="replace": a reply is processed exactly as it is recorded, so replay matches
-        return redact_body(body.decode("utf-8", errors="replace"), self._key)
+        return body.decode("utf-8", errors="replace")
 
     def _scrub(self, text: str) -> str:
         return redact(text, self._key)

@@ -53,7 +53,7 @@ def run_vanilla(session: Session, plan: RunPlan, log: Log) -> RunResult:
         outcome.update(status="failed", message=str(exc))
         log(f"error: vanilla baseline does not compile: {exc}")
         return RunResult(False, compiled=False)
-    write_output(plan.out_path, stage.text, plan.force)
+    write_output(plan.out_path, stage.text, plan.force, session.secret)
     outcome.update(status="ok", sha256=sha256(stage.text), repair_rounds=stage.answers - 1)
     log(f"wrote {plan.out_path}: compiles for {plan.facts.name} after {stage.answers} answer(s)")
     result: CorrectnessResult = check_vanilla_on_gpu(stage.text, cubins[stage.text], plan.request)

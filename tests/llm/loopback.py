@@ -17,7 +17,7 @@ from typing import Any, Callable, Union
 @dataclass(frozen=True)
 class Reply:
     status: int = 200
-    body: str = ""
+    body: str | bytes = ""  # bytes: sent as they are (a body that is not UTF-8)
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False  # close the connection without answering
@@ -90,7 +90,7 @@ class ScriptedServer:
                 body = reply.body
                 if reply.echo_key is not None:
                     body = reply.echo_key(self.headers.get("Authorization", "").removeprefix("Bearer "))
-                data = body.encode("utf-8")
+                data = body.encode("utf-8") if isinstance(body, str) else body
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")

@@ -17,7 +17,7 @@ MESSAGES = [{"role": "user", "content": "hello"}]
 
 def make_client(server, *, retries: int = 2, timeout: float = 2.0, key: str | None = SECRET, seed=7):
     sleeps: list[float] = []
-    transcript = Transcript({"request": "test", "target": "sm_90"})
+    transcript = Transcript({"request": "test", "target": "sm_90"}, secret=key)
     client = ChatClient(
         HttpTransport(server.base_url, key, timeout),
         ChatSettings(model="m", temperature=0.5, seed=seed, max_retries=retries, backoff_s=0.01),

@@ -107,5 +107,5 @@ def test_help_states_the_timeouts(capsys):
 @pytest.mark.parametrize("flag", ["--timeout", "--total-timeout"])
 def test_timeouts_must_be_positive(endpoint_env, gen, tmp_path, flag):
     status, output = gen("MHA", "-o", str(tmp_path / "x.tl"), flag, "0")
-    assert status == 1 and f"{flag} must be > 0 seconds" in one_error_line(output)
+    assert status == 1 and f"{flag} must be > 0 and at most 86400 seconds" in one_error_line(output)
     assert endpoint_env.received == []

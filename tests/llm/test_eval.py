@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from loopback import answer, fenced
+from loopback import answer, fenced, one_error_line
 from scripts import sketch_of, spec_text
 
 pytest.importorskip("tlc.api", reason="tlc's frontend (tlc.api) is not there yet")
@@ -49,3 +49,32 @@ def test_eval_all_variants(endpoint_env, gen, tmp_path):
     for variant in ("mha", "gqa", "mqa", "mla_prefill", "mla_decode"):
         assert f"{variant}: 0/1 pass tlc check" in output
     assert len(endpoint_env.received) == 5
+
+
+def test_eval_replaces_nothing_without_force(endpoint_env, gen, tmp_path):
+    """eval.json and a sample's transcript may be the user's (an earlier evaluation): kept, before any call."""
+    out_dir = tmp_path / "eval"
+    out_dir.mkdir()
+    (out_dir / "eval.json").write_text("earlier results\n")
+    status, output = gen("MHA", "--eval", "1", "--no-build", "--transcript-dir", str(out_dir))
+    assert status == 1 and "eval.json already exists; pass --force" in one_error_line(output)
+    assert (out_dir / "eval.json").read_text() == "earlier results\n" and endpoint_env.received == []
+    (out_dir / "eval.json").unlink()
+    stem = "mha_full_d128_bf16-s0"
+    (out_dir / f"{stem}.cubin").write_text("earlier build\n")
+    status, output = gen("MHA", "--eval", "1", "--transcript-dir", str(out_dir))
+    assert status == 1 and f"{stem}.cubin already exists (tlc build would replace it)" in one_error_line(output)
+    assert endpoint_env.received == []
+    old_transcript = out_dir / f"{stem}.tl.transcript.json"
+    old_transcript.write_text("earlier transcript\n")
+    program = spec_text()
+    endpoint_env.script = [fenced(sketch_of(program)), fenced(program)]
+    status, output = gen("MHA", "--eval", "1", "--no-build", "--transcript-dir", str(out_dir))
+    assert status == 0, output
+    assert old_transcript.read_text() == "earlier transcript\n"
+    assert json.loads((out_dir / f"{stem}-1.tl.transcript.json").read_text())["outcome"]["status"] == "ok"
+
+
+def test_eval_takes_no_output_name(endpoint_env, gen, tmp_path):
+    status, output = gen("MHA", "--eval", "1", "-o", str(tmp_path / "x.tl"))
+    assert status == 1 and "--eval writes one file per sample into --transcript-dir" in one_error_line(output)

@@ -199,7 +199,7 @@ def test_replay_detects_divergence(endpoint_env, gen, tmp_path):
     assert status == 1 and "drop request" in one_error_line(output)
     (tmp_path / "junk.json").write_text("{not json")
     status, output = gen("--replay", str(tmp_path / "junk.json"), "-o", str(tmp_path / "r3.tl"))
-    assert status == 1 and "not readable JSON" in one_error_line(output)
+    assert status == 1 and "is not valid JSON (line 1, column 2)" in one_error_line(output)
 
 
 @pytest.mark.parametrize(
@@ -209,7 +209,7 @@ def test_replay_detects_divergence(endpoint_env, gen, tmp_path):
         (["MHA on sm_80", "--target", "sm_90"], "names target sm_80 but --target is sm_90"),
         ([""], "empty request"),
         (["MHA", "-D", "oops"], "-D expects NAME=VALUE"),
-        (["MHA", "--eval", "0"], "--eval N needs N >= 1"),
+        (["MHA", "--eval", "0"], "--eval N needs 1 <= N <= 1000"),
         (["MHA", "--vanilla", "--translate", "llm"], "applies to the TL workflow only"),
         (["MHA", "--max-rounds", "-1"], "--max-rounds must be >= 0"),
     ],

@@ -91,15 +91,30 @@ def test_redact_matches_every_spelling(spell):
 
 @pytest.mark.parametrize("spell", SPELLINGS, ids=IDS)
 def test_key_escaped_in_a_chat_answer(keyed, gen, tmp_path, spell):
+    """The key in the prose around the code: shown and recorded redacted; the program is written as sent."""
     program = spec_text()
-    commented = f"# reviewed with key {PLACEHOLDER}\n{program}"
-    content = f"Your key is {PLACEHOLDER}.\n```tl\n{commented}```"
+    content = f"Your key is {PLACEHOLDER}.\n```tl\n{program}```"
     keyed.script = [echoing(completion(f"```tl\n{sketch_of(program)}```"), spell), echoing(completion(content), spell)]
     out = tmp_path / "mha.tl"
     status, output = gen("MHA", "-o", str(out), "--no-build")
     assert status == 0, output
     assert keyed.received[0].headers["Authorization"] == f"Bearer {KEY}"
-    assert REDACTED in out.read_text()  # the comment survived, the key did not
+    assert out.read_text().strip() == program.strip()
+    assert REDACTED in Path(f"{out}.transcript.json").read_text()
+    assert_nowhere(output, tmp_path)
+
+
+@pytest.mark.parametrize("spell", SPELLINGS, ids=IDS)
+def test_key_in_the_accepted_program_is_not_written(keyed, gen, tmp_path, spell):
+    """A program is written exactly as it was checked, so one that holds the key is not written at all."""
+    program = spec_text()
+    commented = f"# reviewed with key {PLACEHOLDER}\n{program}"
+    keyed.script = [echoing(completion(f"```tl\n{sketch_of(program)}```"), spell),
+                    echoing(completion(f"```tl\n{commented}```"), spell)]
+    out = tmp_path / "mha.tl"
+    status, output = gen("MHA", "-o", str(out), "--no-build")
+    assert status == 1 and "contains the API key" in one_error_line(output)
+    assert not out.exists()
     assert_nowhere(output, tmp_path)
 
 
@@ -131,3 +146,36 @@ def test_key_escaped_in_a_json_field(keyed, gen, tmp_path, spell):
     status, output = gen("MHA", "-o", str(tmp_path / "again.tl"), "--retries", "1")
     assert status == 1 and "endpoint reported an error" in one_error_line(output)
     assert_nowhere(output, tmp_path)
+
+
+LONG_KEY = "sk-0123456789abcdef"
+
+
+@pytest.mark.parametrize("key", ["1", "BN", LONG_KEY])
+def test_replies_are_parsed_as_sent_whatever_the_key(endpoint_env, gen, tmp_path, monkeypatch, key):
+    """Redaction is for what is shown and recorded: a key `1` (in every `"prompt_tokens": 1`) or `BN` (a Param
+    of the program) is never cut out of a reply before it is parsed, so every key gives the same program."""
+    monkeypatch.setenv("TLC_LLM_API_KEY", key)
+    program = spec_text()
+    assert "Param BN" in program and '"prompt_tokens": 1' in completion("x")
+    endpoint_env.script = [echoing(completion(f"Key {PLACEHOLDER}.\n```tl\n{sketch_of(program)}```"), str),
+                           echoing(completion(f"Key {PLACEHOLDER}.\n```tl\n{program}```"), str)]
+    out = tmp_path / "mha.tl"
+    status, output = gen("MHA", "-o", str(out), "--no-build")
+    assert status == 0, output
+    assert out.read_text().strip() == program.strip()
+    assert api.check_source(out.read_text(), out.name).ok
+    transcript = Path(f"{out}.transcript.json").read_text()
+    if key == LONG_KEY:
+        assert key not in output and key not in unescaped(transcript) and REDACTED in transcript
+    else:  # too short to redact (MIN_SECRET_CHARS): the transcript keeps the replies as they came
+        assert REDACTED not in transcript and f"Key {key}." in transcript
+
+
+def test_keys_shorter_than_eight_characters_are_not_redacted():
+    from tlc_llm.redact import MIN_SECRET_CHARS, redact, redact_body
+
+    assert MIN_SECRET_CHARS == 8
+    body = '{"index": 1, "text": "abcdefg abcdefgh"}'
+    assert redact(body, "1") == body and redact_body(body, "abcdefg") == body
+    assert redact(body, "abcdefgh") == '{"index": 1, "text": "abcdefg [REDACTED]"}'
