@@ -111,7 +111,8 @@ class StructuralChoices:
             if f.name in ("family", "bm", "bn", "d_qk", "d_v"):
                 continue
             value = getattr(self, f.name)
-            if value != getattr(base, f.name) and not (f.name == "qk_width" and value == self.d_qk):
+            differs = value != self.d_qk if f.name == "qk_width" else value != getattr(base, f.name)
+            if differs:
                 parts.append(f"{f.name}={value if not isinstance(value, tuple) else '+'.join(value) or '-'}")
         return " ".join(parts)
 

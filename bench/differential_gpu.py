@@ -1,0 +1,370 @@
+"""Differential test across targets: structurally varied TL programs (tlc.testing.structural_program, named
+by seed) built for every target that accepts them, each kernel run against the TL interpreter of the program
+as written (float64 on the CPU, the same bf16/fp16 inputs, NaN-poisoned outputs) at SIZES:
+
+    python3 bench/differential_gpu.py --seeds 0:200 --arch sm_90 --arch sm_90a --jobs 16 --out $OUT/differential
+    python3 bench/differential_gpu.py --seeds 0:3 --build-only --jobs 2 --out /tmp/differential   # no GPU needed
+
+1. Build, in `--jobs` processes: each (seed, target) is built (NVRTC; the kernel lands in the disk cache),
+   refused at a line, refused without a line, a crash (an exception other than tlc's one-line error), or
+   an NVRTC error (CuTe that tlc emitted and NVRTC refused). Each seed that built somewhere gets its
+   inputs and expected outputs from the interpreter in the same pool. `--build-only` stops here.
+2. Run: one worker subprocess launches the kernels and reports each case as it finishes. A case still
+   running after `--timeout` seconds is a HANG: a hung kernel cannot be stopped from inside its process, so
+   the worker is killed and a new one takes the cases left. A case that loses the CUDA context (an illegal
+   address) ends its worker the same way. A kernel passes when it writes exactly the elements the program
+   writes and max |kernel - interpreter| <= 2e-2 · max(1, max |interpreter|) (tests/gpu/differential.py).
+
+Prints a table last (per target: built, refused at a line, refused without one, crash, NVRTC error, ok,
+WRONG, HANG, ERROR) and writes differential_gpu.json under --out (per case: seed, target, status, max
+error, message, and the TL text of every case that is not ok or refused at a line). On a machine without
+network access see bench/README.md for carrying lark, pycute and the CuTe headers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SIZES = [(17, 33, 2), (333, 77, 1), (77, 333, 1)]   # (seqlen_q, seqlen_k, batch): odd, q < k and q > k
+RTOL = 2e-2
+SCALE = 0.125
+NAME = "generated.tl"
+FAILED = ("refused-no-line", "crash", "nvrtc-error", "WRONG", "HANG", "ERROR")
+COLUMNS = ("built", "refused", "refused-no-line", "crash", "nvrtc-error", "ok", "WRONG", "HANG", "ERROR")
+_PROTOCOL = "@@ "
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", default="0:200", help="A:B, the seeds A … B-1 (or one seed N)")
+    ap.add_argument("--arch", action="append", choices=["sm_90", "sm_90a"], help="a target (repeatable)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel NVRTC compiles")
+    ap.add_argument("--out", required=True, help="folder for differential_gpu.json")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds one case may run before it is a HANG")
+    ap.add_argument("--build-only", action="store_true", help="build and compute the references; no GPU")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.arch = list(dict.fromkeys(args.arch or ["sm_90", "sm_90a"]))
+    try:
+        first, _, last = args.seeds.partition(":")
+        args.seed_list = list(range(int(first), int(last))) if last else [int(first)]
+    except ValueError:
+        ap.error(f"--seeds {args.seeds!r}: write A:B (seeds A to B-1) or one seed")
+    return args
+
+
+# ------------------------------------------------------------------ phase 1: build (a process pool)
+
+
+def heads_of(kv_offset: str) -> tuple[int, int]:
+    """(query heads, KV heads): a group of 2 for GQA, 3 query heads on one KV head for MQA."""
+    return {"0": (3, 1), "head_idx": (2, 2)}.get(kv_offset, (4, 2))
+
+
+def build_case(seed: int, target: str) -> dict:
+    """Lower, then compile with NVRTC (into the disk cache that tlc.build reads later)."""
+    from tlc.builder import lower_to_kernel_ir
+    from tlc.diagnostics import TlcError
+    from tlc.names import kernel_name
+    from tlc.runtime import compile_spec
+    from tlc.testing.structural import structural_program
+
+    text, defines, _ = structural_program(seed)
+    row: dict = {"seed": seed, "target": target}
+    start = time.perf_counter()
+    try:
+        lower_to_kernel_ir(text.encode(), NAME, target, defines or {}, name=kernel_name(NAME))
+    except TlcError as exc:
+        line = exc.diagnostics[0].loc.line if exc.diagnostics[0].loc else 0
+        return dict(row, status="refused" if line > 0 else "refused-no-line", line=line,
+                    message=exc.diagnostics[0].message)
+    except Exception as exc:  # noqa: BLE001 - a traceback in the compiler is a finding to record
+        return dict(row, status="crash", message=_traceback(exc))
+    try:
+        compile_spec(text, arch=target, defines=defines or {})
+    except TlcError as exc:
+        return dict(row, status="nvrtc-error", message=exc.render()[:2000])
+    except Exception as exc:  # noqa: BLE001
+        return dict(row, status="crash", message=_traceback(exc))
+    return dict(row, status="built", build_seconds=round(time.perf_counter() - start, 1))
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:])[-2000:]
+
+
+def reference_case(seed: int, work: str) -> str:
+    """Inputs and the interpreter's outputs of the program as written at SIZES, saved for the worker;
+    a size where the program has no meaning (a loop of no trips leaves its softmax undefined) keeps None."""
+    import torch
+
+    from tlc.ir.interpreter import InterpError, run_program
+    from tlc.testing.checks import Shapes, make_inputs
+    from tlc.testing.structural import choices_of_seed, reference_graph
+
+    torch.set_num_threads(1)
+    choices = choices_of_seed(seed)
+    graph = reference_graph(choices.render(), choices.defines_dict(), NAME,
+                            meaningful_as_written=choices.as_written_meaningful)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[choices.dtype]
+    heads, kv_heads = heads_of(choices.kv_offset)
+    sizes = []
+    for sq, sk, batch in SIZES:
+        floats = {"scale": SCALE} if "scale" in graph.inputs else {}
+        shapes = Shapes(batch, heads, kv_heads, {"seqlen_q": sq, "seqlen_k": sk}, floats)
+        tensors, _, scalars = make_inputs(graph, shapes, seed, dtype)
+        try:
+            expected = run_program(graph, tensors, scalars)["O"].float()
+        except InterpError:
+            expected = None
+        inputs = {k: v.to(dtype) for k, v in tensors.items() if k != "O"}
+        sizes.append({"size": f"{sq}x{sk}", "inputs": inputs, "expected": expected, "floats": floats})
+    path = Path(work) / f"seed{seed}.pt"
+    torch.save({"sizes": sizes}, path)
+    return str(path)
+
+
+def build_all(seeds: list[int], targets: list[str], jobs: int, work: str) -> list[dict]:
+    """Every (seed, target) built in parallel; each seed with a built target gets its references."""
+    rows: list[dict] = []
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        pending: dict[Future, tuple] = {pool.submit(build_case, s, t): ("build", s, t)
+                                        for s in seeds for t in targets}
+        referenced: set[int] = set()
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                kind, seed, target = pending.pop(fut)
+                if kind == "reference":
+                    try:
+                        fut.result()
+                    except Exception as exc:  # noqa: BLE001 - the seed's built cases cannot run
+                        for row in rows:
+                            if row["seed"] == seed and row["status"] == "built":
+                                row.update(status="ERROR", message=f"reference: {_traceback(exc)}")
+                    continue
+                try:
+                    row = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a build process that died
+                    row = {"seed": seed, "target": target, "status": "crash", "message": _traceback(exc)}
+                rows.append(row)
+                if row["status"] in FAILED:
+                    print(f"build seed {seed} {target}: {row['status']}: {row.get('message', '')[:160]}", flush=True)
+                if len(rows) % 50 == 0:
+                    print(f"{len(rows)} of {len(seeds) * len(targets)} builds done", flush=True)
+                if row["status"] == "built" and seed not in referenced:
+                    referenced.add(seed)
+                    pending[pool.submit(reference_case, seed, work)] = ("reference", seed, None)
+    return sorted(rows, key=lambda r: (r["seed"], r["target"]))
+
+
+# ------------------------------------------------------------------ phase 2: run (a watched worker)
+
+
+def worker_main(work: str) -> None:
+    """Reads cases (JSON lines) from stdin, writes `@@ {...}` lines: ready, start of a case, its result."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)   # anything else the process prints goes to stderr, not into the protocol
+
+    def say(**msg) -> None:
+        proto.write(_PROTOCOL + json.dumps(msg) + "\n")
+
+    import torch
+    torch.cuda.init()
+    say(ready=True)
+    for line in sys.stdin:
+        case = json.loads(line)
+        say(start=[case["seed"], case["target"]])
+        result = run_case(case["seed"], case["target"], work)
+        say(result=result)
+        if result.get("lost_context"):
+            sys.exit(3)
+
+
+def run_case(seed: int, target: str, work: str) -> dict:
+    import torch
+
+    import tlc
+    from tlc.testing.structural import output_difference, structural_program
+
+    text, defines, _ = structural_program(seed)
+    out: dict = {"seed": seed, "target": target, "status": "ok", "max_error": 0.0}
+    try:
+        kern = tlc.build(text, arch=target, defines=defines)
+        saved = torch.load(Path(work) / f"seed{seed}.pt")
+        for size in saved["sizes"]:
+            expected = size["expected"]
+            if expected is None:
+                continue
+            args = [size["inputs"][a.name].cuda() for a in kern.inputs]
+            poisoned = torch.full(expected.shape, float("nan"), dtype=args[0].dtype, device="cuda")
+            got = kern(*args, out=poisoned, **size["floats"])
+            torch.cuda.synchronize()
+            why, err = output_difference(got.double().cpu(), expected.double())
+            out["max_error"] = max(out["max_error"], err)
+            if why or not err <= RTOL:
+                return dict(out, status="WRONG", size=size["size"],
+                            message=why or f"max |kernel - interpreter| / max(1, |interpreter|) = {err:.3e} > {RTOL}")
+    except Exception as exc:  # noqa: BLE001 - a launch that raises is a finding; the context may be gone
+        out.update(status="ERROR", message=_traceback(exc))
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001
+            out["lost_context"] = True
+    return out
+
+
+def _reader(stream, sink: queue.Queue) -> None:
+    for line in stream:
+        if line.startswith(_PROTOCOL):
+            sink.put(json.loads(line[len(_PROTOCOL):]))
+    sink.put(None)
+
+
+def run_all(cases: list[tuple[int, str]], work: str, timeout: float, log: Path,
+            worker: list[str] | None = None) -> dict[tuple[int, str], dict]:
+    """Every case in a watched worker (default: this script's `--worker`); a new one after a HANG or a
+    lost context. A worker speaks the protocol of `worker_main` on its stdout."""
+    command = worker or [sys.executable, str(Path(__file__).resolve()), "--worker", work, "--out", work]
+    results: dict[tuple[int, str], dict] = {}
+    pending = list(cases)
+    with open(log, "a") as err:
+        while pending:
+            proc = subprocess.Popen(command, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT, start_new_session=True)
+            inbox: queue.Queue = queue.Queue()
+            threading.Thread(target=_reader, args=(proc.stdout, inbox), daemon=True).start()
+            try:
+                proc.stdin.write("".join(json.dumps({"seed": s, "target": t}) + "\n" for s, t in pending))
+                proc.stdin.close()
+            except OSError:   # the worker is gone already: its end shows below
+                pass
+            current, progressed, wait_s = None, False, max(timeout, 300.0)   # CUDA's start-up the first time
+            while True:
+                try:
+                    msg = inbox.get(timeout=wait_s)
+                except queue.Empty:
+                    _kill(proc)
+                    if current is None:   # never got going: the cases left cannot run
+                        results.update({c: {"status": "ERROR", "message": "the GPU worker did not start"}
+                                        for c in pending})
+                        return results
+                    results[current] = {"status": "HANG", "message": f"still running after {timeout:g} s"}
+                    print(f"run seed {current[0]} {current[1]}: HANG", flush=True)
+                    break
+                if msg is None:   # the worker ended
+                    code = proc.wait()
+                    if current is not None and current not in results:
+                        results[current] = {"status": "ERROR", "message": f"the worker died (exit status {code})"}
+                    elif current is None and not progressed:
+                        results.update({c: {"status": "ERROR", "message": f"the GPU worker exited ({code}) "
+                                            f"before its first case; see {log}"} for c in pending})
+                        return results
+                    break
+                wait_s = timeout
+                if msg.get("start"):
+                    current = tuple(msg["start"])
+                elif msg.get("result"):
+                    progressed = True
+                    results[current] = msg["result"]
+                    if msg["result"]["status"] != "ok":
+                        print(f"run seed {current[0]} {current[1]}: {msg['result']['status']}", flush=True)
+            pending = [c for c in pending if c not in results]
+    return results
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+# ------------------------------------------------------------------ report
+
+
+def table(rows: list[dict], targets: list[str]) -> str:
+    """Counts per target; `built` counts every case NVRTC compiled, whatever its run gave."""
+    counts = {t: Counter() for t in targets}
+    for row in rows:
+        built = row["status"] not in ("refused", "refused-no-line", "crash", "nvrtc-error")
+        counts[row["target"]]["built"] += built
+        if row["status"] != "built":
+            counts[row["target"]][row["status"]] += 1
+    heads = [("refused@line" if c == "refused" else c) for c in COLUMNS]
+    lines = ["target  " + " ".join(heads)]
+    lines += [f"{t:<7} " + " ".join(f"{counts[t][c]:>{len(h)}}" for c, h in zip(COLUMNS, heads)) for t in targets]
+    return "\n".join(lines)
+
+
+def differential(seeds: list[int], targets: list[str], out: Path, *, jobs: int, timeout: float = 60.0,
+                 build_only: bool = False) -> dict:
+    """Build every (seed, target), then (unless `build_only`) run what built; the report, also written to
+    out/differential_gpu.json."""
+    from tlc.testing.structural import structural_program
+
+    out.mkdir(parents=True, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="tlc-differential-")
+    started = time.perf_counter()
+    try:
+        rows = build_all(seeds, targets, jobs, work)
+        built = [(r["seed"], r["target"]) for r in rows if r["status"] == "built"]
+        print(f"built {len(built)} of {len(rows)} cases in {time.perf_counter() - started:.0f} s", flush=True)
+        if not build_only and built:
+            results = run_all(built, work, timeout, out / "worker.log")
+            for row in rows:
+                found = results.get((row["seed"], row["target"]), {})
+                row.update({k: v for k, v in found.items() if k not in ("seed", "target")})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for row in rows:
+        text, defines, description = structural_program(row["seed"])
+        row["description"] = description
+        if row["status"] in FAILED:
+            row["tl"], row["defines"] = text, defines
+    report = {"seeds": [min(seeds), max(seeds) + 1] if seeds else [], "targets": targets, "sizes": SIZES,
+              "rtol": RTOL, "build_only": build_only, "seconds": round(time.perf_counter() - started, 1),
+              "summary": table(rows, targets), "cases": rows}
+    (out / "differential_gpu.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        worker_main(args.worker)
+        return 0
+    if not args.build_only:
+        from bench import require_cuda
+        require_cuda("bench/differential_gpu.py (--build-only builds without a GPU)")
+    out = Path(args.out)
+    report = differential(args.seed_list, args.arch, out, jobs=args.jobs, timeout=args.timeout,
+                          build_only=args.build_only)
+    failed = [r for r in report["cases"] if r["status"] in FAILED]
+    for row in failed:
+        print(f"seed {row['seed']} {row['target']}: {row['status']}: {str(row.get('message', ''))[:200]}")
+    print(f"{len(args.seed_list)} seeds, {report['seconds']:.0f} s; {out / 'differential_gpu.json'}")
+    print(report["summary"])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
