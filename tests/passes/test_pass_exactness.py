@@ -104,7 +104,7 @@ def test_p_squared_through_two_operands_is_refused() -> None:
 def test_query_rows_from_the_end_stored_from_the_top_are_refused_at_the_store() -> None:
     text = _sub("Copy Q (BM, HeadDim) in coordinate [L = block_idx]",
                 "Copy Q (BM, HeadDim) in coordinate [L = block_idx from end]")
-    _refused_at(text, "Copy O (BM, HeadDim)", "query tile 'Q' is loaded at")
+    _refused_at(text, "Copy O (BM, HeadDim)", "rows come from 'Q' loaded at")
 
 
 def test_the_same_rows_written_differently_are_not_refused() -> None:
@@ -118,3 +118,14 @@ def test_a_trip_without_keys_leaves_the_row_written() -> None:
     elements contribute nothing to a GEMM's sum), so every in-range output row is written."""
     out = _outputs(KEPT["one_trip_past_the_keys"], False, 17, 33)
     assert not torch.isnan(out).any()
+
+
+def test_a_gemm_chain_stored_at_other_rows_than_its_a_tile_is_refused() -> None:
+    """The same rule without a softmax: relu(A·B)·C with A's tiles counted from the end, O stored from the top."""
+    text = (Path(__file__).resolve().parents[2] / "specs" / "b2b_gemm_relu.tl").read_text().replace(
+        "Copy A (BM, K1) in coordinate [L = block_idx] from global", "Copy A (BM, K1) in coordinate [L = block_idx from end] from global")
+    assert "from end" in text
+    with pytest.raises(TlcError) as exc:
+        compile_graph(text.encode(), "b2b.tl")
+    diag = exc.value.diagnostics[0]
+    assert "rows come from 'A' loaded at" in diag.message and "Copy O" in text.splitlines()[diag.loc.line - 1]

@@ -63,7 +63,7 @@ def test_store_at_other_rows_than_the_query_load_is_refused_at_the_store() -> No
     code, out = run(path)
     store = next(i for i, line in enumerate(path.read_text().splitlines(), 1)
                  if "from register to global" in line and not line.startswith("#"))
-    assert code == 1 and f"store_wrong_tile.tl:{store}:" in out and "query tile 'Q' is loaded at" in out, out
+    assert code == 1 and f"store_wrong_tile.tl:{store}:" in out and "rows come from 'Q' loaded at" in out, out
 
 
 def test_planted_bug_location_is_reported() -> None:

@@ -30,7 +30,7 @@ from tlc.ir.ops import AllocateOp, CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxO
 from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.masked_trips import masked_trip_changes
-from tlc.passes.tile_origin import Origin, fresh_name, origin
+from tlc.passes.tile_origin import Origin, fresh_name, origin, row_source
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class MaskPass(Pass):
     name: ClassVar[str] = "mask"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
-        refused: set[int] = set()  # query loads whose stores were refused once already
+        refused = _refuse_stores_elsewhere(ctx, graph)
         for region, op in list(graph.walk()):
             if isinstance(op, LoopOp) and op.body is not None:
                 _LoopMasks(ctx, graph, region, op, refused).run()
@@ -68,6 +68,49 @@ def scores_of(body: Graph) -> list[Value]:
         if x is not None and all(x is not y for y in out):
             out.append(x)
     return out
+
+
+def _same(root: Graph, a: Expr | None, b: Expr | None) -> bool:
+    """Equal as written, or equal values once the Params are bound (`128` and `BM = 128`)."""
+    if str(a) == str(b):
+        return True
+    if a is None or b is None:
+        return False
+    env = {k: v for k, v in root.params.items() if isinstance(v, int) and not isinstance(v, bool)}
+    try:
+        return eval_expr(a, env) == eval_expr(b, env)
+    except ExprError:
+        return False
+
+
+def _refuse_stores_elsewhere(ctx: PassContext, root: Graph) -> set[int]:
+    """A store writes the rows of the load its rows come from, or is refused. A kernel zero-fills what it
+    loads, so rows a load leaves absent (past the tensor's end, or before its start when counted from the
+    end) exist in the kernel; they are invisible only when the store writes those same positions, where
+    the absent ones fall outside the stored tensor. Returns the loads (ids) whose stores were refused."""
+    refused: set[int] = set()
+    for _, op in root.walk():
+        if not (isinstance(op, CopyOp) and op.dst_space == "global" and op.tile):
+            continue
+        rows = row_source(root, op.operands[0])
+        if rows is None:
+            continue
+        alloc = next((a for _, a in root.walk() if isinstance(a, AllocateOp) and a.space == "global"
+                      and a.results[0] is op.operands[1]), None)
+        extent = alloc.shape[0] if alloc is not None and alloc.shape else None
+        coord = dict(op.coord).get("L", Const(0))
+        if (_same(root, coord, rows.coord) and _same(root, op.tile[0], rows.tile) and op.from_end == rows.from_end
+                and _same(root, extent, rows.extent)):
+            continue
+
+        def place(c, t, e, end) -> str:
+            return f"[L = {c}{' from end' if end else ''}] of {t}-row tiles over {e} rows"
+        ctx.error(f"'{op.operands[1].base}' is stored at {place(coord, op.tile[0], extent, op.from_end)}, but its "
+                  f"rows come from '{rows.copy.operands[0].base}' loaded at "
+                  f"{place(rows.coord, rows.tile, rows.extent, rows.from_end)}: rows that load leaves absent would "
+                  "be stored; store at the coordinate, tile height and length the rows are loaded with", op.loc)
+        refused.add(id(rows.copy))
+    return refused
 
 
 class _LoopMasks:
@@ -131,49 +174,10 @@ class _LoopMasks:
                     switched.append(op.operands[0].base)
         if rows is not None and rows.copy.oob == "absent":
             home = next((r for r, o in self.root.walk() if o is rows.copy), None)
-            if home is not None and self.stores_match(rows):
+            if home is not None and id(rows.copy) not in self.refused:
                 home.replace(rows.copy, replace(rows.copy, oob="zero"))
                 switched.append(rows.copy.operands[0].base)
         return switched
-
-    def stores_match(self, rows: Origin) -> bool:
-        """Zero-filling the query tile makes its absent rows (past the tensor's end, or before
-        its start when counted from the end) exist, so the rows computed from them exist too.
-        That is invisible only when every store writes the rows the tile was loaded from: the
-        absent ones then fall outside the stored tensor. A store elsewhere is refused."""
-        if id(rows.copy) in self.refused:
-            return False
-        for _, op in self.root.walk():
-            if not (isinstance(op, CopyOp) and op.dst_space == "global" and op.tile):
-                continue
-            alloc = next((a for _, a in self.root.walk() if isinstance(a, AllocateOp) and a.space == "global"
-                          and a.results[0] is op.operands[1]), None)
-            extent = alloc.shape[0] if alloc is not None and alloc.shape else None
-            coord = dict(op.coord).get("L", Const(0))
-            same = (self.same(coord, rows.coord) and self.same(op.tile[0], rows.tile)
-                    and op.from_end == rows.from_end and self.same(extent, rows.extent))
-            if not same:
-                place = lambda c, t, e, end: f"[L = {c}{' from end' if end else ''}] of {t}-row tiles over {e} rows"
-                self.ctx.error(f"'{op.operands[1].base}' is stored at {place(coord, op.tile[0], extent, op.from_end)}, "
-                               f"but the query tile '{rows.copy.operands[0].base}' is loaded at "
-                               f"{place(rows.coord, rows.tile, rows.extent, rows.from_end)}: rows the load leaves "
-                               "absent would be stored; store at the coordinate, tile height and length the query "
-                               "tile is loaded with", op.loc)
-                self.refused.add(id(rows.copy))
-                return False
-        return True
-
-    def same(self, a: Expr | None, b: Expr | None) -> bool:
-        """Equal as written, or equal values once the Params are bound (`128` and `BM = 128`)."""
-        if str(a) == str(b):
-            return True
-        if a is None or b is None:
-            return False
-        env = {k: v for k, v in self.root.params.items() if isinstance(v, int) and not isinstance(v, bool)}
-        try:
-            return eval_expr(a, env) == eval_expr(b, env)
-        except ExprError:
-            return False
 
     # ------------------------------------------------------------ causal
     def causal(self, mask: MaskOp, rows: Origin | None, cols: Origin) -> None:

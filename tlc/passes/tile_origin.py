@@ -118,6 +118,31 @@ def origin(region: Graph, v: Value, axis: int) -> Origin | None:
     return None
 
 
+def row_source(root: Graph, v: Value) -> Origin | None:
+    """The global load whose rows the rows of `v` are, followed through GEMMs' A operands, elementwise
+    ops and loops (a loop's result is what its body yields): the rows a store of `v` writes from."""
+    producers = {r.uid: (region, op) for region, op in root.walk() for r in op.results}
+    axis = 0
+    for _ in range(256):
+        found = producers.get(v.uid)
+        if found is None:
+            return None
+        region, op = found
+        if isinstance(op, LoopOp):
+            i = next(i for i, r in enumerate(op.results) if r is v)
+            if op.body is None or i >= len(op.yields):
+                return None
+            v = op.yields[i]
+            continue
+        if isinstance(op, CopyOp) and op.src_space == "global":
+            return origin(region, v, axis)
+        step = _through(region, v, axis)
+        if step is None:
+            return None
+        v, axis = step
+    return None
+
+
 def all_users(root: Graph, v: Value) -> list[Op]:
     """Every op anywhere under `root` reading `v` (a loop counts when it yields it)."""
     out = []
