@@ -6,6 +6,7 @@ and the LLM repair loop feeds the same text back to the model.
 """
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -64,32 +65,51 @@ class SourceMap:
 GLOBAL_SOURCES = SourceMap()
 
 
-def _caret(line: str, loc: Loc) -> str:
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _is_control(ch: str) -> bool:
+    """C0 (but tab and newline), DEL and C1 controls, and the invisible format characters and line
+    separators that reorder or break what a terminal shows (bidi overrides, zero-width marks)."""
+    return ch not in "\t\n" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character written as an escape (ESC as `\\x1b`, U+202E as `\\u202e`):
+    file names, source lines and values from users reach the terminal inside messages, and a raw ESC
+    there would recolour, move or clear it. Tabs and newlines stay; printable text is unchanged, so
+    escaping twice changes nothing."""
+    if text.isprintable():
+        return text
+    return "".join(_escaped(ch) if _is_control(ch) else ch for ch in text)
+
+
+def _shown_line(line: str, loc: Loc) -> tuple[str, str]:
+    """The source line as printed (controls escaped) and the caret line under its span: each
+    escaped character widens the span by the width of its escape."""
     start = max(loc.col - 1, 0)
     end = loc.end_col - 1 if loc.end_col > loc.col else start + 1
     end = min(max(end, start + 1), max(len(line), start + 1))
-    prefix = "".join(ch if ch == "\t" else " " for ch in line[:start])
-    return prefix + "^" + "~" * (end - start - 1)
-
-
-def _safe(text: str) -> str:
-    """Keep rendered lines printable: control characters would garble a terminal."""
-    return "".join(ch if ch.isprintable() or ch == "\t" else "\ufffd" for ch in text)
+    shown = [_escaped(ch) if _is_control(ch) else ch for ch in line]
+    prefix = "".join("\t" if ch == "\t" else " " * len(ch) for ch in shown[:start])
+    width = sum(len(ch) for ch in shown[start:end]) or 1
+    return "".join(shown), prefix + "^" + "~" * (width - 1)
 
 
 def render(diag: Diagnostic, sources: SourceMap | None = None) -> str:
     sources = sources or GLOBAL_SOURCES
     where = f"{diag.loc}: " if diag.loc and diag.loc.line > 0 else (
         f"{diag.loc.file}: " if diag.loc and diag.loc.file and diag.loc.file != UNKNOWN_LOC.file else "")
-    out = [f"{where}{diag.severity}: {diag.message}"]
+    out = [escape_controls(f"{where}{diag.severity}: {diag.message}")]
     if diag.loc and diag.loc.line > 0:
         text = sources.line(diag.loc)
         if text is not None and len(text) <= 400:
-            out.append(_safe(text))
-            out.append(_caret(text, diag.loc))
+            out.extend(_shown_line(text, diag.loc))
     for note in diag.notes:
         nwhere = f"{note.loc}: " if note.loc and note.loc.line > 0 else ""
-        out.append(f"{nwhere}note: {note.message}")
+        out.append(escape_controls(f"{nwhere}note: {note.message}"))
     return "\n".join(out)
 
 
@@ -106,7 +126,7 @@ class TlcError(Exception):
         """Every diagnostic; with `file`, one that names no file of its own is prefixed with it."""
         return "\n".join(d.render(sources) if file is None or (d.loc is not None and d.loc.file and
                                                                (d.loc.line > 0 or d.loc.file != UNKNOWN_LOC.file))
-                         else f"{file}: {d.render(sources)}" for d in self.diagnostics)
+                         else f"{escape_controls(file)}: {d.render(sources)}" for d in self.diagnostics)
 
 
 def error(message: str, loc: Loc | None = None, *notes: Note) -> Diagnostic:

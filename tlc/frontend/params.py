@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Sequence
+
+from tlc.diagnostics import TlcError, fail
+from tlc.numbers import problem as number_problem
+from tlc.numbers import read_number, shown
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 BOOL = "a bool (true or false)"
@@ -21,18 +25,30 @@ SCHEDULE_PARAMS = {"Stages": POSITIVE, "WarpSpecialize": BOOL, "TmaStore": BOOL,
                    "L2TailOnly": BOOL, "PrefetchNext": BOOL}
 
 
-def parse_define(value: str) -> Any:
+def define_items(items: Sequence[str] | None) -> dict[str, str]:
+    """`-D NAME=VALUE` words → {NAME: VALUE}. A word without `=` or a name, and one name bound to two
+    different values (which of them would win is a guess), are one-line errors naming them."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, eq, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name:
+            raise fail(f"-D {shown(item)}: write -D NAME=VALUE")
+        if name in out and out[name] != value:
+            raise fail(f"-D {shown(name)}={shown(out[name])} and -D {shown(name)}={shown(value)} both bind "
+                       f"{shown(name)}; give it once")
+        out[name] = value
+    return out
+
+
+def parse_define(value: str, what: str = "the value") -> Any:
+    """`-D` text as a value: true or false, a number in ASCII (an integer within 32 bits, a finite
+    float: tlc.numbers), else the word itself. A number out of range raises TlcError."""
     low = value.strip().lower()
     if low in ("true", "false"):
         return low == "true"
-    try:
-        return int(value)
-    except ValueError:
-        pass
-    try:
-        return float(value)
-    except ValueError:
-        return value.strip()
+    number = read_number(value, what)
+    return value.strip() if number is None else number
 
 
 def value_kind(declared: Any) -> str | None:
@@ -61,29 +77,37 @@ def fits(kind: str | None, value: Any) -> bool:
     return True
 
 
-def _parsed_as(kind: str | None, raw: str) -> Any:
-    """`raw` parsed, or None when it is empty or not `kind`."""
-    value = parse_define(raw) if raw.strip() else None
-    return value if value is not None and fits(kind, value) else None
+def _parsed_as(name: str, kind: str | None, raw: str) -> tuple[Any, str | None]:
+    """(`raw` parsed, None); (None, None) when it is empty or not `kind`; (None, why) for a number out of range."""
+    try:
+        value = parse_define(raw, f"-D {name}") if raw.strip() else None
+    except TlcError as exc:
+        return None, number_problem(exc)
+    return (value if value is not None and fits(kind, value) else None), None
 
 
 def bind_define(name: str, declared: Any, raw: str) -> tuple[Any, str | None]:
     """(value, None), or (None, why) when `-D name=raw` does not fit `Param name = declared`."""
     kind = value_kind(declared)
-    value = _parsed_as(kind, raw)
+    value, out_of_range = _parsed_as(name, kind, raw)
     if value is not None:
         return value, None
+    if out_of_range:
+        return None, out_of_range
     what = f"declared as {kind} (Param {name} = {declared})" if kind else "declared without a value"
-    problem = f"not {raw.strip()!r}" if raw.strip() else "but it gives nothing"
-    return None, (f"-D {name}={raw.strip()}: Param '{name}' is {what}, so -D {name} needs {kind or 'a value'}, "
-                  f"{problem}; write e.g. -D {name}={declared if kind else '…'}")
+    problem = f"not '{shown(raw.strip())}'" if raw.strip() else "but it gives nothing"
+    return None, (f"-D {name}={shown(raw.strip())}: Param '{name}' is {what}, so -D {name} needs "
+                  f"{kind or 'a value'}, {problem}; write e.g. -D {name}={declared if kind else '…'}")
 
 
 def bind_schedule_define(name: str, raw: str) -> tuple[Any, str | None]:
     """(value, None), or (None, why) for `-D name=raw` naming a schedule knob the program does not declare."""
     kind = SCHEDULE_PARAMS[name]
-    value = _parsed_as(kind, raw)
+    value, out_of_range = _parsed_as(name, kind, raw)
     if value is not None:
         return value, None
+    if out_of_range:
+        return None, out_of_range
     example = "true" if kind == BOOL else "2"
-    return None, f"-D {name}={raw.strip()}: the schedule option {name} needs {kind}; write e.g. -D {name}={example}"
+    return None, (f"-D {name}={shown(raw.strip())}: the schedule option {name} needs {kind}; "
+                  f"write e.g. -D {name}={example}")

@@ -16,10 +16,11 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, DiagnosticSink, Loc, Note, TlcError, error
 from tlc.expr import ARITHMETIC, ExprBuilder
-from tlc.expr.parse import OPERATORS, load_with_expr, merge_builder, number_value
+from tlc.expr.parse import OPERATORS, load_with_expr, merge_builder
 from tlc.frontend import ast as A
 from tlc.frontend.names import identifier_problem, unknown_operation
 from tlc.lark_errors import visit_position
+from tlc.numbers import problem, read_number, shown
 
 MAX_SOURCE_BYTES = 1_000_000
 MAX_ERRORS = 25
@@ -55,9 +56,25 @@ def _lark() -> Lark:
 # ------------------------------------------------------------------ line → statement
 
 
+def _literal(tok) -> int | float:
+    """A number as written in the program: ASCII digits (the grammar's `\\d` also matches other scripts'
+    digits), an integer within 32 bits (the kernels' arithmetic), a float within float's range."""
+    text = str(tok)
+    try:
+        value = read_number(text, "number")
+    except TlcError as exc:
+        raise _LineError(problem(exc), tok) from None
+    if value is None:
+        raise _LineError(f"'{shown(text)}' is not written in ASCII digits; write numbers with 0-9", tok)
+    return value
+
+
 class _TLExprs(ExprBuilder):
     """The TL subset of the expression language: `+ - * / %`, `cdiv`, `min`, `max` and names a
     TL program can declare. Whatever else the shared grammar reads is refused at its column."""
+
+    def number(self, items):
+        return A.Num(_literal(items[0]))
 
     def var(self, items):
         tok = items[0]
@@ -106,7 +123,7 @@ class _ToAst(Transformer):
         return Loc(self.file, self.lineno, col, end)
 
     def number(self, items):
-        return A.Num(number_value(str(items[0])))
+        return A.Num(_literal(items[0]))
 
     def shape(self, items):
         return tuple(items)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tlc.diagnostics import Loc
 from tlc.expr import Expr, free_names
 from tlc.frontend.names import BUILTINS
 from tlc.ir.graph import Graph
@@ -45,7 +46,7 @@ class VerifyFinalPass(Pass):
             if not isinstance(op, CopyOp) or "global" not in (op.src_space, op.dst_space):
                 continue
             tensor = op.operands[0] if op.src_space == "global" else op.operands[-1]
-            alloc = region.producer(tensor)
+            alloc = global_allocation(region, tensor)
             if not isinstance(alloc, AllocateOp) or alloc.space != "global" or not alloc.shape:
                 ctx.error(f"'{tensor.base}' is copied {'from' if op.src_space == 'global' else 'to'} global "
                           f"memory without a prior 'Allocate {tensor.base} in global (rows, cols)'; add one "
@@ -98,15 +99,21 @@ class VerifyFinalPass(Pass):
         """No Compute, or nothing stored to global memory: the kernel would mean nothing.
         (A sketch may omit stores; sketches never reach the passes.)"""
         ops = list(graph.walk())
+        if not ops:
+            where = max(graph.param_locs.values(), key=lambda loc: loc.line, default=Loc(graph.file, 1, 1))
+            ctx.error("the program computes nothing: it declares Params and Inputs but has no statement; add "
+                      "the loads, the computation and a 'Copy X (rows, cols) in coordinate [L = block_idx] from "
+                      "register to global' that stores its result", where)
+            return
         if ops and not any(isinstance(op, (GemmOp, ElementwiseOp, SoftmaxOp, MaskOp)) for _, op in ops):
             ctx.error("the program computes nothing: it has no Compute statement; add the computation "
                       "between the loads and the store (e.g. 'Compute GEMM Q, K.T and get S')", ops[0][1].loc)
         loaded, stored = set(), set()
         for region, op in ops:
             if isinstance(op, CopyOp) and op.src_space == "global":
-                loaded.add(id(region.producer(op.operands[0])))
+                loaded.add(id(global_allocation(region, op.operands[0])))
             if isinstance(op, CopyOp) and op.dst_space == "global":
-                stored.add(id(region.producer(op.operands[-1])))
+                stored.add(id(global_allocation(region, op.operands[-1])))
         outputs = [op for _, op in ops if isinstance(op, AllocateOp) and op.space == "global"
                    and id(op) not in loaded | stored]
         if ops and not stored and not outputs:
@@ -133,6 +140,35 @@ class VerifyFinalPass(Pass):
                     ctx.error(f"loop '{op.var}' has no bound; write 'for {op.var} = 0:N'", op.loc)
                 if op.body is not None:
                     self.names(ctx, graph, op.body, loop_vars | {op.var})
+
+
+def global_allocation(region: Graph, tensor: Value) -> AllocateOp | None:
+    """The `Allocate … in global` a global tensor value comes from. A store defines a new value of the
+    tensor (the frontend's SSA form), and a loop passes it on as a result or a carried argument, so a
+    second store or a load after a store reaches the Allocate through them."""
+    for _ in range(10_000):  # each step moves to an earlier definition; the bound only guards a cycle
+        op = region.producer(tensor)
+        if isinstance(op, CopyOp) and op.dst_space == "global":
+            tensor = op.operands[-1]
+        elif isinstance(op, LoopOp) and tensor in op.results[:len(op.operands)]:
+            tensor = op.operands[op.results.index(tensor)]
+        elif op is None and (owner := _owning_loop(region, tensor)) is not None:
+            region, loop = owner
+            tensor = loop.operands[loop.args.index(tensor) - 1]
+        else:
+            return op if isinstance(op, AllocateOp) else None
+    return None
+
+
+def _owning_loop(region: Graph, arg: Value) -> tuple[Graph, LoopOp] | None:
+    """(enclosing region, loop) when `arg` is a carried argument of the loop whose body is `region`
+    or encloses it (args[0] is the induction variable; args[1:] pair with the loop's operands)."""
+    while region.parent is not None:
+        for op in region.parent.ops():
+            if isinstance(op, LoopOp) and op.body is region and arg in op.args[1:]:
+                return region.parent, op
+        region = region.parent
+    return None
 
 
 def _exprs(op: Op) -> list[tuple[str, Expr]]:
