@@ -170,6 +170,14 @@ def test_where_the_staging_tile_cannot_move_q_is_released_after_the_store() -> N
     release = _release_index(consumer)
     store = max(i for i, op in enumerate(consumer.body) if "sO_out" in effects(op)[1])
     assert store < release
+    # the epilogue wrote Q's bytes through the generic proxy; the next tile's TMA load writes them through
+    # the async proxy: a proxy fence between the two, before the release the producer waits for
+    assert isinstance(consumer.body[release - 1], H.FenceProxyAsyncOp)
+
+
+def test_q_released_apart_from_the_staging_tile_needs_no_proxy_fence() -> None:
+    consumer = _tile_loop(_roles(_lower().kir.kernels()[0]).consumer)
+    assert not isinstance(consumer.body[_release_index(consumer) - 1], H.FenceProxyAsyncOp)
 
 
 @pytest.mark.parametrize("arch,defines,why", [

@@ -326,6 +326,10 @@ class Persistent:
             last = max((i for i, op in enumerate(body)
                         if any(touched & (effects(x)[1] | effects(x)[2]) for x in K.walk(op))), default=-1)
             release = [H.WgmmaWaitOp(pending=0, loc=loc), H.MbarrierArriveOp(bar=_empty(full), stage=Const(0), loc=loc)]
+            if any(touched & effects(x)[2] for op in body for x in K.walk(op) if not isinstance(x, H.TmaLoadOp)):
+                # the consumers wrote these bytes (an epilogue staged over the once-tile) through the generic
+                # proxy; the next tile's TMA load writes them through the async proxy: order the two
+                release.insert(1, H.FenceProxyAsyncOp(loc=loc))
             body[last + 1:last + 1] = release
         return body
 
