@@ -16,7 +16,6 @@ reading a stage whose load it did not wait for, a generic write read through the
 """
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -26,37 +25,13 @@ from tlc.expr import C, ExprError
 from tlc.expr import evaluate as _evaluate
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import Expr, Index, Var, free_names
-from tlc.kir.sm90_protocol_sync import (HANDLERS, Access, Clock, Epoch, Mbarrier, Memory, NamedBarrier, join,
-                                        shared_geometry)
+from tlc.kir.expr import Expr, Var, free_names
+from tlc.kir.sm90_protocol_sync import (_INERT, _INLINE, _SILENT, HANDLERS, Access, Clock, Epoch, Mbarrier, Memory,
+                                        NamedBarrier, ProtocolProblem, join, needed_names, shared_geometry,
+                                        static_problems)
 
 SCHEDULES = ("producer-first", "consumers-first", "consumers-reversed")
 MAX_STEPS = 400_000
-# Ops with no synchronising or shared-memory effect: declarations and register math.
-_INERT = (K.ParamsOp, K.TiledMmaOp, K.SmemLayoutOp, K.SmemTransposeLayoutOp, K.SharedBufferOp, K.SharedViewOp,
-          K.GlobalTensorOp, K.GlobalTileOp, K.IdentityTileOp, K.TiledCopyOp, K.PartitionOp, K.FragmentOp,
-          K.RowVectorOp, K.ClearOp, K.MmaOp, K.MaskOp, K.RowReduceOp, K.AllReduceOp, K.Exp2ScaleOp,
-          K.RowBroadcastOp, K.MapOp, K.ConvertOp, K.RetileAccToAOp, K.RowStoreOp, K.TimestampOp,
-          K.TraceBufferOp, H.TmaDescriptorOp, H.GmmaSmemLayoutOp, H.MbarrierOp, H.TmaPrefetchOp,
-          H.TmaPrefetchTileOp, H.WgmmaTiledMmaOp, H.WgmmaFragmentOp, H.WgmmaFenceOperandOp, H.WgmmaArriveOp,
-          H.CarryOp, H.TileSlotOp)
-# Ops that only define names or hold others: a region of these and inert ops does nothing the protocol sees.
-_SILENT = (*_INERT, K.IfOp, K.ForOp, K.LetOp, K.WarpAnyOp)
-# Ops a part of an agent's threads may run inside a branch without splitting it off: nothing here blocks.
-_INLINE = (*_INERT, K.IfOp, K.LetOp, H.MbarrierInitOp, H.MbarrierArriveOp, H.MbarrierArriveExpectTxOp, H.TmaLoadOp,
-           H.TmaStoreOp, H.TmaStoreWaitOp, H.FenceProxyAsyncOp, H.TileSlotStoreOp)
-
-
-@dataclass(frozen=True)
-class ProtocolProblem:
-    """One thing the checker found or could not prove, at the op involved; `notes` point at the others."""
-
-    message: str
-    loc: Loc | None
-    notes: tuple[Note, ...] = ()
-
-    def __str__(self) -> str:
-        return f"{self.loc}: {self.message}" if self.loc else self.message
 
 
 class _Stop(Exception):
@@ -98,9 +73,12 @@ class _Agent:
     wgmma_open: list[Access] = field(default_factory=list)
     wgmma_groups: list[list[Access]] = field(default_factory=list)
     tma_stores: list[Access] = field(default_factory=list)
+    cp_open: list[Access] = field(default_factory=list)
+    cp_groups: list[list[Access]] = field(default_factory=list)
     unfenced: list[Access] = field(default_factory=list)
     blocked: tuple | None = None
     done: bool = False
+    syncs: int = 0          # barriers across all its threads passed (orders its threads' shared accesses)
     # What threads that do not span every warp group of the agent did alone (thread 0's mbarrier inits):
     # the rest of the agent learns it only at a barrier all its threads pass. (threads, clock) each.
     private: list[tuple[frozenset, Clock]] = field(default_factory=list)
@@ -120,7 +98,7 @@ class _Divergent(Exception):
     """An expression reads threadIdx.x (or a per-thread value) where one value was asked for."""
 
 
-class _Names(Mapping):
+class _Names:
     """The names an expression of `agent` sees, innermost scope first; `thread` binds threadIdx.x."""
 
     def __init__(self, machine: _Machine, agent: _Agent, thread: int | None) -> None:
@@ -148,19 +126,13 @@ class _Names(Mapping):
     def __contains__(self, name: object) -> bool:
         return True      # a name without a value raises its reason from __getitem__
 
-    def __iter__(self):
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
 
 class _Machine:
     """One abstract execution of one kernel for one CTA under one schedule."""
 
-    def __init__(self, kernel: K.KernelOp, names: dict, atomics: list[int], schedule: str, seed: int = 0) -> None:
+    def __init__(self, kernel: K.KernelOp, names: dict, atomics: list[int], schedule: str) -> None:
         self.kernel, self.names, self.atomics, self.schedule = kernel, names, list(atomics), schedule
-        self.rng = random.Random(seed)
+        self.rng = random.Random(schedule)
         self.problems: dict[tuple[str, Loc | None], ProtocolProblem] = {}
         self.memory = Memory(self.report)
         self.named: dict[int, NamedBarrier] = {}
@@ -342,6 +314,8 @@ class _Machine:
                         (agent.wgmma_open or [a for g in agent.wgmma_groups for a in g])[0].loc)
         if agent.tma_stores:
             self.report(f"{agent.who} ends with a TMA store still reading shared memory", agent.tma_stores[0].loc)
+        if agent.cp_open or any(agent.cp_groups):
+            self.report(f"{agent.who} ends with cp.async copies in flight", (agent.cp_open or agent.cp_groups[-1])[0].loc)
 
     def _unblock(self, agent: _Agent) -> bool:
         kind, barrier, key, _ = agent.blocked
@@ -353,6 +327,7 @@ class _Machine:
             if barrier.generation <= key:
                 return False
             join(agent.clock, barrier.done[key])
+            agent.syncs += 1
         agent.blocked = None
         return True
 
@@ -458,7 +433,8 @@ class _Machine:
             agent.private.append((frozenset(taken), clock))
         sub = _Agent(ident, f"{agent.who}, {_thread_text(taken)}", taken,
                      agent.frames + [_Frame(op.body, {}, loc=op.loc)], clock, agent.role, agent.group,
-                     agent.wgmma_open, agent.wgmma_groups, agent.tma_stores, agent.unfenced)
+                     agent.wgmma_open, agent.wgmma_groups, agent.tma_stores, agent.cp_open, agent.cp_groups,
+                     agent.unfenced, syncs=agent.syncs)
         depth = len(agent.frames)
         while len(sub.frames) > depth:
             frame = sub.frames[-1]
@@ -485,40 +461,6 @@ class _Machine:
                 frame.scope[op.counter] = value if isinstance(op, K.CounterSetOp) else frame.scope[op.counter] + value
                 return
         self.cannot(f"counter {op.counter} is updated where it is not defined", op.loc)
-
-
-# The fields of an op the checker evaluates (the rest — TMA coordinates, a copy's predicate — it never reads).
-_EVALUATED = {K.IfOp: ("cond",), K.ForOp: ("start", "stop"), K.CounterOp: ("init",), K.CounterAddOp: ("value",),
-              K.CounterSetOp: ("value",), H.MbarrierWaitOp: ("stage", "phase"), H.MbarrierArriveOp: ("stage",),
-              H.MbarrierArriveExpectTxOp: ("stage",), H.TmaLoadOp: ("stage",), H.NamedBarrierOp: ("id",),
-              H.WgmmaOp: ("a", "b"), K.CopyOp: ("src", "dst"), H.TileSlotStoreOp: ("value",)}
-
-
-def needed_names(kernel: K.KernelOp) -> set[str]:
-    """The names the checker reads (loop bounds, branch conditions, stages, phases, barrier ids), directly or
-    through the lets and counters that define them; a let outside the set (the softmax's scale) is skipped."""
-    reads: set[str] = set()
-    defs: dict[str, set[str]] = {}
-    for op in K.walk(kernel):
-        if isinstance(op, (K.IfOp, K.ForOp)) and all(isinstance(x, _SILENT) for x in K.walk(op)):
-            continue
-        fields = next((f for cls, f in _EVALUATED.items() if isinstance(op, cls)), ())
-        values = [getattr(op, f) for f in fields]
-        if isinstance(op, (H.WgmmaOp, K.CopyOp)):      # only a ring stage is read from an operand
-            values = [v.indices[-1] for v in values if isinstance(v, Index) and len(v.indices) >= 4]
-        names = set().union(*(free_names(v) for v in values if isinstance(v, Expr)))
-        if isinstance(op, (K.LetOp, K.CounterOp, K.CounterAddOp, K.CounterSetOp)):
-            target = op.counter if isinstance(op, (K.CounterAddOp, K.CounterSetOp)) else op.name
-            defs.setdefault(target, set()).update(free_names(op.value) if isinstance(op, K.LetOp) else names)
-        else:
-            reads |= names
-    needed, todo = set(), list(reads)
-    while todo:
-        name = todo.pop()
-        if name not in needed:
-            needed.add(name)
-            todo += defs.get(name, ())
-    return needed
 
 
 def _context(agent: _Agent) -> Loc | None:
@@ -549,35 +491,6 @@ def _handler(cls: type):
 
 
 # ----------------------------------------------------------------------------- what is checked where
-def static_problems(kernel: K.KernelOp) -> list[ProtocolProblem]:
-    """What holds for every size: the setmaxnreg register pool, and barriers and tile slots clear of the
-    shared buffers' bytes."""
-    out = []
-    entry = H.entry_registers(kernel.threads)
-    for op in K.walk(kernel):
-        if isinstance(op, H.WarpSpecializeOp):
-            consumers = kernel.threads - op.producer_threads
-            total = op.producer_regs * op.producer_threads + op.consumer_regs * consumers
-            if total > entry * kernel.threads:
-                out.append(ProtocolProblem(
-                    f"setmaxnreg asks {op.producer_regs}x{op.producer_threads} + {op.consumer_regs}x{consumers} = "
-                    f"{total} registers; {kernel.threads} threads start with {entry} each, a pool of "
-                    f"{entry * kernel.threads}: the consumers' setmaxnreg.inc never returns", op.loc))
-            if op.producer_regs > entry:
-                out.append(ProtocolProblem(f"the producer's setmaxnreg.dec {op.producer_regs} is above the {entry} "
-                                           f"registers each thread starts with", op.loc))
-    spans = [(name, first, first + size) for name, (first, size, _) in shared_geometry(kernel).items()]
-    for op in K.walk(kernel):
-        if isinstance(op, (H.MbarrierOp, H.TileSlotOp)):
-            lo = op.offset_bytes
-            hi = lo + (8 * op.count if isinstance(op, H.MbarrierOp) else 4)
-            hits = [name for name, first, end in spans if first < hi and lo < end]
-            if hits or hi > kernel.smem_bytes:
-                where = f"the bytes of {', '.join(hits)}" if hits else f"past smem_bytes = {kernel.smem_bytes}"
-                out.append(ProtocolProblem(f"{op.name} at bytes {lo}..{hi} lies in {where}", op.loc))
-    return out
-
-
 @dataclass(frozen=True)
 class Cta:
     """One CTA to execute: its block index in the grid and, for a persistent kernel, how many CTAs run
@@ -661,8 +574,8 @@ def check_protocol(program: K.ProgramOp, sizes: Mapping[str, int], *, schedules:
             continue
         for cta in picked[:ctas]:
             problems = []
-            for seed, schedule in enumerate(schedules):
-                run = _Machine(kernel, _names(kernel, sizes, cta), list(cta.draws), schedule, seed).run()
+            for schedule in schedules:
+                run = _Machine(kernel, _names(kernel, sizes, cta), list(cta.draws), schedule).run()
                 shown = ", ".join(f"{k} = {v}" for k, v in sizes.items())
                 problems += [ProtocolProblem(p.message, p.loc, p.notes + (
                     Note(f"found at {shown}, {cta}, schedule {schedule}"),)) for p in run]

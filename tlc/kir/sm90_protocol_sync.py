@@ -13,13 +13,39 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tlc.diagnostics import Loc
+from tlc.diagnostics import Loc, Note
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import Expr, Index, Var
+from tlc.kir.expr import Expr, Index, Var, free_names
+
+# Ops with no synchronising or shared-memory effect: declarations and register math.
+_INERT = (K.ParamsOp, K.TiledMmaOp, K.SmemLayoutOp, K.SmemTransposeLayoutOp, K.SharedBufferOp, K.SharedViewOp,
+          K.GlobalTensorOp, K.GlobalTileOp, K.IdentityTileOp, K.TiledCopyOp, K.PartitionOp, K.FragmentOp,
+          K.RowVectorOp, K.ClearOp, K.MmaOp, K.MaskOp, K.RowReduceOp, K.AllReduceOp, K.Exp2ScaleOp,
+          K.RowBroadcastOp, K.MapOp, K.ConvertOp, K.RetileAccToAOp, K.RowStoreOp, K.TimestampOp,
+          K.TraceBufferOp, H.TmaDescriptorOp, H.GmmaSmemLayoutOp, H.MbarrierOp, H.TmaPrefetchOp,
+          H.TmaPrefetchTileOp, H.WgmmaTiledMmaOp, H.WgmmaFragmentOp, H.WgmmaFenceOperandOp, H.WgmmaArriveOp,
+          H.CarryOp, H.TileSlotOp)
+# Ops that only define names or hold others: a region of these and inert ops does nothing the protocol sees.
+_SILENT = (*_INERT, K.IfOp, K.ForOp, K.LetOp, K.WarpAnyOp)
+# Ops a part of an agent's threads may run inside a branch without splitting it off: nothing here blocks.
+_INLINE = (*_INERT, K.IfOp, K.LetOp, H.MbarrierInitOp, H.MbarrierArriveOp, H.MbarrierArriveExpectTxOp, H.TmaLoadOp,
+           H.TmaStoreOp, H.TmaStoreWaitOp, H.FenceProxyAsyncOp, H.TileSlotStoreOp)
 
 Clock = dict[int, int]
 Report = Callable[[str, "Loc | None"], None]
+
+
+@dataclass(frozen=True)
+class ProtocolProblem:
+    """One thing the checker found or could not prove, at the op involved; `notes` point at the others."""
+
+    message: str
+    loc: Loc | None
+    notes: tuple[Note, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.loc}: {self.message}" if self.loc else self.message
 
 
 def join(into: Clock, other: Clock) -> None:
@@ -174,6 +200,25 @@ class Access:
     end: Epoch | None = None
     fenced: bool = False
     span: tuple[int, int] = (0, 0)
+    lanes: tuple[int, int] = (0, 0)     # the threads that made it: (first, how many); none for a TMA load
+    syncs: int = 0                      # barriers across all its agent's threads the agent had passed at its start
+    end_syncs: int = 0                  # … and when it ended
+
+    def finish(self, epoch: Epoch, syncs: int) -> None:
+        self.end, self.end_syncs = epoch, syncs
+
+    def covers_group_of(self, other: Access) -> bool:
+        """Whether this access was made by one whole warp group and `other` by threads of that group (a wgmma's
+        wait retires the group's collective read for every thread of the group)."""
+        first, count = self.lanes
+        return (count == H.WARP_GROUP and first % H.WARP_GROUP == 0 and first <= other.lanes[0]
+                and sum(other.lanes) <= first + count)
+
+
+def access(op, agent, write: bool, what: str, async_proxy: bool, end: Epoch | None = None) -> Access:
+    """An access `agent` makes with `op` (`agent`: an `sm90_protocol` agent)."""
+    return Access(id(op), write, what, agent.id, agent.who, op.loc, async_proxy, end,
+                  lanes=(agent.threads[0], len(agent.threads)), syncs=agent.syncs, end_syncs=agent.syncs)
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -193,10 +238,13 @@ class Memory:
         """Why `earlier` is not known to be finished before `access` starts (None when it is)."""
         if earlier.end is None:
             return "still in flight"
-        if earlier.agent == access.agent and not earlier.async_proxy:
-            return None
-        if earlier.op == access.op and earlier.write and access.write and not access.async_proxy:
-            return None      # one thread-partitioned store: each element is written by one thread
+        if earlier.op == access.op and not access.async_proxy:
+            return None      # one thread-partitioned copy: each element is written and read by one thread
+        if earlier.agent == access.agent and earlier.lanes[1]:   # program order, and a barrier between threads
+            alone = earlier.lanes == access.lanes and earlier.lanes[1] == 1
+            if access.syncs > earlier.end_syncs or alone or (earlier.async_proxy and earlier.covers_group_of(access)):
+                return None
+            return f"with no barrier among {access.who}'s threads between them"
         if not earlier.end.before(clock):
             return "not ordered before it by any barrier"
         return None
@@ -253,6 +301,69 @@ def shared_geometry(kernel: K.KernelOp) -> dict[str, tuple[int, int, int]]:
             size = math.prod(shape) * H.ELEMENT_BYTES[op.dtype] if shape else 0
             out[op.name] = (op.offset_bytes, size, shape[2] if len(shape) == 3 else 1)
     return out
+
+
+def static_problems(kernel: K.KernelOp) -> list[ProtocolProblem]:
+    """What holds for every size: the setmaxnreg register pool, and barriers and tile slots clear of the
+    shared buffers' bytes."""
+    out = []
+    entry = H.entry_registers(kernel.threads)
+    for op in K.walk(kernel):
+        if isinstance(op, H.WarpSpecializeOp):
+            consumers = kernel.threads - op.producer_threads
+            total = op.producer_regs * op.producer_threads + op.consumer_regs * consumers
+            if total > entry * kernel.threads:
+                out.append(ProtocolProblem(
+                    f"setmaxnreg asks {op.producer_regs}x{op.producer_threads} + {op.consumer_regs}x{consumers} = "
+                    f"{total} registers; {kernel.threads} threads start with {entry} each, a pool of "
+                    f"{entry * kernel.threads}: the consumers' setmaxnreg.inc never returns", op.loc))
+            if op.producer_regs > entry:
+                out.append(ProtocolProblem(f"the producer's setmaxnreg.dec {op.producer_regs} is above the {entry} "
+                                           f"registers each thread starts with", op.loc))
+    spans = [(name, first, first + size) for name, (first, size, _) in shared_geometry(kernel).items()]
+    for op in K.walk(kernel):
+        if isinstance(op, (H.MbarrierOp, H.TileSlotOp)):
+            lo = op.offset_bytes
+            hi = lo + (8 * op.count if isinstance(op, H.MbarrierOp) else 4)
+            hits = [name for name, first, end in spans if first < hi and lo < end]
+            if hits or hi > kernel.smem_bytes:
+                where = f"the bytes of {', '.join(hits)}" if hits else f"past smem_bytes = {kernel.smem_bytes}"
+                out.append(ProtocolProblem(f"{op.name} at bytes {lo}..{hi} lies in {where}", op.loc))
+    return out
+
+
+# The fields of an op the checker evaluates (the rest — TMA coordinates, a copy's predicate — it never reads).
+_EVALUATED = {K.IfOp: ("cond",), K.ForOp: ("start", "stop"), K.CounterOp: ("init",), K.CounterAddOp: ("value",),
+              K.CounterSetOp: ("value",), H.MbarrierWaitOp: ("stage", "phase"), H.MbarrierArriveOp: ("stage",),
+              H.MbarrierArriveExpectTxOp: ("stage",), H.TmaLoadOp: ("stage",), H.NamedBarrierOp: ("id",),
+              H.WgmmaOp: ("a", "b"), K.CopyOp: ("src", "dst"), H.TileSlotStoreOp: ("value",)}
+
+
+def needed_names(kernel: K.KernelOp) -> set[str]:
+    """The names the checker reads (loop bounds, branch conditions, stages, phases, barrier ids), directly or
+    through the lets and counters that define them; a let outside the set (the softmax's scale) is skipped."""
+    reads: set[str] = set()
+    defs: dict[str, set[str]] = {}
+    for op in K.walk(kernel):
+        if isinstance(op, (K.IfOp, K.ForOp)) and all(isinstance(x, _SILENT) for x in K.walk(op)):
+            continue
+        fields = next((f for cls, f in _EVALUATED.items() if isinstance(op, cls)), ())
+        values = [getattr(op, f) for f in fields]
+        if isinstance(op, (H.WgmmaOp, K.CopyOp)):      # only a ring stage is read from an operand
+            values = [v.indices[-1] for v in values if isinstance(v, Index) and len(v.indices) >= 4]
+        names = set().union(*(free_names(v) for v in values if isinstance(v, Expr)))
+        if isinstance(op, (K.LetOp, K.CounterOp, K.CounterAddOp, K.CounterSetOp)):
+            target = op.counter if isinstance(op, (K.CounterAddOp, K.CounterSetOp)) else op.name
+            defs.setdefault(target, set()).update(free_names(op.value) if isinstance(op, K.LetOp) else names)
+        else:
+            reads |= names
+    needed, todo = set(), list(reads)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo += defs.get(name, ())
+    return needed
 
 
 def _buffer_of(m, name: str) -> str | None:
@@ -339,8 +450,9 @@ def _tma_load(m, agent, op: H.TmaLoadOp) -> None:
         join(clock, agent.clock)
         clock[pid] = clock.get(pid, 0) + 1
         where = f" stage {stage}" if stage is not None else ""
-        access = Access(id(op), True, f"TMA load into {op.dst}{where}", pid, agent.who, op.loc, True, Epoch(pid, clock[pid]))
-        m.memory.write(lo, hi, access, agent.clock)
+        load = Access(id(op), True, f"TMA load into {op.dst}{where}", pid, agent.who, op.loc, True,
+                      Epoch(pid, clock[pid]))
+        m.memory.write(lo, hi, load, agent.clock)
         bar.complete_tx(desc.box_bytes, clock, m.report, op.loc)
 
 
@@ -372,6 +484,7 @@ def _named(m, agent, op: H.NamedBarrierOp) -> None:
         return
     agent.learn_private()
     if barrier.generation > generation:
+        agent.syncs += 1
         join(agent.clock, barrier.done[generation])
     else:
         agent.blocked = ("named", barrier, generation, op)
@@ -382,6 +495,7 @@ def _syncthreads(m, agent, op: K.BarrierOp) -> None:
         m.halt(f"__syncthreads (hardware barrier 0, all {len(m.everyone)} threads) in {agent.who}, after the "
                f"warp roles split: the other roles never reach it", op.loc)
     agent.learn_private()
+    agent.syncs += 1
 
 
 def _wgmma(m, agent, op: H.WgmmaOp) -> None:
@@ -398,9 +512,9 @@ def _wgmma(m, agent, op: H.WgmmaOp) -> None:
         stage = stages.get(_buffer_of(m, name) or name)
         lo, hi = _span(m, agent, name, stage, op.loc)
         where = f" stage {stage}" if stage is not None else ""
-        access = Access(id(op), False, f"wgmma read of {name}{where}", agent.id, agent.who, op.loc, True)
-        m.memory.read(lo, hi, access, agent.clock)
-        agent.wgmma_open.append(access)
+        read = access(op, agent, False, f"wgmma read of {name}{where}", True)
+        m.memory.read(lo, hi, read, agent.clock)
+        agent.wgmma_open.append(read)
 
 
 def _wgmma_commit(m, agent, op: H.WgmmaCommitOp) -> None:
@@ -414,19 +528,19 @@ def _wgmma_wait(m, agent, op: H.WgmmaWaitOp) -> None:
         return
     epoch = agent.tick()
     for group in agent.wgmma_groups[:retire]:
-        for access in group:
-            access.end = epoch
+        for read in group:
+            read.finish(epoch, agent.syncs)
     agent.wgmma_groups = agent.wgmma_groups[retire:]
 
 
 def _generic(m, agent, op, write: bool, buffer: str, e: Expr | None, what: str) -> None:
     lo, hi = _span(m, agent, buffer, _stage_in(m, agent, e, buffer, op.loc), op.loc)
-    access = Access(id(op), write, what, agent.id, agent.who, op.loc, False, agent.tick())
+    made = access(op, agent, write, what, False, agent.tick())
     if write:
-        m.memory.write(lo, hi, access, agent.clock)
-        agent.unfenced.append(access)
+        m.memory.write(lo, hi, made, agent.clock)
+        agent.unfenced.append(made)
     else:
-        m.memory.read(lo, hi, access, agent.clock)
+        m.memory.read(lo, hi, made, agent.clock)
 
 
 def _copy(m, agent, op: K.CopyOp) -> None:
@@ -444,15 +558,15 @@ def _fence(m, agent, op: H.FenceProxyAsyncOp) -> None:
 
 def _tma_store(m, agent, op: H.TmaStoreOp) -> None:
     lo, hi = _span(m, agent, op.src, None, op.loc)
-    access = Access(id(op), False, f"TMA store from {op.src}", agent.id, agent.who, op.loc, True)
-    m.memory.read(lo, hi, access, agent.clock)
-    agent.tma_stores.append(access)
+    read = access(op, agent, False, f"TMA store from {op.src}", True)
+    m.memory.read(lo, hi, read, agent.clock)
+    agent.tma_stores.append(read)
 
 
 def _tma_store_wait(m, agent, op: H.TmaStoreWaitOp) -> None:
     epoch = agent.tick()
-    for access in agent.tma_stores:
-        access.end = epoch
+    for read in agent.tma_stores:
+        read.finish(epoch, agent.syncs)
     agent.tma_stores.clear()
 
 
@@ -461,14 +575,13 @@ def _slot(m, agent, op: H.TileSlotStoreOp | H.TileSlotLoadOp) -> None:
         m.cannot(f"`{op.slot}` is not a TileSlotOp of the kernel", op.loc)
     lo, hi = m.slots[op.slot]
     write = isinstance(op, H.TileSlotStoreOp)
-    access = Access(id(op), write, f"tile slot {'store' if write else 'load'}", agent.id, agent.who, op.loc, False,
-                    agent.tick())
+    made = access(op, agent, write, f"tile slot {'store' if write else 'load'}", False, agent.tick())
     if write:
         m.slot_values[op.slot] = m.value(agent, op.value, op.loc, "the tile number stored")
-        m.memory.write(lo, hi, access, agent.clock)
-        agent.unfenced.append(access)
+        m.memory.write(lo, hi, made, agent.clock)
+        agent.unfenced.append(made)
     else:
-        m.memory.read(lo, hi, access, agent.clock)
+        m.memory.read(lo, hi, made, agent.clock)
         m.define(agent, op.name, m.slot_values.get(op.slot, m.unknown(f"{op.slot} was never written")))
 
 
@@ -478,9 +591,30 @@ def _atomic(m, agent, op: H.AtomicAddOp) -> None:
     m.define(agent, op.name, m.atomics.pop(0) if m.atomics else 1 << 30)
 
 
-def _cp_async(m, agent, op) -> None:
-    if agent.role != "cta":
-        m.cannot(f"cp.async ({type(op).__name__}) inside a warp role is not modelled", op.loc)
+def _cp_async(m, agent, op: K.AsyncCopyOp) -> None:
+    """A cp.async copy: each thread's bytes land when a cp.async.wait_group retires its group."""
+    stage = _stage_in(m, agent, op.dst, op.buffer, op.loc) if op.buffer else None
+    lo, hi = _span(m, agent, op.buffer or "", stage, op.loc)
+    write = access(op, agent, True, f"cp.async into {op.buffer}", False)
+    m.memory.write(lo, hi, write, agent.clock)
+    agent.cp_open.append(write)
+
+
+def _cp_commit(m, agent, op: K.CommitOp) -> None:
+    agent.cp_groups.append(agent.cp_open)
+    agent.cp_open = []
+
+
+def _cp_wait(m, agent, op: K.WaitOp) -> None:
+    retire = len(agent.cp_groups) - op.pending
+    if retire <= 0:
+        return
+    epoch = agent.tick()
+    for group in agent.cp_groups[:retire]:
+        for write in group:
+            write.finish(epoch, agent.syncs)
+            agent.unfenced.append(write)
+    agent.cp_groups = agent.cp_groups[retire:]
 
 
 HANDLERS = {H.MbarrierInitOp: _init, H.MbarrierArriveOp: _arrive, H.MbarrierArriveExpectTxOp: _arrive,
@@ -488,4 +622,4 @@ HANDLERS = {H.MbarrierInitOp: _init, H.MbarrierArriveOp: _arrive, H.MbarrierArri
             H.WgmmaOp: _wgmma, H.WgmmaCommitOp: _wgmma_commit, H.WgmmaWaitOp: _wgmma_wait, K.CopyOp: _copy,
             H.FenceProxyAsyncOp: _fence, H.TmaStoreOp: _tma_store, H.TmaStoreWaitOp: _tma_store_wait,
             H.TileSlotStoreOp: _slot, H.TileSlotLoadOp: _slot, H.AtomicAddOp: _atomic, K.AsyncCopyOp: _cp_async,
-            K.CommitOp: _cp_async, K.WaitOp: _cp_async}
+            K.CommitOp: _cp_commit, K.WaitOp: _cp_wait}
