@@ -13,15 +13,31 @@ __version__ = "0.1.0"
 
 
 def build(path_or_text, *, arch=None, defines=None, lse=False):
+    """The kernel of a TL program, callable on torch tensors. `path_or_text`: a `pathlib.Path`, a str that
+    names an existing file (any extension), or TL text (a str with a newline or starting with a statement
+    word such as `Param`; any other str is a file that does not exist: an error). Details: tlc.runtime.build."""
     from tlc.runtime import build as _build
 
     return _build(path_or_text, arch=arch, defines=defines, lse=lse)
 
 
 def attention(q, k, v, is_causal=False, scale=None, enable_gqa=False):
+    """SDPA's forward for bf16/fp16 CUDA tensors; `is_causal` and `enable_gqa` are bools (as SDPA's), `scale`
+    a number or None. A bad argument is a one-line TlcError naming it (tlc.runtime.check_attention)."""
+    from tlc.numbers import a_kind
+    from tlc.runtime import _refuse
     from tlc.runtime import attention as _attention
 
+    for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+        if not _is_bool(flag):
+            raise _refuse(f"{name} must be True or False, not {a_kind(flag)}")
     return _attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def _is_bool(value) -> bool:
+    """A Python bool or numpy's bool scalar (what a comparison of numpy values gives)."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ == "bool_")
 
 
 def precompile(calls, *, arch=None, jobs=0):
@@ -30,8 +46,9 @@ def precompile(calls, *, arch=None, jobs=0):
     `calls`: dicts with the keys of a `tlc precompile --shapes` line (`d` required; `dv`, `dtype`
     bf16/fp16, `causal`, and the checked but kernel-neutral `b`, `hq`, `hkv`, `sq`, `sk`), e.g.
     `[{"b": 4, "hq": 32, "hkv": 8, "sq": 4096, "sk": 4096, "d": 128, "causal": True}]`. `arch`: a
-    target or a list (default: this GPU's, else sm_90); `jobs`: parallel compiles (default: CPU count).
-    Returns one `tlc.precompile_jobs.JobResult` per distinct kernel; a bad call raises TlcError.
+    target or a list (default: this GPU's, else sm_90); `jobs`: parallel compiles (0, the default: CPU count).
+    Returns one `tlc.precompile_jobs.JobResult` per distinct kernel; a bad call or argument raises a
+    one-line TlcError naming it.
     """
     from tlc.precompile_jobs import precompile_calls
 

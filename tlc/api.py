@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, DiagnosticSink, TlcError, error
 from tlc.frontend.format import format_program
@@ -15,13 +15,24 @@ from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_text
 from tlc.ir.graph import Graph
 
+if TYPE_CHECKING:
+    from tlc.builder import TargetCheck
+
 
 @dataclass
 class CheckResult:
+    """`ok`: the TL checks pass and, when targets were asked for, at least one of them can build the
+    program; `targets` says what each target's build would say short of NVRTC (tlc.builder.check_targets)."""
+
     ok: bool
     diagnostics: list[Diagnostic] = field(default_factory=list)
     formatted: str | None = None
     graph: Graph | None = None
+    targets: list["TargetCheck"] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list["TargetCheck"]:
+        return [t for t in self.targets if t.error is not None]
 
     @property
     def rendered(self) -> str:
@@ -49,14 +60,23 @@ def compile_graph(text: str | bytes, filename: str = "<input>", *, sketch: bool 
 
 
 def check_source(text: str | bytes, filename: str = "<input>", *, sketch: bool = False,
-                 defines: Mapping[str, str] | None = None, run_passes: bool = True) -> CheckResult:
-    """Diagnostics for TL text: errors (ok=False) or remarks such as an inserted Reshape."""
+                 defines: Mapping[str, str] | None = None, run_passes: bool = True,
+                 targets: Sequence[str] = ()) -> CheckResult:
+    """Diagnostics for TL text: errors (ok=False) or remarks such as an inserted Reshape. With `targets`
+    (and the passes, not a sketch), each target's lowering and CuTe emission run too, as a build runs them."""
     try:
         program = parse_text(text, filename)
         graph, remarks = compile_graph(text, filename, sketch=sketch, defines=defines, run_passes=run_passes)
     except TlcError as exc:
         return CheckResult(False, exc.diagnostics)
-    return CheckResult(True, remarks, format_program(program), graph)
+    checked = []
+    if targets and run_passes and not sketch:
+        from tlc.builder import check_targets
+
+        data = text.encode() if isinstance(text, str) else text
+        checked = check_targets(data, filename, dict(defines or {}), targets)
+    ok = not checked or any(t.error is None for t in checked)
+    return CheckResult(ok, remarks, format_program(program), graph, checked)
 
 
 def check_file(path: str | Path, **kw: Any) -> CheckResult:

@@ -13,17 +13,21 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from tlc.diagnostics import GLOBAL_SOURCES, TlcError, error
+from tlc.diagnostics import GLOBAL_SOURCES, TlcError, error, escape_controls
+from tlc.numbers import float_option, int_option, parse_int, problem, shown
+
+MAX_INTERP_SIZE = 4096  # the CPU interpreter's float64 scores grow as Q·K per head: larger sizes take minutes
 
 
 def _defines(items: list[str] | None) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise TlcError(_err(f"-D {item}: write -D NAME=VALUE"))
-        out[name.strip()] = value.strip()
-    return out
+    from tlc.frontend.params import define_items
+
+    return define_items(items)
+
+
+def _say(text: str, err: bool = False) -> None:
+    """Print a message that may quote file names or values from users, control characters escaped."""
+    print(escape_controls(text), file=sys.stderr if err else sys.stdout)
 
 
 def _err(msg: str):
@@ -38,26 +42,48 @@ def _read(path: str) -> bytes:
 
 
 def cmd_check(args) -> int:
+    """The TL checks, then (unless --sketch or --no-passes) each target's lowering and CuTe emission,
+    as `tlc build` runs them: for --arch, else for every target family (tlc.builder.TARGET_FAMILIES).
+    Exit 1 when the TL checks fail or every target checked refuses; a refusal by some targets only is
+    printed with their names and the file reported ok for the others."""
     from tlc.api import check_source
+    from tlc.builder import TARGET_FAMILIES, check_target
 
+    targets = [check_target(args.arch)] if args.arch else list(TARGET_FAMILIES)
+    defines = _defines(args.define)
     status = 0
     for path in args.files:
         try:
             data = _read(path)
         except TlcError as exc:
-            print(exc.render(), file=sys.stderr)
+            _say(exc.render(), err=True)
             status = 1
             continue
-        res = check_source(data, path, sketch=args.sketch, defines=_defines(args.define),
-                           run_passes=not args.no_passes)
-        shown = [d for d in res.diagnostics if not args.quiet or d.severity == "error"]
-        if shown:
-            print("\n".join(d.render(GLOBAL_SOURCES) for d in shown), file=sys.stderr)
+        res = check_source(data, path, sketch=args.sketch, defines=defines, run_passes=not args.no_passes,
+                           targets=targets)
+        lines = [d.render(GLOBAL_SOURCES) for d in res.diagnostics if not args.quiet or d.severity == "error"]
+        lines += _target_lines(res.targets, path, args.quiet)
+        if lines:
+            _say("\n".join(lines), err=True)
         if not res.ok:
             status = 1
         elif not args.quiet:
-            print(f"{path}: ok")
+            refused = [t.arch for t in res.refused]
+            accepted = [t.arch for t in res.targets if t.error is None]
+            _say(f"{path}: ok" + (f" for {', '.join(accepted)}; {', '.join(refused)} refuses it (above)"
+                                  if refused else ""))
     return status
+
+
+def _target_lines(targets, path: str, quiet: bool) -> list[str]:
+    """Each target's refusals (and, unless quiet, warnings) as `tlc build` renders them, prefixed with
+    the targets that say it: `sm_90a: file:line:col: error: …`; a message every target gives, once."""
+    said: dict[str, list[str]] = {}
+    for t in targets:
+        diags = (t.error.diagnostics if t.error is not None else []) + ([] if quiet else t.warnings)
+        for d in diags:
+            said.setdefault(TlcError([d]).render(GLOBAL_SOURCES, file=path), []).append(t.arch)
+    return [f"{', '.join(archs)}: {text}" for text, archs in said.items()]
 
 
 def cmd_fmt(args) -> int:
@@ -114,12 +140,33 @@ def _lowering_passes() -> set[str]:
     return set(LOWERING_PIPELINE)
 
 
+def _check_print_after(names: list[str], pipeline: str | None) -> None:
+    """Every --print-after names a pass the pipeline runs: a misspelt one would print nothing."""
+    from tlc.passes.pipeline import DEFAULT_PIPELINE, LOWERING_PIPELINE, parse_pipeline
+    from tlc.passes.registry import lookup
+
+    for name in names:
+        if lookup(name) is None:
+            raise TlcError(_err(f"--print-after {shown(name)}: no such pass; the TL passes are "
+                                f"{', '.join(DEFAULT_PIPELINE)}; the lowering passes are "
+                                f"{', '.join(LOWERING_PIPELINE)}"))
+    run = [p.name for p in parse_pipeline(pipeline)] if pipeline is not None else DEFAULT_PIPELINE
+    missing = [n for n in names if n not in run]
+    if missing:
+        raise TlcError(_err(f"--print-after {missing[0]}: the pipeline run here is {', '.join(run)}; add "
+                            f"{missing[0]} to --pipeline or drop the --print-after"))
+
+
 def cmd_show(args) -> int:
     from tlc.api import compile_graph, lower_source
     from tlc.ir.printer import print_graph
 
     data = _read(args.file)
     defines = _defines(args.define)
+    if args.arch:
+        from tlc.builder import check_target
+
+        check_target(args.arch)
     if args.emit in ("kir", "cute"):
         from tlc.lowering.emit_text import emit_text
 
@@ -135,11 +182,12 @@ def cmd_show(args) -> int:
         from tlc.lowering.passes import full_pipeline  # the TL passes, then the lowering for the target
 
         pipeline = ",".join(full_pipeline(args.arch))
+    _check_print_after(args.print_after or [], pipeline)
     _, remarks = compile_graph(data, args.file, defines=defines, pipeline=pipeline,
                                print_after=set(args.print_after or []), print_after_all=args.print_after_all,
                                time_passes=args.time_passes, verify_each=not args.no_verify_each)
     for d in remarks:
-        print(d.render(GLOBAL_SOURCES), file=sys.stderr)
+        _say(d.render(GLOBAL_SOURCES), err=True)
     return 0
 
 
@@ -154,17 +202,15 @@ def cmd_interp(args) -> int:
     from tlc.testing.checks import Shapes, check_interpreter, program_info
 
     data = _read(args.file)
-    sizes = DEFAULT_INTERP_SIZES
-    if args.sizes:
-        try:
-            sizes = tuple(tuple(int(x) for x in s.split("x")) for s in args.sizes.split(","))  # type: ignore[misc]
-        except ValueError:
-            raise TlcError(_err(f"--sizes {args.sizes}: write QxK pairs such as 17x33,1x1")) from None
+    defines = _defines(args.define)
+    sizes = _interp_sizes(args.sizes) if args.sizes else DEFAULT_INTERP_SIZES
     # The program the compiler builds: the repair passes run unless --no-passes asks for the raw meaning.
-    graph, remarks = compile_graph(data, args.file, defines=_defines(args.define), run_passes=not args.no_passes)
-    for d in remarks:
-        print(d.render(GLOBAL_SOURCES), file=sys.stderr)
+    graph, remarks = compile_graph(data, args.file, defines=defines, run_passes=not args.no_passes)
     info = program_info(graph)
+    if args.sizes:
+        _check_size_counts(args.sizes, sizes, info.int_inputs)
+    for d in remarks:
+        _say(d.render(GLOBAL_SOURCES), err=True)
     params = {k: v for k, v in graph.params.items() if isinstance(v, int) and not isinstance(v, bool)}
     d = int(eval_expr(info.tensors[0].dims[-1], params)) if info.tensors else 1
     worst = 0.0
@@ -173,13 +219,35 @@ def cmd_interp(args) -> int:
                         floats={n: 1.0 / math.sqrt(d) for n in info.float_inputs})
         r = check_interpreter(graph, shapes, seed=args.seed + i, rtol=args.tolerance)
         where = f" at (batch, head, row) = {r.where}" if r.where else ""
-        print(f"{args.file}: {shapes.describe()}: max relative error {r.max_error:.3e}{where}"
-              + (f" ({r.message})" if r.message else ""))
+        _say(f"{args.file}: {shapes.describe()}: max relative error {r.max_error:.3e}{where}"
+             + (f" ({r.message})" if r.message else ""))
         worst = max(worst, r.max_error)
     if worst > args.tolerance:
-        print(f"{args.file}: error: max relative error {worst:.3e} exceeds {args.tolerance:g}", file=sys.stderr)
+        _say(f"{args.file}: error: max relative error {worst:.3e} exceeds {args.tolerance:g}", err=True)
         return 1
     return 0
+
+
+def _interp_sizes(text: str) -> tuple[tuple[int, ...], ...]:
+    """`--sizes 17x33,1x1`: sizes of `x`-separated numbers, each from 1 to MAX_INTERP_SIZE."""
+    try:
+        return tuple(tuple(parse_int(x, f"--sizes {shown(text)}", minimum=1, maximum=MAX_INTERP_SIZE)
+                           for x in size.strip().split("x")) for size in text.split(","))
+    except TlcError as exc:
+        raise TlcError(_err(problem(exc))) from None
+
+
+def _check_size_counts(text: str, sizes: tuple[tuple[int, ...], ...], int_inputs: tuple[str, ...]) -> None:
+    """Each size gives one number per int Input of the program, in declaration order: a size with more
+    or fewer would drop numbers or leave an Input unset."""
+    if not int_inputs:
+        raise TlcError(_err(f"--sizes {shown(text)}: the program has no int Input for a size to set; drop --sizes"))
+    example = "x".join(str(n) for n in (17, 33, 9, 65, 5, 7, 11, 13)[:len(int_inputs)])
+    for size in sizes:
+        if len(size) != len(int_inputs):
+            written = "x".join(map(str, size))
+            raise TlcError(_err(f"--sizes {written}: {len(size)} number(s), but the program has {len(int_inputs)} "
+                                f"int Input(s) ({', '.join(int_inputs)}); give one per Input, e.g. {example}"))
 
 
 def cmd_test(args) -> int:
@@ -190,8 +258,9 @@ def cmd_test(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from tlc.builder import build_files
+    from tlc.builder import build_files, check_target
 
+    check_target(args.arch)
     return build_files(args.files, arch=args.arch, out_dir=args.output, defines=_defines(args.define),
                        jobs=args.jobs)
 
@@ -202,8 +271,11 @@ def cmd_precompile(args) -> int:
         raise TlcError(_err("tlc precompile: give TL files, --shapes LIST, or both"))
     if args.define and not args.files:
         raise TlcError(_err("tlc precompile: -D applies to TL files; a shape list picks tlc.attention's own bindings"))
+    from tlc.builder import check_target
     from tlc.precompile_jobs import Job, precompile, read_shape_file
 
+    for arch in archs:
+        check_target(arch)
     defines = _defines(args.define)
     jobs = [Job.make(Path(f), defines, arch, label=f) for f in args.files for arch in archs]
     for shapes in args.shapes or []:
@@ -222,8 +294,20 @@ def _plugin(name: str) -> Callable[[list[str]], int] | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the values it quotes in its errors escaped (a control byte in an argument would
+    otherwise reach the terminal raw)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        super().error(escape_controls(message))
+
+
+MAX_JOBS = 1024
+SEED = int_option(maximum=2**32 - 1)
+
+
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tlc", description="Compile LLM-TL attention programs to CuTe kernels.")
+    p = _Parser(prog="tlc", description="Compile LLM-TL attention programs to CuTe kernels.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(sp, define=True):
@@ -236,6 +320,8 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("files", nargs="+", metavar="FILE")
     sp.add_argument("--sketch", action="store_true", help="accept a sketch: open params, no shapes")
     sp.add_argument("--no-passes", action="store_true", help="frontend checks only")
+    sp.add_argument("--arch", help="check what `tlc build --arch ARCH` would refuse (default: every target family, "
+                    "sm_90 for the sm_80 family and sm_90a; exit 1 when all refuse)")
     sp.add_argument("-q", "--quiet", action="store_true")
     sp.set_defaults(fn=cmd_check)
 
@@ -263,9 +349,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     sp = common(sub.add_parser("interp", help="run on random inputs at small sizes against a float64 reference"))
     sp.add_argument("file", metavar="FILE")
-    sp.add_argument("--sizes", help="QxK pairs, e.g. 17x33,1x1 (default: a set of odd sizes)")
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--tolerance", type=float, default=1e-6)
+    sp.add_argument("--sizes", help="one number per int Input, x-separated, for each size: QxK pairs for "
+                    "attention, e.g. 17x33,1x1 (default: a set of odd sizes)")
+    sp.add_argument("--seed", type=SEED, default=0)
+    sp.add_argument("--tolerance", type=float_option(minimum=0.0), default=1e-6)
     sp.add_argument("--passes", action="store_true", help="(the default) interpret what the compiler builds: after "
                     "the TL passes, whose repairs are printed")
     sp.add_argument("--no-passes", action="store_true", help="interpret the program as written, before any repair")
@@ -273,8 +360,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     sp = common(sub.add_parser("test", help="hypothesis property tests of a TL program"))
     sp.add_argument("file", metavar="FILE")
-    sp.add_argument("--examples", type=int, default=100)
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--examples", type=int_option(minimum=1, maximum=1_000_000), default=100)
+    sp.add_argument("--seed", type=SEED, default=0)
     sp.add_argument("--gpu", action="store_true", help="also build and run the kernel")
     sp.add_argument("--arch", default=None, help="with --gpu: target (default: the visible GPU's)")
     sp.set_defaults(fn=cmd_test)
@@ -283,7 +370,8 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("files", nargs="+", metavar="FILE")
     sp.add_argument("--arch", default="sm_90", help="sm_80, sm_86, sm_89, sm_90 (default) or sm_90a")
     sp.add_argument("-o", "--output", default="build", metavar="DIR")
-    sp.add_argument("-j", "--jobs", type=int, default=0, help="parallel builds (default: CPU count)")
+    sp.add_argument("-j", "--jobs", type=int_option(maximum=MAX_JOBS), default=0,
+                    help="parallel builds (default: CPU count)")
     sp.set_defaults(fn=cmd_build)
 
     sp = common(sub.add_parser("precompile", help="fill the kernel cache ahead of time (no artifacts)"))
@@ -292,7 +380,8 @@ def make_parser() -> argparse.ArgumentParser:
                     help="a file of tlc.attention call shapes, one per line, e.g. "
                     "'b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16' (repeatable; see tlc/precompile_jobs.py)")
     sp.add_argument("--arch", action="append", help="repeatable; default sm_90")
-    sp.add_argument("-j", "--jobs", type=int, default=0, help="parallel compiles (default: CPU count)")
+    sp.add_argument("-j", "--jobs", type=int_option(maximum=MAX_JOBS), default=0,
+                    help="parallel compiles (default: CPU count)")
     sp.set_defaults(fn=cmd_precompile)
 
     sub.add_parser("gen", help="LLM workflow: request → TL → kernel (needs the tlc_llm package)", add_help=False)
@@ -316,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.fn(args) or 0)
     except TlcError as exc:
-        print(exc.render(GLOBAL_SOURCES), file=sys.stderr)
+        _say(exc.render(GLOBAL_SOURCES), err=True)
         return 1
     except KeyboardInterrupt:
         print("tlc: interrupted", file=sys.stderr)
@@ -327,8 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the promise: no tracebacks for users
         if os.environ.get("TLC_DEBUG"):
             raise
-        print(f"tlc: internal error: {type(exc).__name__}: {exc} (rerun with TLC_DEBUG=1 for a traceback, "
-              "and please report it)", file=sys.stderr)
+        _say(f"tlc: internal error: {type(exc).__name__}: {exc} (rerun with TLC_DEBUG=1 for a traceback, "
+             "and please report it)", err=True)
         return 2
 
 

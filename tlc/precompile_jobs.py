@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from tlc.diagnostics import GLOBAL_SOURCES, Loc, TlcError, fail
+from tlc.diagnostics import GLOBAL_SOURCES, Loc, TlcError, escape_controls, fail
+from tlc.numbers import INT32_MAX, a_kind, check_int, parse_int, problem, shown
 
 
 @dataclass(frozen=True)
@@ -76,18 +77,21 @@ def _parse_word(word: str, path: str, line: int, col: int, shape: dict[str, Any]
     if not eq:
         value = "true" if key == "causal" else ""
         if key != "causal":
-            raise _shape_error(path, line, col, f"'{word}' is not key=value")
+            raise _shape_error(path, line, col, f"'{shown(word)}' is not key=value")
     if key not in _KEYS:
-        raise _shape_error(path, line, col, f"unknown key '{key}' (keys: {', '.join(_KEYS)})")
+        raise _shape_error(path, line, col, f"unknown key '{shown(key)}' (keys: {', '.join(_KEYS)})")
     if key in shape:
         raise _shape_error(path, line, col, f"'{key}' given twice")
     if key in _INT_KEYS:
-        if not value.isdigit():
-            raise _shape_error(path, line, col, f"{key} must be a non-negative integer, got '{value}'")
-        shape[key] = int(value)
+        if not (value.isascii() and value.isdigit()):
+            raise _shape_error(path, line, col, f"{key} must be a non-negative integer, got '{shown(value)}'")
+        try:
+            shape[key] = parse_int(value, key, minimum=0, maximum=INT32_MAX)
+        except TlcError as exc:
+            raise _shape_error(path, line, col, problem(exc)) from None
     elif key == "causal":
         if value.lower() not in ("true", "false", "1", "0"):
-            raise _shape_error(path, line, col, f"causal must be true or false, got '{value}'")
+            raise _shape_error(path, line, col, f"causal must be true or false, got '{shown(value)}'")
         shape[key] = value.lower() in ("true", "1")
     else:
         shape[key] = value
@@ -114,7 +118,8 @@ def parse_shapes(text: str, path: str = "<shapes>") -> list[tuple[int, dict[str,
 
 def _parse_json_shapes(text: str, path: str) -> list[tuple[int, dict[str, Any]]]:
     try:
-        items = json.loads(text)
+        # Integers stay text until checked (tlc.numbers): Python refuses to read one of thousands of digits.
+        items = json.loads(text, parse_int=lambda digits: digits if len(digits) > 20 else int(digits))
     except json.JSONDecodeError as exc:
         raise fail(f"not valid JSON: {exc.msg}", Loc(path, exc.lineno, exc.colno)) from None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
@@ -126,6 +131,14 @@ def _shape_of(item: Mapping[str, Any], what: str, path: str) -> dict[str, Any]:
     """One call given as a mapping (a JSON object, a tlc.precompile dict), checked as a shape line is."""
     shape: dict[str, Any] = {}
     for key, value in item.items():
+        if not isinstance(key, str):
+            raise fail(f"{what}: a key is {a_kind(key)}; keys are strings such as 'd' or 'causal'",
+                       Loc(path, 0, 0))
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:
+                check_int(value, f"{what}: {shown(key)}", minimum=-INT32_MAX, maximum=INT32_MAX)
+            except TlcError as exc:  # before str(): Python refuses to print an int of thousands of digits
+                raise fail(problem(exc), Loc(path, 0, 0)) from None
         value = str(value).lower() if isinstance(value, bool) else value
         try:
             _parse_word(f"{key}={value}", path, 0, 0, shape)
@@ -276,13 +289,17 @@ def precompile_calls(calls: Iterable[Mapping[str, Any]], *, arch: str | list[str
     """`tlc.precompile`: shape dicts → the jobs `tlc.attention` needs → compiled where missing."""
     if isinstance(calls, Mapping):
         raise fail("tlc.precompile takes a list of calls, e.g. [{'d': 128, 'causal': True}], not one dict")
+    if isinstance(calls, (str, bytes)) or not isinstance(calls, Iterable):
+        raise fail(f"tlc.precompile: calls must be a list of dicts such as [{{'d': 128, 'causal': True}}], not "
+                   f"{a_kind(calls)}")
+    jobs = check_int(jobs, "tlc.precompile: jobs", maximum=1024)
+    archs = _targets(arch)
     shapes = []
     for n, call in enumerate(calls, 1):
         if not isinstance(call, Mapping):
             raise fail(f"tlc.precompile: call {n} is a {type(call).__name__}; each call is a dict such as "
                        "{'d': 128, 'causal': True}")
         shapes.append((0, _shape_of(call, f"tlc.precompile: call {n}", "<tlc.precompile>")))
-    archs = [arch] if isinstance(arch, str) else list(arch or [])
     if not archs:
         from tlc.runtime import device_arch
 
@@ -295,6 +312,20 @@ def precompile_calls(calls: Iterable[Mapping[str, Any]], *, arch: str | list[str
     if failed:
         raise fail(f"tlc.precompile: {len(failed)} kernel(s) failed to compile; first: {failed[0].message}")
     return results
+
+
+def _targets(arch: Any) -> list[str]:
+    """`tlc.precompile`'s arch: None, a target name or a list of them, each checked (tlc.builder.check_target)."""
+    from tlc.builder import check_target
+
+    if arch is None:
+        return []
+    if isinstance(arch, str):
+        return [check_target(arch, "tlc.precompile: arch")]
+    if not isinstance(arch, (list, tuple)):
+        raise fail(f"tlc.precompile: arch must be a target name such as 'sm_90a' or a list of them, not "
+                   f"{a_kind(arch)}")
+    return [check_target(a, "tlc.precompile: arch") for a in arch]
 
 
 def report_line(result: JobResult) -> str:
@@ -315,7 +346,7 @@ def precompile(jobs: list[Job], workers: int = 0) -> int:
           f"(cache: {_cache_dir()})", file=sys.stderr, flush=True)
     start = time.perf_counter()
     results = compile_jobs(unique, workers, on_result=lambda r: print(
-        report_line(r), file=sys.stdout if r.ok else sys.stderr, flush=True))
+        escape_controls(report_line(r)), file=sys.stdout if r.ok else sys.stderr, flush=True))
     built = sum(r.ok and not r.cached for r in results)
     failed = sum(not r.ok for r in results)
     print(f"tlc: {built} compiled, {len(results) - built - failed} already cached, {failed} failed "

@@ -23,6 +23,7 @@ from tlc.diagnostics import Note, TlcError, fail
 from tlc.lowering.switches import LOWERING_SWITCHES  # noqa: F401 - re-exported
 from tlc.lowering.switches import switches_key as _switches
 from tlc.names import kernel_name
+from tlc.numbers import INT32_MAX, a_kind, check_int, shown
 from tlc.recent import Recent
 
 _DISPATCH: dict[tuple, Any] = {}
@@ -46,15 +47,11 @@ def specs_dir() -> Path:
         raise fail("tlc's shipped specs (the tlc_specs package) are not installed: reinstall tlc") from None
 
 
-def _read(path_or_text: str | Path) -> tuple[bytes, str]:
-    if isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and "\n" not in path_or_text
-                                          and path_or_text.endswith(".tl")):
-        p = Path(path_or_text)
-        try:
-            return p.read_bytes(), str(p)
-        except OSError as exc:
-            raise fail(f"cannot read '{p}': {exc.strerror or exc}") from None
-    return str(path_or_text).encode(), "<text>"
+def _read(path_or_text: str | Path | bytes) -> tuple[bytes, str]:
+    """(source, name) of a TL program given as a file or as text: tlc.builder.read_program says which."""
+    from tlc.builder import read_program
+
+    return read_program(path_or_text)
 
 
 def device_arch(device=None) -> str:
@@ -70,9 +67,26 @@ def device_arch(device=None) -> str:
     raise fail(f"this GPU is {arch}; tlc's kernels target sm_80, sm_86, sm_89 and sm_90")
 
 
-def normal_defines(defines: Mapping[str, Any] | None) -> dict[str, str]:
-    """-D bindings as the lowering reads them (bools as true/false): one spelling, one cache entry."""
-    return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
+def normal_defines(defines: Mapping[str, Any] | None, what: str = "defines") -> dict[str, str]:
+    """-D bindings as the lowering reads them (bools as true/false): one spelling, one cache entry.
+    A mapping of Param names (str) to str, int, float or bool values; anything else is a one-line
+    TlcError naming `what`."""
+    if defines is None:
+        return {}
+    if not isinstance(defines, Mapping):
+        raise fail(f"{what} must be a mapping of Param names to values, e.g. {{'HeadDim': 128}}, not "
+                   f"{a_kind(defines)}")
+    out = {}
+    for k, v in defines.items():
+        if not isinstance(k, str) or not k:
+            raise fail(f"{what}: a key is {a_kind(k) if not isinstance(k, str) else 'empty'}; keys are "
+                       "Param names such as 'HeadDim'")
+        if isinstance(v, int) and not isinstance(v, bool):
+            check_int(v, f"{what}['{shown(k)}']", minimum=-INT32_MAX)  # before str(): an int of 5000 digits
+        elif not isinstance(v, (str, float, bool)):
+            raise fail(f"{what}['{shown(k)}'] is {a_kind(v)}; a value is a str, int, float or bool")
+        out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out
 
 
 def _build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str, lse: bool) -> str:
@@ -131,11 +145,24 @@ def compile_spec(path_or_text: str | Path, *, arch: str, defines: Mapping[str, A
 
 def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping[str, Any] | None = None,
           lse: bool = False):
-    """Compile a TL program and return its kernel, callable as `kernel(q, k, v, scale=None)`."""
-    from tlc.backend_cute.launch import Kernel
+    """Compile a TL program and return its kernel, callable as `kernel(q, k, v, scale=None)`.
 
+    `path_or_text`: a `.tl` file (a `pathlib.Path`, or a str naming an existing file) or TL text
+    (tlc.builder.read_program says how a str is told apart); `arch`: a target of `tlc.arch` (default: the visible GPU's sm_80-family
+    one); `defines`: Param names to str, int, float or bool values (-D's bindings); `lse`: a bool. A bad
+    argument is a one-line TlcError naming it."""
+    from tlc.backend_cute.launch import Kernel
+    from tlc.builder import check_target
+
+    if not isinstance(path_or_text, (str, bytes, bytearray, os.PathLike)):
+        raise fail(f"tlc.build: path_or_text must be a .tl file (str or pathlib.Path) or TL text, not "
+                   f"{a_kind(path_or_text)}")
+    if arch is not None:
+        check_target(arch, "tlc.build: arch")
+    if not isinstance(lse, bool):
+        raise fail(f"tlc.build: lse must be True or False, not {a_kind(lse)}")
+    defs = normal_defines(defines, "tlc.build: defines")
     data, name = _read(path_or_text)
-    defs = normal_defines(defines)
     arch = arch or device_arch()
     key = (data, name, tuple(sorted(defs.items())), arch, lse, _switches())
     if key in _DISPATCH:

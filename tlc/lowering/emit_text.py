@@ -8,15 +8,14 @@ from tlc.names import kernel_name
 
 def emit_text(data: bytes, path: str, arch: str, defines: Mapping[str, str], what: str, *,
               line_directives: bool = True) -> str:
-    """TL passes → lowering passes → kernel-IR text (`kir`) or CuTe source (`cute`)."""
-    from tlc.api import compile_graph
+    """TL passes → lowering passes → kernel-IR text (`kir`) or CuTe source (`cute`), through the lowering
+    `tlc build` runs (tlc.builder.lower_to_kernel_ir), so both refuse the same programs."""
     from tlc.backend_cute.emit import emit_program
+    from tlc.builder import lower_to_kernel_ir
     from tlc.kir.text import print_kir
-    from tlc.lowering.passes import run_lowering
 
-    graph, _ = compile_graph(data, path, defines=defines)
     name = kernel_name(path)
-    state, _ = run_lowering(graph, arch, name=name)
+    state, _ = lower_to_kernel_ir(data, path, arch, defines, name=name)
     if what == "kir":
         return print_kir(state.kir)
     return emit_program(state.kir, source=path, line_directives=line_directives, cu_name=f"{name}.cu")
@@ -26,10 +25,9 @@ def kernel_ir(path, arch: str = "sm_90", defines: Mapping[str, object] | None = 
     """The lowered `ProgramOp` of a `.tl` file (TL passes, then every lowering pass)."""
     from pathlib import Path
 
-    from tlc.api import compile_graph
-    from tlc.lowering.passes import run_lowering
+    from tlc.builder import lower_to_kernel_ir
+    from tlc.runtime import normal_defines
 
-    defs = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (defines or {}).items()}
-    graph, _ = compile_graph(Path(path).read_bytes(), str(path), defines=defs)
-    state, _ = run_lowering(graph, arch, name=kernel_name(path))
+    state, _ = lower_to_kernel_ir(Path(path).read_bytes(), str(path), arch, normal_defines(defines),
+                                  name=kernel_name(path))
     return state.kir

@@ -20,11 +20,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from tlc.diagnostics import GLOBAL_SOURCES, TlcError
+from tlc.diagnostics import GLOBAL_SOURCES, TlcError, escape_controls, fail
 from tlc.frontend import ast as A
 from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file
 from tlc.ir.graph import Graph
+from tlc.numbers import INT32_MAX, int_option, parse_float, parse_int
 from tlc.testing.checks import CheckResult, Shapes, check_interpreter
 from tlc.testing.strategies import attention_shapes
 
@@ -62,15 +63,20 @@ class Plan:
 
 
 def _normalise_defines(defines: Mapping[str, Any] | Sequence[str] | None) -> dict[str, str]:
+    """A mapping (checked as tlc.build checks it) or `NAME=VALUE` words (checked as -D is)."""
     if not defines:
         return {}
     if isinstance(defines, Mapping):
-        return {str(k): str(v) for k, v in defines.items()}
-    out = {}
-    for item in defines:
-        key, _, value = str(item).partition("=")
-        out[key.strip()] = value.strip()
-    return out
+        from tlc.runtime import normal_defines
+
+        return normal_defines(defines)
+    from tlc.frontend.params import define_items
+
+    return define_items([str(item) for item in defines])
+
+
+def _print(text: str) -> None:
+    print(escape_controls(text), flush=True)
 
 
 def _default_pipeline() -> list[str]:
@@ -142,9 +148,9 @@ def run_tl_test(path: str | Path, examples: int = 100, seed: int = 0, gpu: bool 
                 defines: Mapping[str, Any] | Sequence[str] | None = None, *, out: Out | None = None,
                 pipeline: Sequence[str] | None = None) -> int:
     """Property-test the TL program at `path`; returns the exit code (0 pass, 1 fail)."""
-    say: Out = out or (lambda text: print(text, flush=True))
-    defs = _normalise_defines(defines)
+    say: Out = out or _print
     try:
+        defs = _normalise_defines(defines)
         ast = parse_file(path)
         lower_program(ast, dict(defs))
     except TlcError as exc:
@@ -248,12 +254,10 @@ def _report_failure(plan: Plan, shapes: Shapes, data_seed: int, say: Out) -> int
 def replay(path: str | Path, replay_text: str, defines: Mapping[str, Any] | Sequence[str] | None = None,
            *, out: Out | None = None, gpu: bool = False, arch: str | None = None) -> int:
     """Re-run one counterexample printed by `run_tl_test`, through every stage."""
-    say: Out = out or print
-    defs = _normalise_defines(defines)
-    fields = dict(item.partition("=")[::2] for item in replay_text.split(",") if item)
-    data_seed = int(fields.pop("seed", "0"))
-    shapes = Shapes.from_replay(",".join(f"{k}={v}" for k, v in fields.items()))
+    say: Out = out or _print
     try:
+        defs = _normalise_defines(defines)
+        shapes, data_seed = replay_shapes(replay_text)
         plan = Plan(parse_file(path), defs, _default_pipeline())
     except TlcError as exc:
         say(exc.render(GLOBAL_SOURCES))
@@ -288,12 +292,33 @@ def replay(path: str | Path, replay_text: str, defines: Mapping[str, Any] | Sequ
     return _report_failure(plan, shapes, data_seed, say)
 
 
+def replay_shapes(text: str) -> tuple[Shapes, int]:
+    """A printed counterexample (`batch=1,heads=2,kv_heads=1,seqlen_q=3,scale=0.5,seed=7`) → (shapes, seed),
+    each number read by tlc.numbers: sizes from 1 (0 for the seed), a whole number for an int Input."""
+    shapes, seed = Shapes(), 0
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, eq, raw = item.partition("=")
+        what = f"--replay {key.strip()}"
+        if not eq or not key.strip():
+            raise fail(f"--replay: '{item}' is not name=value; replay the line tlc test printed")
+        key = key.strip()
+        if key == "seed":
+            seed = parse_int(raw, what, maximum=2**32 - 1)
+        elif key in ("batch", "heads", "kv_heads"):
+            setattr(shapes, key, parse_int(raw, what, minimum=1, maximum=INT32_MAX))
+        elif raw.strip().lstrip("+-").isdigit():
+            shapes.ints[key] = parse_int(raw, what, minimum=1, maximum=INT32_MAX)
+        else:
+            shapes.floats[key] = parse_float(raw, what)
+    return shapes, seed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tlc.testing.runner",
                                 description="Property-test a TL program against its float64 reference.")
     p.add_argument("file")
-    p.add_argument("--examples", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--examples", type=int_option(minimum=1, maximum=1_000_000), default=100)
+    p.add_argument("--seed", type=int_option(maximum=2**32 - 1), default=0)
     p.add_argument("--gpu", action="store_true")
     p.add_argument("--arch", default=None, help="default: the visible GPU's")
     p.add_argument("-D", dest="define", action="append", default=[], metavar="NAME=VALUE")
