@@ -61,3 +61,23 @@ def test_precompile_does_not_claim_every_kernel_compiles(tmp_path, capsys, monke
     captured = capsys.readouterr()
     assert "with NVRTC into" not in captured.err and "tens of seconds" not in captured.err
     assert captured.out.count("already cached") == 2
+
+
+def test_outputs_are_written_through_unpredictable_temporary_files(tmp_path) -> None:
+    """A link planted at a predictable temporary name (`.<name>.<pid>.tmp`) in a shared output folder must not
+    redirect the write; the output gets the permissions the umask gives a new file."""
+    import os
+
+    from tlc.builder import _atomic_write
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "k.cu"
+    os.symlink(victim, tmp_path / f".{out.name}.{os.getpid()}.tmp")
+    mask = os.umask(0o022)
+    try:
+        _atomic_write(out, b"kernel")
+    finally:
+        os.umask(mask)
+    assert victim.read_text() == "keep" and out.read_bytes() == b"kernel"
+    assert out.stat().st_mode & 0o777 == 0o644

@@ -23,10 +23,14 @@ _POLL_S = 0.05
 
 
 def lock_timeout() -> float:
-    try:
-        return float(os.environ.get("TLC_LOCK_TIMEOUT", DEFAULT_TIMEOUT_S))
-    except ValueError:
+    """Seconds to wait for another process compiling the same kernel (`TLC_LOCK_TIMEOUT`, a finite
+    number of seconds; anything else is refused in one line rather than read as the default)."""
+    raw = os.environ.get("TLC_LOCK_TIMEOUT", "").strip()
+    if not raw:
         return DEFAULT_TIMEOUT_S
+    from tlc.numbers import parse_float
+
+    return parse_float(raw, "TLC_LOCK_TIMEOUT", minimum=0.0)
 
 
 def _holder(path: Path) -> str:

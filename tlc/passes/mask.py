@@ -26,11 +26,12 @@ from typing import ClassVar
 
 from tlc.expr import BinOp, Call, Const, Expr, ExprError, Var, eval_expr
 from tlc.ir.graph import Graph
-from tlc.ir.ops import AllocateOp, CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
+from tlc.ir.ops import CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.masked_trips import masked_trip_changes
 from tlc.passes.tile_origin import Origin, fresh_name, origin, row_source
+from tlc.passes.verify_final import global_allocation
 
 
 @dataclass(frozen=True)
@@ -89,14 +90,13 @@ def _refuse_stores_elsewhere(ctx: PassContext, root: Graph) -> set[int]:
     end) exist in the kernel; they are invisible only when the store writes those same positions, where
     the absent ones fall outside the stored tensor. Returns the loads (ids) whose stores were refused."""
     refused: set[int] = set()
-    for _, op in root.walk():
+    for region, op in root.walk():
         if not (isinstance(op, CopyOp) and op.dst_space == "global" and op.tile):
             continue
         rows = row_source(root, op.operands[0])
         if rows is None:
             continue
-        alloc = next((a for _, a in root.walk() if isinstance(a, AllocateOp) and a.space == "global"
-                      and a.results[0] is op.operands[1]), None)
+        alloc = global_allocation(region, op.operands[1])
         extent = alloc.shape[0] if alloc is not None and alloc.shape else None
         coord = dict(op.coord).get("L", Const(0))
         if (_same(root, coord, rows.coord) and _same(root, op.tile[0], rows.tile) and op.from_end == rows.from_end

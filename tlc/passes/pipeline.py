@@ -8,7 +8,8 @@ import sys
 import time
 from typing import IO, Any
 
-from tlc.diagnostics import TlcError, error
+from tlc.diagnostics import TlcError, error, escape_controls
+from tlc.numbers import INT32_MAX, parse_int
 from tlc.ir.graph import Graph
 from tlc.ir.printer import print_graph
 from tlc.ir.verify import verify_structure
@@ -57,13 +58,16 @@ def _option(cls: type[Pass], key: str, raw: str) -> Any:
     if key not in fields:
         raise TlcError(error(f"pass '{cls.name}' has no option '{key}'; options: "
                              f"{', '.join(fields) or 'none'}"))
+    what = f"option '{key}' of pass '{cls.name}'"
+    kind = fields[key].type if isinstance(fields[key].type, str) else getattr(fields[key].type, "__name__", "")
     low = raw.strip().lower()
-    if low in ("true", "false"):
+    if kind == "bool" or low in ("true", "false") and kind != "str":
+        if low not in ("true", "false"):
+            raise TlcError(error(f"{what}: '{escape_controls(raw.strip()[:24])}' is not true or false"))
         return low == "true"
-    try:
-        return int(raw)
-    except ValueError:
-        return raw.strip()
+    if kind == "int" or re.fullmatch(r"[+-]?[0-9]+", raw.strip(), re.ASCII) and kind != "str":
+        return parse_int(raw, what, minimum=-INT32_MAX)
+    return raw.strip()
 
 
 def parse_pipeline(text: str) -> list[Pass]:

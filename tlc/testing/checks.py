@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import torch
 
 from tlc.diagnostics import TlcError
+from tlc.numbers import INT32_MAX, parse_float, parse_int
 from tlc.expr import Expr, ExprError, eval_expr, free_names
 from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file, parse_text
@@ -57,11 +59,11 @@ class Shapes:
         for item in filter(None, (t.strip() for t in text.split(","))):
             key, _, raw = item.partition("=")
             if key in ("batch", "heads", "kv_heads"):
-                setattr(s, key, int(raw))
-            elif raw.lstrip("-").isdigit():
-                s.ints[key] = int(raw)
+                setattr(s, key, parse_int(raw, f"replay size {key}", minimum=1))
+            elif re.fullmatch(r"-?[0-9]+", raw.strip(), re.ASCII):
+                s.ints[key] = parse_int(raw, f"replay size {key}", minimum=-INT32_MAX)
             else:
-                s.floats[key] = float(raw)
+                s.floats[key] = parse_float(raw, f"replay value {key}")
         return s
 
 
