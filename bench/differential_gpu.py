@@ -141,10 +141,14 @@ def reference_case(seed: int, work: str) -> str:
     return str(path)
 
 
+def _quiet() -> None:
+    os.environ.setdefault("TLC_QUIET", "1")   # no per-compile progress lines from hundreds of compiles
+
+
 def build_all(seeds: list[int], targets: list[str], jobs: int, work: str) -> list[dict]:
     """Every (seed, target) built in parallel; each seed with a built target gets its references."""
     rows: list[dict] = []
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_quiet) as pool:
         pending: dict[Future, tuple] = {pool.submit(build_case, s, t): ("build", s, t)
                                         for s in seeds for t in targets}
         referenced: set[int] = set()

@@ -109,3 +109,12 @@ def test_which_elements_are_written_is_part_of_the_comparison() -> None:
     assert err == 0.0
     why, _ = output_difference(torch.full_like(want, float("nan")), want)
     assert "2 left unwritten that the program writes, 0 written that it leaves unwritten (rows 0)" in why
+
+
+def test_equal_infinities_are_equal_and_a_finite_value_is_not() -> None:
+    """`Compute Add O, m` leaves -inf in rows without a finite score; both sides writing -inf agree."""
+    inf = float("inf")
+    want = torch.tensor([[[[1.0, -inf], [3.0, 2.0]]]])
+    assert output_difference(want.clone(), want) == ("", 0.0)
+    assert output_difference(torch.tensor([[[[1.0, 5.0], [3.0, 2.0]]]]), want)[1] == inf
+    assert output_difference(torch.tensor([[[[1.0, -inf], [3.0, 2.5]]]]), want) == ("", 0.5 / 3.0)

@@ -402,7 +402,9 @@ def output_difference(got, want) -> tuple[str, float]:
     err = 0.0
     if bool(both.any()):
         g, w = got[both].double(), want[both].double()
-        err = float((g - w).abs().max()) / max(1.0, float(w.abs().max()))
+        diff = torch.where(g == w, torch.zeros_like(g), (g - w).abs())   # equal infinities are equal
+        finite = w[torch.isfinite(w)]
+        err = float(diff.max()) / max(1.0, float(finite.abs().max()) if finite.numel() else 1.0)
         err = math.inf if err != err else err
     if torch.equal(got_nan, want_nan):
         return "", err
