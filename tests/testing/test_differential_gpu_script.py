@@ -23,8 +23,9 @@ from tlc.testing.structural import choices_of_seed, structural_program  # noqa: 
 @pytest.mark.slow
 def test_build_only_builds_or_refuses_each_seed_at_a_line(tmp_path: Path) -> None:
     """Seeds 27 and 28: one program the passes refuse at its line, one that both targets build."""
-    run = subprocess.run([sys.executable, "bench/differential_gpu.py", "--seeds", "27:29", "--build-only", "--jobs", "2",
-                          "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    command = [sys.executable, "bench/differential_gpu.py", "--seeds", "27:29", "--build-only", "--jobs", "2",
+               "--out", str(tmp_path)]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((tmp_path / "differential_gpu.json").read_text())
     cases = {(c["seed"], c["target"]): c for c in report["cases"]}

@@ -92,7 +92,7 @@ class StructuralChoices:
     defines: bool = False              # tile sizes bound with -D (the file's Params hold other values)
 
     def render(self) -> str:
-        return _render(self)
+        return _Writer(self).text()
 
     def defines_dict(self) -> dict[str, str] | None:
         return {"BM": str(self.bm), "BN": str(self.bn)} if self.defines else None
@@ -120,112 +120,136 @@ class StructuralChoices:
 # ------------------------------------------------------------------ rendering
 
 
-def _render(c: StructuralChoices) -> str:
-    lines: list[str] = [f"# generated (tlc.testing.structural): {c.describe()}"]
-    depth = [0]
+class _Writer:
+    """Writes one program's lines, indented inside the loop; the tensors are named Q, K, V (attention) or
+    A, B, C (GEMM chains), their widths by Params."""
 
-    def put(text: str = "") -> None:
-        lines.append("  " * depth[0] + text if text else "")
+    def __init__(self, c: StructuralChoices):
+        self.c, self.lines, self.depth = c, [f"# generated (tlc.testing.structural): {c.describe()}"], 0
+        self.q, self.k, self.v = ("Q", "K", "V") if c.family == "attention" else ("A", "B", "C")
+        self.dq, self.dv = ("DQK", "DV") if c.d_qk != c.d_v else ("HeadDim", "HeadDim")
+        self.qkw = "QKW" if c.qk_width != c.d_qk else self.dq
+        self.out_cols = "D3" if c.family == "chain3" else self.dv
 
-    names = {"attention": ("Q", "K", "V"), "b2b": ("A", "B", "C"), "chain3": ("A", "B", "C")}[c.family]
-    q, k, v = names
-    dq, dv = ("DQK", "DV") if c.d_qk != c.d_v else ("HeadDim", "HeadDim")
-    shown_bm, shown_bn = (128, 64) if c.defines else (c.bm, c.bn)
-    put(f"Param dtype = {c.dtype}")
-    put(f"Param {dq} = {c.d_qk}")
-    if dv != dq:
-        put(f"Param {dv} = {c.d_v}")
-    qkw = dq
-    if c.qk_width != c.d_qk:
-        put(f"Param QKW = {c.qk_width}   # Q and K tiles narrower than the tensors: part of the head dim")
-        qkw = "QKW"
-    if c.family == "chain3":
-        put(f"Param D3 = {c.d3}")
-    put(f"Param BM = {shown_bm}")
-    put(f"Param BN = {shown_bn}")
-    for name, value in (("Warps", c.warps), ("Stages", c.stages)):
-        if value is not None:
-            put(f"Param {name} = {value}")
-    if c.causal and c.mask_param:
-        put("Param Causal = true")
-        put(f"Param Align = {c.causal}")
-    if "softcap" in c.score_ops:
-        put("Param Softcap = 5.0")
-    put()
-    put("Input seqlen_q, seqlen_k : int")
-    if c.family == "attention" and c.scale:
-        put("Input scale : float")
-    put()
-    out_cols = "D3" if c.family == "chain3" else dv
-    kglobal = f"({dq}, seqlen_k)" if c.k_stored == "cols" else f"(seqlen_k, {dq})"
-    vglobal = f"({dv}, seqlen_k)" if c.v_stored == "cols" else f"(seqlen_k, {dv})"
-    put(f"Allocate {q} in global (seqlen_q, {dq}) with offset head_idx")
-    put(f"Allocate {k} in global {kglobal} with offset {c.kv_offset}")
-    put(f"Allocate {v} in global {vglobal} with offset {c.kv_offset}")
-    if c.family == "chain3":
-        put(f"Allocate D in global ({dv}, D3) with offset {c.kv_offset}")
-    put(f"Allocate O in global (seqlen_q, {out_cols}) with offset head_idx")
-    put()
-    ktile = f"({qkw}, BN)" if c.k_stored == "cols" else f"(BN, {qkw})"
-    vtile = f"({dv}, BN)" if c.v_stored == "cols" else f"(BN, {dv})"
-    put(f"Allocate {q} in shared (BM, {qkw})")
-    put(f"Allocate {k} in shared {ktile}")
-    put(f"Allocate {v} in shared {vtile}")
-    if c.family == "chain3":
-        put(f"Allocate D in shared ({dv}, D3)")
-    put(f"Allocate O in register (BM, {out_cols})")
-    put()
-    qrows = "block_idx from end" if c.q_from_end else "block_idx"
-    put(f"Copy {q} (BM, {qkw}) in coordinate [L = {qrows}{_col(c.q_col)}] from global to shared")
-    if c.family == "chain3":
-        put(f"Copy D ({dv}, D3) in coordinate [L = 0] from global to shared")
-    if "Q" in c.register_copies:
-        put(f"Copy {q} from shared to register")
-    if c.o_init:
-        put("Compute Add O, 0.5 and get new O")
-    stop = STOPS[c.loop_stop]
-    put(f"for n in {c.loop_start}:{stop}:" if c.indented else f"for n = {c.loop_start}:{stop}")
-    depth[0] += 1
-    if c.k_stored == "cols":
-        put(f"Copy {k} {ktile} in coordinate [L = {c.k_col}, C = {c.kv_coord}] from global to shared")
-    else:
-        put(f"Copy {k} {ktile} in coordinate [L = {c.kv_coord}{_col(c.k_col)}] from global to shared")
-    vcoord = f"C = {c.kv_coord}" if c.v_stored == "cols" else f"L = {c.kv_coord}"
-    put(f"Copy {v} {vtile} in coordinate [{vcoord}] from global to shared")
-    if "K" in c.register_copies:
-        put(f"Copy {k} from shared to register")
-    kt = k if (c.k_stored == "cols") != bool(c.transpose_slip) else f"{k}.T"
-    put(f"Compute GEMM {q}, {kt} and get S")
-    p = "S" if c.family != "attention" else "P"
-    for line in _scores(c) if c.family == "attention" else _activation(c):
-        put(line)
-    if c.reshape:
-        put(f"Reshape {p} from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N) as dtype")
-    if "V" in c.register_copies:
-        put(f"Copy {v} from shared to register")
-    vt = f"{v}.T" if c.v_stored == "cols" else v
-    if c.family == "chain3":
-        put(f"Compute GEMM S, {vt} and get T")
-        put("Compute Relu T and get new T")
+    def put(self, text: str = "") -> None:
+        self.lines.append("  " * self.depth + text if text else "")
+
+    def text(self) -> str:
+        self.params()
+        self.allocations()
+        self.prologue()
+        self.loop()
+        self.epilogue()
+        return "\n".join(self.lines) + "\n"
+
+    def params(self) -> None:
+        c, put = self.c, self.put
+        put(f"Param dtype = {c.dtype}")
+        put(f"Param {self.dq} = {c.d_qk}")
+        if self.dv != self.dq:
+            put(f"Param {self.dv} = {c.d_v}")
+        if self.qkw == "QKW":
+            put(f"Param QKW = {c.qk_width}   # Q and K tiles narrower than the tensors: part of the head dim")
+        if c.family == "chain3":
+            put(f"Param D3 = {c.d3}")
+        put(f"Param BM = {128 if c.defines else c.bm}")   # with -D, the file holds other tile sizes
+        put(f"Param BN = {64 if c.defines else c.bn}")
+        for name, value in (("Warps", c.warps), ("Stages", c.stages)):
+            if value is not None:
+                put(f"Param {name} = {value}")
+        if c.causal and c.mask_param:
+            put("Param Causal = true")
+            put(f"Param Align = {c.causal}")
+        if "softcap" in c.score_ops:
+            put("Param Softcap = 5.0")
+        put()
+        put("Input seqlen_q, seqlen_k : int")
+        if c.family == "attention" and c.scale:
+            put("Input scale : float")
+        put()
+
+    def allocations(self) -> None:
+        c, put, q, k, v, dq, dv = self.c, self.put, self.q, self.k, self.v, self.dq, self.dv
+        put(f"Allocate {q} in global (seqlen_q, {dq}) with offset head_idx")
+        put(f"Allocate {k} in global {_rows_or_cols(c.k_stored, dq, 'seqlen_k')} with offset {c.kv_offset}")
+        put(f"Allocate {v} in global {_rows_or_cols(c.v_stored, dv, 'seqlen_k')} with offset {c.kv_offset}")
+        if c.family == "chain3":
+            put(f"Allocate D in global ({dv}, D3) with offset {c.kv_offset}")
+        put(f"Allocate O in global (seqlen_q, {self.out_cols}) with offset head_idx")
+        put()
+        put(f"Allocate {q} in shared (BM, {self.qkw})")
+        put(f"Allocate {k} in shared {_rows_or_cols(c.k_stored, self.qkw, 'BN')}")
+        put(f"Allocate {v} in shared {_rows_or_cols(c.v_stored, dv, 'BN')}")
+        if c.family == "chain3":
+            put(f"Allocate D in shared ({dv}, D3)")
+        put(f"Allocate O in register (BM, {self.out_cols})")
+        put()
+
+    def prologue(self) -> None:
+        c, put = self.c, self.put
+        rows = "block_idx from end" if c.q_from_end else "block_idx"
+        put(f"Copy {self.q} (BM, {self.qkw}) in coordinate [L = {rows}{_col(c.q_col)}] from global to shared")
+        if c.family == "chain3":
+            put(f"Copy D ({self.dv}, D3) in coordinate [L = 0] from global to shared")
+        if "Q" in c.register_copies:
+            put(f"Copy {self.q} from shared to register")
+        if c.o_init:
+            put("Compute Add O, 0.5 and get new O")
+
+    def loop(self) -> None:
+        c, put, k, v = self.c, self.put, self.k, self.v
+        stop = STOPS[c.loop_stop]
+        put(f"for n in {c.loop_start}:{stop}:" if c.indented else f"for n = {c.loop_start}:{stop}")
+        self.depth += 1
+        ktile = _rows_or_cols(c.k_stored, self.qkw, "BN")
+        if c.k_stored == "cols":
+            put(f"Copy {k} {ktile} in coordinate [L = {c.k_col}, C = {c.kv_coord}] from global to shared")
+        else:
+            put(f"Copy {k} {ktile} in coordinate [L = {c.kv_coord}{_col(c.k_col)}] from global to shared")
+        vcoord = f"C = {c.kv_coord}" if c.v_stored == "cols" else f"L = {c.kv_coord}"
+        put(f"Copy {v} {_rows_or_cols(c.v_stored, self.dv, 'BN')} in coordinate [{vcoord}] from global to shared")
+        if "K" in c.register_copies:
+            put(f"Copy {k} from shared to register")
+        kt = k if (c.k_stored == "cols") != bool(c.transpose_slip) else f"{k}.T"
+        put(f"Compute GEMM {self.q}, {kt} and get S")
+        p = "P" if c.family == "attention" else "S"
+        for line in _scores(c) if c.family == "attention" else _activation(c):
+            put(line)
         if c.reshape:
-            put("Reshape T from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N) as dtype")
-        put("Compute GEMM T, D and accumulate O")
-    elif c.pv_form == "add":
-        put(f"Compute GEMM {p}, {vt} and get PV")
-        put("Compute Add O, PV and get new O")
-    else:
-        put(f"Compute GEMM {p}, {vt} and accumulate O")
-    depth[0] -= 1
-    if not c.indented:
-        put("end")
-    if c.family == "attention" and c.softmax == "deferred":
-        lines.extend(DIVISORS[c.divisor])
-        put(f"Compute Divide O, {'l2' if c.divisor in ('l_plus_1', 'two_l') else 'l'} and get new O")
-    for op in c.post_ops:
-        put(POST_OPS[op])
-    orows = "block_idx from end" if c.o_from_end else "block_idx"
-    put(f"Copy O (BM, {out_cols}) in coordinate [L = {orows}] from register to global")
-    return "\n".join(lines) + "\n"
+            put(f"Reshape {p} from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N) as dtype")
+        if "V" in c.register_copies:
+            put(f"Copy {v} from shared to register")
+        vt = f"{v}.T" if c.v_stored == "cols" else v
+        if c.family == "chain3":
+            put(f"Compute GEMM S, {vt} and get T")
+            put("Compute Relu T and get new T")
+            if c.reshape:
+                put("Reshape T from (MMA_C, MMA_M, MMA_N) to (MMA_A, MMA_M, MMA_N) as dtype")
+            put("Compute GEMM T, D and accumulate O")
+        elif c.pv_form == "add":
+            put(f"Compute GEMM {p}, {vt} and get PV")
+            put("Compute Add O, PV and get new O")
+        else:
+            put(f"Compute GEMM {p}, {vt} and accumulate O")
+        self.depth -= 1
+        if not c.indented:
+            put("end")
+
+    def epilogue(self) -> None:
+        c, put = self.c, self.put
+        if c.family == "attention" and c.softmax == "deferred":
+            for line in DIVISORS[c.divisor]:
+                put(line)
+            put(f"Compute Divide O, {'l2' if c.divisor in ('l_plus_1', 'two_l') else 'l'} and get new O")
+        for op in c.post_ops:
+            put(POST_OPS[op])
+        rows = "block_idx from end" if c.o_from_end else "block_idx"
+        put(f"Copy O (BM, {self.out_cols}) in coordinate [L = {rows}] from register to global")
+
+
+def _rows_or_cols(stored: str, width: str, length: str) -> str:
+    """A tensor or tile stored as (length, width), or transposed: (width, length)."""
+    return f"({width}, {length})" if stored == "cols" else f"({length}, {width})"
 
 
 def _col(col: int) -> str:
