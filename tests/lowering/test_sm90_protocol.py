@@ -28,7 +28,7 @@ from tlc.kir.sm90_protocol import ProtocolProblem, check_protocol, ctas_to_check
 from tlc.lowering.passes import run_lowering
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
-GRID_SEED, GRID_DRAWS = 30, 24
+GRID_SEED, GRID_DRAWS = 30, 40
 
 
 @lru_cache(maxsize=None)
@@ -75,9 +75,11 @@ SHIPPED = [
     ("mha_fwd", {"HeadDim": "64", "BM": "64", "BN": "128"}), ("mha_fwd", {"HeadDim": "40", "Causal": "true"}),
     ("mha_fwd", {"BM": "256", "BN": "32", "Stages": "4", "HeadDim": "64"}),          # the 640-thread kernel
     ("gqa_fwd", {"Warps": "8", "Stages": "1"}), ("gqa_fwd", {"Warps": "8", "Stages": "3", "Causal": "true"}),
-    ("gqa_fwd", {"HeadDim": "256", "Warps": "8", "BN": "80"}), ("gqa_fwd", {"Warps": "8", "BN": "176", "Causal": "true"}),
+    ("gqa_fwd", {"HeadDim": "256", "Warps": "8", "BN": "80"}),
+    ("gqa_fwd", {"Warps": "8", "BN": "176", "Causal": "true"}),
     ("mqa_fwd", {"Causal": "true"}), ("softcap_fwd", {"Causal": "true"}), ("b2b_gemm_relu", {}), ("chain3_fwd", {}),
-    ("mla_prefill_fwd", {"Warps": "8"}), ("mha_fwd", {"Overlap": "false"}), ("mha_fwd", {"Causal": "true", "PingPong": "false"}),
+    ("mla_prefill_fwd", {"Warps": "8"}), ("mha_fwd", {"Overlap": "false"}),
+    ("mha_fwd", {"Causal": "true", "PingPong": "false"}),
     ("mha_fwd", {"TmaStore": "true"}), ("mha_fwd", {"WarpSpecialize": "false"}),
     ("mha_fwd", {"Persistent": "true"}), ("mha_fwd", {"Causal": "true", "Align": "bottom_right", "Persistent": "true"}),
     ("gqa_fwd", {"Warps": "8", "BN": "128", "Causal": "true", "Persistent": "true", "StaticTiles": "true"}),
@@ -108,7 +110,8 @@ def test_mla_decode_is_refused_by_sm_90a_before_there_is_a_protocol() -> None:
 
 def _draw(rng: random.Random) -> tuple[str, dict[str, str]]:
     """One point of the shape grid sm_90a is asked to build."""
-    spec = rng.choice(["mha_fwd", "gqa_fwd", "mqa_fwd", "softcap_fwd", "b2b_gemm_relu", "chain3_fwd", "mla_prefill_fwd"])
+    spec = rng.choice(["mha_fwd", "gqa_fwd", "mqa_fwd", "softcap_fwd", "b2b_gemm_relu", "chain3_fwd",
+                       "mla_prefill_fwd"])
     bm = rng.choice([64, 128, 192, 256])
     d = {"BM": str(bm), "BN": str(rng.choice(range(32, 177, 16))), "Stages": str(rng.randint(1, 4))}
     if spec in ("gqa_fwd", "mla_prefill_fwd", "chain3_fwd"):
@@ -222,7 +225,8 @@ def test_an_init_count_one_too_high_is_refused(bar: str, wants: str) -> None:
 
 
 def test_an_init_count_one_too_low_is_refused() -> None:
-    program = _mutate(_lower("mha_fwd", Stages="3"), lambda op: isinstance(op, H.MbarrierInitOp) and op.bar == "empty_sV",
+    program = _mutate(_lower("mha_fwd", Stages="3"),
+                      lambda op: isinstance(op, H.MbarrierInitOp) and op.bar == "empty_sV",
                       lambda op: dataclasses.replace(op, arrivals=op.arrivals - 1))
     _refused(program)      # one group's release completes a phase: the rings' phases drift until they stall
 
@@ -258,6 +262,37 @@ def test_a_producer_without_its_empty_barrier_wait_is_refused(defines: dict[str,
                       lambda op: None)
     text = _refused(program, wants="TMA load into sK", gqa=spec == "gqa_fwd")
     assert "not ordered before it by any barrier" in text or "still in flight" in text
+
+
+def test_a_consumer_reading_a_stage_it_did_not_wait_for_is_refused() -> None:
+    base = _lower("mha_fwd")
+    consumer = _role(base, "consumer")
+    program = _mutate(base, lambda op: isinstance(op, H.MbarrierWaitOp) and op.bar == "full_sV" and consumer(op),
+                      lambda op: None, 1)
+    _refused(program, wants="wgmma read of sV stage 0 may overlap warp group 2 (producer), thread 256's TMA load")
+
+
+def test_more_threads_than_a_named_barrier_counts_are_refused() -> None:
+    program = _mutate(_lower("mha_fwd"), lambda op: isinstance(op, H.NamedBarrierOp) and op.id == 0,
+                      lambda op: dataclasses.replace(op, threads=64))
+    _refused(program, wants="128 threads arrive on hardware barrier 8, which counts 64")
+
+
+def test_a_named_barrier_id_past_the_user_barriers_is_refused() -> None:
+    program = _mutate(_lower("mha_fwd"), lambda op: isinstance(op, H.NamedBarrierOp) and not isinstance(op.id, int),
+                      lambda op: dataclasses.replace(op, id=BinOp("+", Const(7), Var("warp_group"))))
+    _refused(program, wants="uses named barrier 8; user barriers are 0..7")
+
+
+@pytest.mark.parametrize("defines", [{"Causal": "true", "Persistent": "true"},
+                                     {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12", "Causal": "true",
+                                      "SkipMaskedTrips": "true"}], ids=["persistent", "three-groups"])
+def test_random_interleavings_find_nothing_either(defines: dict[str, str]) -> None:
+    spec = "gqa_fwd" if "Warps" in defines else "mha_fwd"
+    program = _lower(spec, **defines)
+    for sizes in _sizes(program, spec == "gqa_fwd")[-3:]:
+        problems = check_protocol(program, sizes, schedules=tuple(f"random-{seed}" for seed in range(4)))
+        assert not problems, _shown(problems)
 
 
 def test_the_old_640_thread_register_split_is_refused() -> None:

@@ -1,24 +1,14 @@
-"""`check_protocol`: for concrete problem sizes, a CPU proof that an sm_90a kernel's mbarrier and named-barrier
-protocol cannot deadlock or overrun its rings, or the problems that say why not. It runs on the kernel IR the
-schedule passes leave; what it does not model is a problem `cannot prove: …`, never a pass.
-
-One CTA is executed abstractly (tlc/kir/sm90_protocol_sync.py holds the barriers and the race history):
-agents are warp groups after the `WarpSpecializeOp` split, and the threads a branch on `threadIdx.x` sends
-into blocking code (the producer's one thread); only control flow (lets, counters, loops, branches on
-concrete seqlens, tile and warp-group numbers) and synchronising ops run. A scheduler runs each agent until
-it blocks, in several orders (the producer first, the consumers first, the consumers in reverse); all
-unfinished agents blocked is a deadlock. Explicit checks catch what one schedule does not show: arrivals past
-an mbarrier's count, a warp group arriving twice in one phase, TMA bytes past the announced count, a named
-barrier with two thread counts or too many threads, `__syncthreads` after the role split, phases and
-barriers left half-arrived at exit, the setmaxnreg register pool, and every shared-memory access checked by
-happens-before against the accesses before it (a TMA load into a stage a consumer may still read, a wgmma
-reading a stage whose load it did not wait for, a generic write read through the async proxy unfenced).
+"""`check_protocol`: for concrete sizes, a CPU proof that an sm_90a kernel's mbarrier and named-barrier protocol
+cannot deadlock or overrun its rings, or the problems (at the op's .tl line) that say why; run on the kernel IR the
+schedule passes leave. One CTA executes abstractly, warp group by warp group (docs/hopper.md, "The protocol checker");
+what it does not model is a problem `cannot prove: …`, never a pass. The barriers and the race history live in
+`tlc.kir.sm90_protocol_sync`.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from tlc.diagnostics import Loc, Note
 from tlc.expr import C, ExprError
@@ -26,26 +16,24 @@ from tlc.expr import evaluate as _evaluate
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Expr, Var, free_names
-from tlc.kir.sm90_protocol_sync import (_INERT, _INLINE, _SILENT, HANDLERS, Access, Clock, Epoch, Mbarrier, Memory,
-                                        NamedBarrier, ProtocolProblem, join, needed_names, shared_geometry,
-                                        static_problems)
+from tlc.kir.sm90_protocol_sync import (HANDLERS, INERT, INLINE, SILENT, Access, AsyncGroups, Clock, Epoch,
+                                        Mbarrier, Memory, NamedBarrier, ProtocolProblem, join, needed_names,
+                                        shared_geometry)
 
-SCHEDULES = ("producer-first", "consumers-first", "consumers-reversed")
-MAX_STEPS = 400_000
+# The greedy schedules: each agent runs until it blocks, in this order.
+_ORDERS = {"producer-first": lambda a: (a.role != "producer", a.group, a.id),
+           "consumers-first": lambda a: (a.role == "producer", a.group, a.id),
+           "consumers-reversed": lambda a: (a.role == "producer", -a.group, a.id)}
+SCHEDULES = tuple(_ORDERS)
+MAX_STEPS = 200_000       # per run; the largest at default sizes (BM 256, BN 32, persistent) takes 37 000
 
 
 class _Stop(Exception):
     """The run cannot go on (a value it needs is missing, or it ran too long)."""
 
 
-@dataclass(frozen=True)
-class _Unknown:
-    reason: str
-
-
-@dataclass(frozen=True)
-class _PerThread:
-    values: dict
+_Unknown = NamedTuple("_Unknown", [("reason", str)])       # a value the kernel has but the checker does not
+_PerThread = NamedTuple("_PerThread", [("values", dict)])    # thread index → value, where threads differ
 
 
 @dataclass
@@ -70,11 +58,9 @@ class _Agent:
     clock: Clock
     role: str = "cta"
     group: int = -1
-    wgmma_open: list[Access] = field(default_factory=list)
-    wgmma_groups: list[list[Access]] = field(default_factory=list)
+    wgmma: AsyncGroups = field(default_factory=AsyncGroups)
+    cp: AsyncGroups = field(default_factory=AsyncGroups)
     tma_stores: list[Access] = field(default_factory=list)
-    cp_open: list[Access] = field(default_factory=list)
-    cp_groups: list[list[Access]] = field(default_factory=list)
     unfenced: list[Access] = field(default_factory=list)
     blocked: tuple | None = None
     done: bool = False
@@ -130,19 +116,16 @@ class _Names:
 class _Machine:
     """One abstract execution of one kernel for one CTA under one schedule."""
 
-    def __init__(self, kernel: K.KernelOp, names: dict, atomics: list[int], schedule: str) -> None:
+    def __init__(self, kernel: K.KernelOp, names: dict, atomics: list[int], schedule: str,
+                 needed: set[str] | None = None) -> None:
         self.kernel, self.names, self.atomics, self.schedule = kernel, names, list(atomics), schedule
         self.rng = random.Random(schedule)
         self.problems: dict[tuple[str, Loc | None], ProtocolProblem] = {}
-        self.memory = Memory(self.report)
-        self.named: dict[int, NamedBarrier] = {}
-        self.pseudo: dict[tuple[str, int], tuple[int, Clock]] = {}
+        self.memory, self.named, self.pseudo = Memory(self.report), {}, {}
         self.slot_values: dict[str, object] = {}
         self.steps, self.next_id = 0, 1
-        self.matters: dict[int, bool] = {}
-        self.free: dict[int, tuple[str, ...]] = {}
-        self.needed = needed_names(kernel)
-        self.per_thread: dict[tuple, object] = {}
+        self.matters, self.free, self.per_thread = {}, {}, {}      # caches by op, expression, (expression, values)
+        self.needed = needed_names(kernel) if needed is None else needed
         # where a problem without a place of its own is put: the op running, else the kernel's first statement
         self.first_loc = kernel.loc or next((op.loc for op in K.walk(kernel) if op.loc is not None), None)
         self.where = self.first_loc
@@ -157,10 +140,8 @@ class _Machine:
         self.views = {op.name: op.of for op in defs if isinstance(op, K.SharedViewOp)}
         self.sources = {op.name: op.src.name for op in defs
                         if isinstance(getattr(op, "src", None), Var) and isinstance(getattr(op, "name", None), str)}
-        everyone = tuple(range(kernel.threads))
-        self.everyone = everyone
-        root = _Agent(0, "the CTA", everyone, [_Frame(kernel.body, {}, loc=kernel.loc)], {0: 0})
-        self.agents = [root]
+        self.everyone = tuple(range(kernel.threads))
+        self.agents = [_Agent(0, "the CTA", self.everyone, [_Frame(kernel.body, {}, loc=kernel.loc)], {0: 0})]
 
     # ------------------------------------------------------------------ reporting and values
     def report(self, message: str, loc: Loc | None, notes: tuple[Note, ...] = ()) -> None:
@@ -237,7 +218,7 @@ class _Machine:
         or loop of register math only is skipped without evaluating its condition or bounds."""
         key = id(op)
         if key not in self.matters:
-            self.matters[key] = any(not isinstance(x, _SILENT) for x in K.walk(op))
+            self.matters[key] = any(not isinstance(x, SILENT) for x in K.walk(op))
         return self.matters[key]
 
     # ------------------------------------------------------------------ the scheduler
@@ -250,12 +231,8 @@ class _Machine:
 
     def _order(self) -> list[_Agent]:
         live = [a for a in self.agents if not a.done]
-        if self.schedule == "producer-first":
-            return sorted(live, key=lambda a: (a.role != "producer", a.group, a.id))
-        if self.schedule == "consumers-first":
-            return sorted(live, key=lambda a: (a.role == "producer", a.group, a.id))
-        if self.schedule == "consumers-reversed":
-            return sorted(live, key=lambda a: (a.role == "producer", -a.group, a.id))
+        if self.schedule in _ORDERS:
+            return sorted(live, key=_ORDERS[self.schedule])
         self.rng.shuffle(live)
         return live
 
@@ -309,13 +286,10 @@ class _Machine:
 
     def _finish(self, agent: _Agent) -> None:
         agent.done = True
-        if agent.wgmma_open or any(agent.wgmma_groups):
-            self.report(f"{agent.who} ends with wgmma operand reads in flight (no wgmma.wait_group retires them)",
-                        (agent.wgmma_open or [a for g in agent.wgmma_groups for a in g])[0].loc)
-        if agent.tma_stores:
-            self.report(f"{agent.who} ends with a TMA store still reading shared memory", agent.tma_stores[0].loc)
-        if agent.cp_open or any(agent.cp_groups):
-            self.report(f"{agent.who} ends with cp.async copies in flight", (agent.cp_open or agent.cp_groups[-1])[0].loc)
+        for left, what in ((agent.wgmma.in_flight(), "wgmma operand reads"), (agent.cp.in_flight(), "cp.async copies"),
+                           (next(iter(agent.tma_stores), None), "a TMA store's reads")):
+            if left is not None:
+                self.report(f"{agent.who} ends with {what} in flight (no wait retires them)", left.loc)
 
     def _unblock(self, agent: _Agent) -> bool:
         kind, barrier, key, _ = agent.blocked
@@ -355,7 +329,7 @@ class _Machine:
         handler = _handler(type(op))
         if handler is not None:
             handler(self, agent, op)
-        elif not isinstance(op, _INERT):
+        elif not isinstance(op, INERT):
             self.cannot(f"{type(op).__name__} is not modelled by the protocol checker", op.loc)
 
     def _let(self, agent: _Agent, op: K.LetOp) -> None:
@@ -409,7 +383,7 @@ class _Machine:
         taken = tuple(t for t in agent.threads if cond.values[t])
         if not taken:
             return
-        if all(isinstance(x, _INLINE) for body_op in op.body for x in K.walk(body_op)):
+        if all(isinstance(x, INLINE) for body_op in op.body for x in K.walk(body_op)):
             self._inline(agent, op, taken)
             return
         rest = tuple(t for t in agent.threads if not cond.values[t])
@@ -433,8 +407,7 @@ class _Machine:
             agent.private.append((frozenset(taken), clock))
         sub = _Agent(ident, f"{agent.who}, {_thread_text(taken)}", taken,
                      agent.frames + [_Frame(op.body, {}, loc=op.loc)], clock, agent.role, agent.group,
-                     agent.wgmma_open, agent.wgmma_groups, agent.tma_stores, agent.cp_open, agent.cp_groups,
-                     agent.unfenced, syncs=agent.syncs)
+                     agent.wgmma, agent.cp, agent.tma_stores, agent.unfenced, syncs=agent.syncs)
         depth = len(agent.frames)
         while len(sub.frames) > depth:
             frame = sub.frames[-1]
@@ -515,11 +488,11 @@ def _spread(n: int) -> list[int]:
     return list(range(n)) if n <= 5 else sorted({0, 1, n // 2, n - 2, n - 1})
 
 
-def ctas_to_check(kernel: K.KernelOp, names: dict) -> list[Cta]:
+def ctas_to_check(kernel: K.KernelOp, names: dict, read: set[str] | None = None) -> list[Cta]:
     """The CTAs whose runs cover the first, second, middle and last tiles (causal: the diagonal ones among
     them) and, for a persistent kernel, one CTA running every tile, two CTAs sharing them, one tile each."""
     uses = set().union(*(free_names(g) for g in kernel.grid))
-    read = needed_names(kernel)
+    read = needed_names(kernel) if read is None else read
     if "launch.ctas" not in uses:
         gx, gy, gz = _grid(kernel, names)
         if not gx * gy * gz:
@@ -537,14 +510,47 @@ def ctas_to_check(kernel: K.KernelOp, names: dict) -> list[Cta]:
     return out
 
 
+def _fields(sizes: Mapping[str, int]) -> dict:
+    return {(k if k.startswith("p.") else f"p.{k}"): v for k, v in sizes.items()}
+
+
 def _names(kernel: K.KernelOp, sizes: Mapping[str, int], cta: Cta) -> dict:
-    names = {(k if k.startswith("p.") else f"p.{k}"): v for k, v in sizes.items()}
+    names = _fields(sizes)
     for axis, block, size in zip("xyz", cta.block, cta.grid):
         names[f"blockIdx.{axis}"], names[f"gridDim.{axis}"] = block, size
         names[f"blockDim.{axis}"] = kernel.threads if axis == "x" else 1
     if cta.ctas is not None:
         names["launch.ctas"] = cta.ctas
     return names
+
+
+def static_problems(kernel: K.KernelOp) -> list[ProtocolProblem]:
+    """What holds for every size: the setmaxnreg register pool, and barriers and tile slots clear of the
+    shared buffers' bytes."""
+    out = []
+    entry = H.entry_registers(kernel.threads)
+    for op in K.walk(kernel):
+        if isinstance(op, H.WarpSpecializeOp):
+            consumers = kernel.threads - op.producer_threads
+            total = op.producer_regs * op.producer_threads + op.consumer_regs * consumers
+            if total > entry * kernel.threads:
+                out.append(ProtocolProblem(
+                    f"setmaxnreg asks {op.producer_regs}x{op.producer_threads} + {op.consumer_regs}x{consumers} = "
+                    f"{total} registers; {kernel.threads} threads start with {entry} each, a pool of "
+                    f"{entry * kernel.threads}: the consumers' setmaxnreg.inc never returns", op.loc))
+            if op.producer_regs > entry:
+                out.append(ProtocolProblem(f"the producer's setmaxnreg.dec {op.producer_regs} is above the {entry} "
+                                           f"registers each thread starts with", op.loc))
+    spans = [(name, first, first + size) for name, (first, size, _) in shared_geometry(kernel).items()]
+    for op in K.walk(kernel):
+        if isinstance(op, (H.MbarrierOp, H.TileSlotOp)):
+            lo = op.offset_bytes
+            hi = lo + (8 * op.count if isinstance(op, H.MbarrierOp) else 4)
+            hits = [name for name, first, end in spans if first < hi and lo < end]
+            if hits or hi > kernel.smem_bytes:
+                where = f"the bytes of {', '.join(hits)}" if hits else f"past smem_bytes = {kernel.smem_bytes}"
+                out.append(ProtocolProblem(f"{op.name} at bytes {lo}..{hi} lies in {where}", op.loc))
+    return out
 
 
 def _checked(kernel: K.KernelOp) -> bool:
@@ -557,16 +563,20 @@ def check_protocol(program: K.ProgramOp, sizes: Mapping[str, int], *, schedules:
     """The protocol problems of `program`'s sm_90a kernels at `sizes` (parameter fields by name: seqlen_q,
     seqlen_k, batch, heads, group, …), [] when every CTA `ctas_to_check` picks runs to its end under every
     schedule with no problem. A kernel stops at the first CTA that shows one; each problem notes the run.
-    `ctas` keeps the first that many CTAs (a quicker, weaker check)."""
+    `schedules`: `SCHEDULES`' greedy orders, or `random-<seed>` (agents in a seeded random order, a few steps
+    at a time); `ctas` keeps the first that many CTAs (a quicker, weaker check)."""
+    for schedule in schedules:
+        if schedule not in SCHEDULES and not schedule.startswith("random-"):
+            raise ValueError(f"schedule {schedule!r}: one of {', '.join(SCHEDULES)} or random-<seed>")
     found: dict[tuple[str, Loc | None], ProtocolProblem] = {}
     for kernel in program.kernels():
         if not _checked(kernel):
             continue
         for problem in static_problems(kernel):
             found.setdefault((problem.message, problem.loc), problem)
-        base = {(k if k.startswith("p.") else f"p.{k}"): v for k, v in sizes.items()}
+        read = needed_names(kernel)
         try:
-            picked = ctas_to_check(kernel, base)
+            picked = ctas_to_check(kernel, _fields(sizes), read)
         except (ExprError, TypeError) as why:
             found.setdefault(("grid", None), ProtocolProblem(
                 f"cannot prove: the grid ({', '.join(map(str, kernel.grid))}) has no value at these sizes: {why}",
@@ -575,7 +585,7 @@ def check_protocol(program: K.ProgramOp, sizes: Mapping[str, int], *, schedules:
         for cta in picked[:ctas]:
             problems = []
             for schedule in schedules:
-                run = _Machine(kernel, _names(kernel, sizes, cta), list(cta.draws), schedule).run()
+                run = _Machine(kernel, _names(kernel, sizes, cta), list(cta.draws), schedule, read).run()
                 shown = ", ".join(f"{k} = {v}" for k, v in sizes.items())
                 problems += [ProtocolProblem(p.message, p.loc, p.notes + (
                     Note(f"found at {shown}, {cta}, schedule {schedule}"),)) for p in run]

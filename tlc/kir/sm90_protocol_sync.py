@@ -1,10 +1,6 @@
-"""The synchronisation objects `tlc.kir.sm90_protocol` executes: vector clocks, mbarriers (arrival count,
-transaction bytes, phase parity), named barriers, and the history of shared-memory accesses that finds a
-read or write no barrier orders against an earlier access (a ring overrun, a read before its load landed).
-
-Happens-before is tracked with vector clocks over the agents (warp groups, the producer thread) and one
-pseudo-agent per mbarrier that TMA loads complete on: a load's bytes are known to have landed only by
-an agent that waited for the phase the load completed, never through the issuing thread's program order.
+"""What `tlc.kir.sm90_protocol` executes against: vector clocks, mbarriers, named barriers, the history of shared
+accesses that finds an access no barrier orders after an earlier one, and one handler per synchronising op. A TMA
+load's bytes are known to have landed only by waiting on the phase it completes (its own pseudo-agent's clock).
 """
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Expr, Index, Var, free_names
 
 # Ops with no synchronising or shared-memory effect: declarations and register math.
-_INERT = (K.ParamsOp, K.TiledMmaOp, K.SmemLayoutOp, K.SmemTransposeLayoutOp, K.SharedBufferOp, K.SharedViewOp,
+INERT = (K.ParamsOp, K.TiledMmaOp, K.SmemLayoutOp, K.SmemTransposeLayoutOp, K.SharedBufferOp, K.SharedViewOp,
           K.GlobalTensorOp, K.GlobalTileOp, K.IdentityTileOp, K.TiledCopyOp, K.PartitionOp, K.FragmentOp,
           K.RowVectorOp, K.ClearOp, K.MmaOp, K.MaskOp, K.RowReduceOp, K.AllReduceOp, K.Exp2ScaleOp,
           K.RowBroadcastOp, K.MapOp, K.ConvertOp, K.RetileAccToAOp, K.RowStoreOp, K.TimestampOp,
@@ -27,9 +23,9 @@ _INERT = (K.ParamsOp, K.TiledMmaOp, K.SmemLayoutOp, K.SmemTransposeLayoutOp, K.S
           H.TmaPrefetchTileOp, H.WgmmaTiledMmaOp, H.WgmmaFragmentOp, H.WgmmaFenceOperandOp, H.WgmmaArriveOp,
           H.CarryOp, H.TileSlotOp)
 # Ops that only define names or hold others: a region of these and inert ops does nothing the protocol sees.
-_SILENT = (*_INERT, K.IfOp, K.ForOp, K.LetOp, K.WarpAnyOp)
+SILENT = (*INERT, K.IfOp, K.ForOp, K.LetOp, K.WarpAnyOp)
 # Ops a part of an agent's threads may run inside a branch without splitting it off: nothing here blocks.
-_INLINE = (*_INERT, K.IfOp, K.LetOp, H.MbarrierInitOp, H.MbarrierArriveOp, H.MbarrierArriveExpectTxOp, H.TmaLoadOp,
+INLINE = (*INERT, K.IfOp, K.LetOp, H.MbarrierInitOp, H.MbarrierArriveOp, H.MbarrierArriveExpectTxOp, H.TmaLoadOp,
            H.TmaStoreOp, H.TmaStoreWaitOp, H.FenceProxyAsyncOp, H.TileSlotStoreOp)
 
 Clock = dict[int, int]
@@ -211,14 +207,38 @@ class Access:
         """Whether this access was made by one whole warp group and `other` by threads of that group (a wgmma's
         wait retires the group's collective read for every thread of the group)."""
         first, count = self.lanes
-        return (count == H.WARP_GROUP and first % H.WARP_GROUP == 0 and first <= other.lanes[0]
-                and sum(other.lanes) <= first + count)
+        other_first, other_count = other.lanes
+        return (count == H.WARP_GROUP and first % H.WARP_GROUP == 0 and first <= other_first
+                and other_first + other_count <= first + count)
 
 
 def access(op, agent, write: bool, what: str, async_proxy: bool, end: Epoch | None = None) -> Access:
     """An access `agent` makes with `op` (`agent`: an `sm90_protocol` agent)."""
     return Access(id(op), write, what, agent.id, agent.who, op.loc, async_proxy, end,
                   lanes=(agent.threads[0], len(agent.threads)), syncs=agent.syncs, end_syncs=agent.syncs)
+
+
+@dataclass
+class AsyncGroups:
+    """An agent's asynchronous accesses (wgmma reads, cp.async writes): the ones not yet committed, then the
+    committed groups oldest first, until a wait_group retires them."""
+
+    open: list[Access] = field(default_factory=list)
+    committed: list[list[Access]] = field(default_factory=list)
+
+    def commit(self) -> None:
+        self.committed.append(self.open)
+        self.open = []
+
+    def retire(self, pending: int) -> list[Access]:
+        keep = len(self.committed) - pending
+        if keep <= 0:
+            return []
+        done, self.committed = self.committed[:keep], self.committed[keep:]
+        return [made for group in done for made in group]
+
+    def in_flight(self) -> Access | None:
+        return next(iter(self.open + [made for group in self.committed for made in group]), None)
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -303,40 +323,11 @@ def shared_geometry(kernel: K.KernelOp) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def static_problems(kernel: K.KernelOp) -> list[ProtocolProblem]:
-    """What holds for every size: the setmaxnreg register pool, and barriers and tile slots clear of the
-    shared buffers' bytes."""
-    out = []
-    entry = H.entry_registers(kernel.threads)
-    for op in K.walk(kernel):
-        if isinstance(op, H.WarpSpecializeOp):
-            consumers = kernel.threads - op.producer_threads
-            total = op.producer_regs * op.producer_threads + op.consumer_regs * consumers
-            if total > entry * kernel.threads:
-                out.append(ProtocolProblem(
-                    f"setmaxnreg asks {op.producer_regs}x{op.producer_threads} + {op.consumer_regs}x{consumers} = "
-                    f"{total} registers; {kernel.threads} threads start with {entry} each, a pool of "
-                    f"{entry * kernel.threads}: the consumers' setmaxnreg.inc never returns", op.loc))
-            if op.producer_regs > entry:
-                out.append(ProtocolProblem(f"the producer's setmaxnreg.dec {op.producer_regs} is above the {entry} "
-                                           f"registers each thread starts with", op.loc))
-    spans = [(name, first, first + size) for name, (first, size, _) in shared_geometry(kernel).items()]
-    for op in K.walk(kernel):
-        if isinstance(op, (H.MbarrierOp, H.TileSlotOp)):
-            lo = op.offset_bytes
-            hi = lo + (8 * op.count if isinstance(op, H.MbarrierOp) else 4)
-            hits = [name for name, first, end in spans if first < hi and lo < end]
-            if hits or hi > kernel.smem_bytes:
-                where = f"the bytes of {', '.join(hits)}" if hits else f"past smem_bytes = {kernel.smem_bytes}"
-                out.append(ProtocolProblem(f"{op.name} at bytes {lo}..{hi} lies in {where}", op.loc))
-    return out
-
-
 # The fields of an op the checker evaluates (the rest — TMA coordinates, a copy's predicate — it never reads).
 _EVALUATED = {K.IfOp: ("cond",), K.ForOp: ("start", "stop"), K.CounterOp: ("init",), K.CounterAddOp: ("value",),
               K.CounterSetOp: ("value",), H.MbarrierWaitOp: ("stage", "phase"), H.MbarrierArriveOp: ("stage",),
               H.MbarrierArriveExpectTxOp: ("stage",), H.TmaLoadOp: ("stage",), H.NamedBarrierOp: ("id",),
-              H.WgmmaOp: ("a", "b"), K.CopyOp: ("src", "dst"), H.TileSlotStoreOp: ("value",)}
+              H.WgmmaOp: ("a", "b"), K.CopyOp: ("src", "dst"), K.AsyncCopyOp: ("dst",), H.TileSlotStoreOp: ("value",)}
 
 
 def needed_names(kernel: K.KernelOp) -> set[str]:
@@ -345,11 +336,11 @@ def needed_names(kernel: K.KernelOp) -> set[str]:
     reads: set[str] = set()
     defs: dict[str, set[str]] = {}
     for op in K.walk(kernel):
-        if isinstance(op, (K.IfOp, K.ForOp)) and all(isinstance(x, _SILENT) for x in K.walk(op)):
+        if isinstance(op, (K.IfOp, K.ForOp)) and all(isinstance(x, SILENT) for x in K.walk(op)):
             continue
         fields = next((f for cls, f in _EVALUATED.items() if isinstance(op, cls)), ())
         values = [getattr(op, f) for f in fields]
-        if isinstance(op, (H.WgmmaOp, K.CopyOp)):      # only a ring stage is read from an operand
+        if isinstance(op, (H.WgmmaOp, K.CopyOp, K.AsyncCopyOp)):      # only a ring stage is read from an operand
             values = [v.indices[-1] for v in values if isinstance(v, Index) and len(v.indices) >= 4]
         names = set().union(*(free_names(v) for v in values if isinstance(v, Expr)))
         if isinstance(op, (K.LetOp, K.CounterOp, K.CounterAddOp, K.CounterSetOp)):
@@ -514,23 +505,23 @@ def _wgmma(m, agent, op: H.WgmmaOp) -> None:
         where = f" stage {stage}" if stage is not None else ""
         read = access(op, agent, False, f"wgmma read of {name}{where}", True)
         m.memory.read(lo, hi, read, agent.clock)
-        agent.wgmma_open.append(read)
+        agent.wgmma.open.append(read)
 
 
-def _wgmma_commit(m, agent, op: H.WgmmaCommitOp) -> None:
-    agent.wgmma_groups.append(agent.wgmma_open)
-    agent.wgmma_open = []
+def _commit(m, agent, op: H.WgmmaCommitOp | K.CommitOp) -> None:
+    (agent.wgmma if isinstance(op, H.WgmmaCommitOp) else agent.cp).commit()
 
 
-def _wgmma_wait(m, agent, op: H.WgmmaWaitOp) -> None:
-    retire = len(agent.wgmma_groups) - op.pending
-    if retire <= 0:
-        return
-    epoch = agent.tick()
-    for group in agent.wgmma_groups[:retire]:
-        for read in group:
-            read.finish(epoch, agent.syncs)
-    agent.wgmma_groups = agent.wgmma_groups[retire:]
+def _retire(m, agent, op: H.WgmmaWaitOp | K.WaitOp) -> None:
+    """wgmma.wait_group / cp.async.wait_group: all but the newest `pending` committed groups are done."""
+    groups = agent.wgmma if isinstance(op, H.WgmmaWaitOp) else agent.cp
+    done = groups.retire(op.pending)
+    if done:
+        epoch = agent.tick()
+        for made in done:
+            made.finish(epoch, agent.syncs)
+            if made.write:
+                agent.unfenced.append(made)
 
 
 def _generic(m, agent, op, write: bool, buffer: str, e: Expr | None, what: str) -> None:
@@ -597,29 +588,12 @@ def _cp_async(m, agent, op: K.AsyncCopyOp) -> None:
     lo, hi = _span(m, agent, op.buffer or "", stage, op.loc)
     write = access(op, agent, True, f"cp.async into {op.buffer}", False)
     m.memory.write(lo, hi, write, agent.clock)
-    agent.cp_open.append(write)
-
-
-def _cp_commit(m, agent, op: K.CommitOp) -> None:
-    agent.cp_groups.append(agent.cp_open)
-    agent.cp_open = []
-
-
-def _cp_wait(m, agent, op: K.WaitOp) -> None:
-    retire = len(agent.cp_groups) - op.pending
-    if retire <= 0:
-        return
-    epoch = agent.tick()
-    for group in agent.cp_groups[:retire]:
-        for write in group:
-            write.finish(epoch, agent.syncs)
-            agent.unfenced.append(write)
-    agent.cp_groups = agent.cp_groups[retire:]
+    agent.cp.open.append(write)
 
 
 HANDLERS = {H.MbarrierInitOp: _init, H.MbarrierArriveOp: _arrive, H.MbarrierArriveExpectTxOp: _arrive,
             H.MbarrierWaitOp: _wait, H.TmaLoadOp: _tma_load, H.NamedBarrierOp: _named, K.BarrierOp: _syncthreads,
-            H.WgmmaOp: _wgmma, H.WgmmaCommitOp: _wgmma_commit, H.WgmmaWaitOp: _wgmma_wait, K.CopyOp: _copy,
+            H.WgmmaOp: _wgmma, H.WgmmaCommitOp: _commit, H.WgmmaWaitOp: _retire, K.CopyOp: _copy,
             H.FenceProxyAsyncOp: _fence, H.TmaStoreOp: _tma_store, H.TmaStoreWaitOp: _tma_store_wait,
             H.TileSlotStoreOp: _slot, H.TileSlotLoadOp: _slot, H.AtomicAddOp: _atomic, K.AsyncCopyOp: _cp_async,
-            K.CommitOp: _cp_commit, K.WaitOp: _cp_wait}
+            K.CommitOp: _commit, K.WaitOp: _retire}
