@@ -104,8 +104,24 @@ def lower_to_kernel_ir(data: bytes, path: str, arch: str, defines: Mapping[str, 
     graph, remarks = compile_graph(data, path, defines=defines)
     refuse_second_stores(graph)
     state, ctx = run_lowering(graph, arch, name=name, lse=lse)
+    refuse_unproved_protocol(state.kir, arch)
     notes = [d for d in ctx.sink.items if d.severity != "error"]
     return state, remarks + notes + schedule_warnings(graph, state.schedule, arch)
+
+
+def refuse_unproved_protocol(program, arch: str) -> None:
+    """An sm_90a kernel's mbarrier and named-barrier protocol is run abstractly at sizes that reach its edge
+    cases (tlc.kir.sm90_protocol): a kernel that could deadlock, overrun its ring or race in shared memory,
+    or whose protocol the checker cannot follow, is refused at the op's line instead of hanging a GPU."""
+    from tlc.diagnostics import Diagnostic, TlcError
+    from tlc.kir.sm90_protocol import check_protocol, default_sizes
+
+    for sizes in default_sizes(program):
+        problems = check_protocol(program, sizes)
+        if problems:
+            raise TlcError([Diagnostic("error", f"tlc build ({arch}): {p.message} — refused: a kernel whose "
+                                       "barriers may deadlock or race is never built", p.loc, tuple(p.notes))
+                            for p in problems[:3]])
 
 
 def refuse_second_stores(graph) -> None:
