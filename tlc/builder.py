@@ -29,22 +29,13 @@ TARGET_FAMILIES = ("sm_90", "sm_90a")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    """Write a build output through a fresh temporary file beside it (never a predictable name a planted
-    link could redirect), with the permissions the user's umask gives a new file."""
-    import tempfile
+    """A build output, written whole through a fresh temporary file with the permissions the user's umask
+    gives a new file (kernel-cache entries stay 0600)."""
+    from tlc.backend_cute.cache import atomic_write
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    mask = os.umask(0)
+    os.umask(mask)
+    atomic_write(path, data, mode=0o666 & ~mask)
 
 
 def check_target(arch: object, what: str = "--arch") -> str:

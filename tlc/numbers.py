@@ -88,27 +88,25 @@ def read_number(text: str, what: str, *, maximum: int = INT32_MAX) -> int | floa
     return None
 
 
-def int_option(*, minimum: int = 0, maximum: int = INT32_MAX) -> Callable[[str], int]:
-    """An argparse `type=` for a whole-number option, read by `parse_int` (argparse prints the message,
-    after the option's name)."""
-    def read(text: str) -> int:
+def _option(parse: Callable[..., int | float], **bounds) -> Callable[[str], int | float]:
+    """An argparse `type=` reading with `parse` (argparse prints the message, after the option's name)."""
+    def read(text: str):
         try:
-            return parse_int(text, "", minimum=minimum, maximum=maximum)
+            return parse(text, "", **bounds)
         except TlcError as exc:
             raise argparse.ArgumentTypeError(problem(exc)) from None
 
     return read
+
+
+def int_option(*, minimum: int = 0, maximum: int = INT32_MAX) -> Callable[[str], int]:
+    """An argparse `type=` for a whole-number option, read by `parse_int`."""
+    return _option(parse_int, minimum=minimum, maximum=maximum)  # type: ignore[return-value]
 
 
 def float_option(*, minimum: float | None = None, maximum: float | None = None) -> Callable[[str], float]:
     """An argparse `type=` for a number option, read by `parse_float`."""
-    def read(text: str) -> float:
-        try:
-            return parse_float(text, "", minimum=minimum, maximum=maximum)
-        except TlcError as exc:
-            raise argparse.ArgumentTypeError(problem(exc)) from None
-
-    return read
+    return _option(parse_float, minimum=minimum, maximum=maximum)  # type: ignore[return-value]
 
 
 def problem(error: TlcError) -> str:

@@ -93,10 +93,14 @@ def always_compile() -> bool:
     return os.environ.get("TLC_ALWAYS_COMPILE", "") not in ("", "0")
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Write `path` whole or not at all, through a fresh temporary file beside it (never a predictable name
+    a planted link could redirect); mode 0600 unless `mode` is given."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

@@ -163,6 +163,42 @@ class Graph:
         """Ops of this region (loops counted when their body uses it) reading `value`."""
         return [op for op in self.ops() if any(v is value for v in _uses(op))]
 
+    def users_from(self, start: Value, follow: Callable[[Op], bool]) -> Iterator[tuple[Value, Op]]:
+        """(value, reader) for every reader in this region of `start` and, transitively, of the results
+        of the readers `follow` accepts: a forward walk each value of which is visited once."""
+        frontier, seen = [start], set()
+        while frontier:
+            x = frontier.pop()
+            if x.uid in seen:
+                continue
+            seen.add(x.uid)
+            for u in self.users(x):
+                yield x, u
+                if follow(u):
+                    frontier.extend(u.results)
+
+    def depends_on(self, value: Value, sources: set[int]) -> bool:
+        """Whether `value` is, or is computed in this region from, a value whose uid is in `sources`."""
+        stack, seen = [value], set()
+        while stack:
+            v = stack.pop()
+            if v.uid in sources:
+                return True
+            if v.uid in seen:
+                continue
+            seen.add(v.uid)
+            op = self.producer(v)
+            if op is not None and self.holds(op):
+                stack.extend(op.operands)
+        return False
+
+    def holds(self, op: Op) -> bool:
+        """Whether `op` is one of this region's own ops (not an enclosing region's)."""
+        if self._positions is None:
+            self._positions = {id(o): i for i, o in enumerate(self._order)}
+        i = self._positions.get(id(op))
+        return i is not None and self._order[i] is op
+
     def walk(self) -> Iterator[tuple["Graph", Op]]:
         """Every op of this region and nested regions, pre-order, with its region."""
         for op in self.ops():

@@ -337,7 +337,7 @@ class Interpreter:
         """First sweep: the scores every Softmax sees over the whole loop domain."""
         loop_carried = {a.uid for a in op.args[1:]}
         for sm in softmaxes:
-            if _depends_on(op.body, sm.operands[0], loop_carried):
+            if op.body.depends_on(sm.operands[0], loop_carried):
                 raise InterpError("the scores of a Softmax may not depend on loop-carried values", sm)
         seen: dict[int, list[Tile]] = {id(sm): [] for sm in softmaxes}
         targets = {sm.operands[0].uid for sm in softmaxes}
@@ -355,22 +355,6 @@ class Interpreter:
         for sm in softmaxes:
             if seen[id(sm)]:
                 inner[("stats", id(sm))] = _softmax_stats(seen[id(sm)])
-
-
-def _depends_on(body: Graph, value, sources: set[int]) -> bool:
-    producers = {r.uid: o for o in body.ops() for r in o.results}
-    stack, seen = [value], set()
-    while stack:
-        v = stack.pop()
-        if v.uid in sources:
-            return True
-        if v.uid in seen:
-            continue
-        seen.add(v.uid)
-        o = producers.get(v.uid)
-        if o is not None:
-            stack.extend(o.operands)
-    return False
 
 
 def _softmax_stats(tiles: list[Tile]) -> tuple[Tile, Tile]:

@@ -16,13 +16,9 @@ kernel as it is and says so in the schedule notes), or None when every online so
 from __future__ import annotations
 
 from tlc.ir.graph import Graph
-from tlc.ir.ops import CopyOp, ElementwiseOp, GemmOp, LoopOp, Op, ReshapeOp, RowReduceOp, ScaledExpOp
+from tlc.ir.ops import CopyOp, ElementwiseOp, GemmOp, LoopOp, ReshapeOp, RowReduceOp, ScaledExpOp
 from tlc.ir.types import Value
 from tlc.passes.tile_origin import all_users
-
-
-def _in(region: Graph, op: Op) -> bool:
-    return any(op is o for o in region.ops())
 
 
 def stale_max_blocker(graph: Graph) -> str | None:
@@ -78,32 +74,13 @@ def _loop_blocker(root: Graph, loop: LoopOp) -> str | None:
 
 def _feeds_gemm(body: Graph, v: Value) -> bool:
     """Whether the carried value `v` is (after its rescale) an accumulator of a GEMM in the body."""
-    frontier, seen = [v], set()
-    while frontier:
-        x = frontier.pop()
-        if x.uid in seen:
-            continue
-        seen.add(x.uid)
-        for u in body.users(x):
-            if isinstance(u, GemmOp) and u.accumulate and u.operands[2] is x:
-                return True
-            if isinstance(u, ElementwiseOp) and u.fn == "mul":
-                frontier.append(u.results[0])
-    return False
+    return any(isinstance(u, GemmOp) and u.accumulate and u.operands[2] is x
+               for x, u in body.users_from(v, lambda u: isinstance(u, ElementwiseOp) and u.fn == "mul"))
 
 
 def _p_reaches_gemm_plainly(body: Graph, p: Value) -> str | None:
-    frontier, seen = [p], set()
-    while frontier:
-        x = frontier.pop()
-        if x.uid in seen:
+    for _, u in body.users_from(p, lambda u: isinstance(u, (ReshapeOp, CopyOp))):
+        if isinstance(u, (ReshapeOp, CopyOp)) or isinstance(u, RowReduceOp) and u.fn == "sum" or isinstance(u, GemmOp):
             continue
-        seen.add(x.uid)
-        for u in body.users(x):
-            if isinstance(u, (ReshapeOp, CopyOp)):
-                frontier.append(u.results[0])
-            elif isinstance(u, RowReduceOp) and u.fn == "sum" or isinstance(u, GemmOp) and _in(body, u):
-                continue
-            else:
-                return f"the softmax result '{p.base}' passes through a '{u.mnemonic}' before its GEMM"
+        return f"the softmax result '{p.base}' passes through a '{u.mnemonic}' before its GEMM"
     return None

@@ -245,15 +245,8 @@ class _Rewrite:
         return done
 
     def derived_from(self, p: Value) -> set[int]:
-        """Uids of the values in the loop body computed from `p`."""
-        out, frontier = {p.uid}, [p]
-        while frontier:
-            for u in self.region.users(frontier.pop()):
-                for r in u.results:
-                    if r.uid not in out:
-                        out.add(r.uid)
-                        frontier.append(r)
-        return out
+        """Uids of `p` and the values in the loop body computed from it."""
+        return {p.uid} | {r.uid for _, u in self.region.users_from(p, lambda u: True) for r in u.results}
 
     def not_homogeneous(self, op: Op, derived: set[int], carried: dict[int, int]) -> str | None:
         """Why `op` does not scale with its operands computed from P (None when it does)."""
@@ -282,18 +275,7 @@ class _Rewrite:
 
     def reads_carried(self, v: Value, carried: dict[int, int]) -> bool:
         """Whether `v` is computed (in this trip) from a loop-carried value."""
-        stack, seen = [v], set()
-        while stack:
-            x = stack.pop()
-            if x.uid in carried:
-                return True
-            if x.uid in seen:
-                continue
-            seen.add(x.uid)
-            prod = self.region.producer(x)
-            if prod is not None and any(prod is o for o in self.region.ops()):
-                stack.extend(prod.operands)
-        return False
+        return self.region.depends_on(v, set(carried))
 
     def rescale_chain(self, gemm: GemmOp, carried: dict[int, int], alpha: Value, done: list[int]) -> None:
         """Follow `gemm`'s accumulator back through accumulating GEMMs to the loop-carried
