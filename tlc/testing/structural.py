@@ -37,7 +37,8 @@ SCORE_OPS = {"softcap": ["Compute Divide S, Softcap and get new S", "Compute Tan
              "scale_again": ["Compute Multiply S, 1.5 and get new S"],
              "relu": ["Compute Relu S and get new S"],
              "square": ["Compute Square S and get new S"],
-             "tanh": ["Compute Tanh S and get new S"]}
+             "tanh": ["Compute Tanh S and get new S"],
+             "clamp": ["Compute Max S, -1.0 and get new S"]}   # a masked or absent score stays absent
 PROB_OPS = {"half": "Compute Multiply P, 0.5 and get new P",    # exact under online softmax (linear in P)
             "square": "Compute Square P and get new P",
             "add": "Compute Add P, 0.1 and get new P",
@@ -46,8 +47,10 @@ POST_OPS = {"add": "Compute Add O, 1.0 and get new O", "half": "Compute Multiply
             "square": "Compute Square O and get new O", "add_max": "Compute Add O, m and get new O"}
 DIVISORS = {"l": [], "l_plus_1": ["Compute Add l, 1 and get l2"], "two_l": ["Compute Multiply l, 2 and get l2"],
             "l_squared": ["Compute Square l and get new l"]}
+STARTS = {"0": "0", "1": "1", "window": "max(0, block_idx * BM / BN - 1)"}   # window: from a tile before the row's
 STOPS = {"div": "seqlen_k / BN", "cdiv": "cdiv(seqlen_k, BN)", "half": "seqlen_k / BN / 2",
-         "min2": "min(seqlen_k / BN, 2)", "minus1": "seqlen_k / BN - 1"}
+         "min2": "min(seqlen_k / BN, 2)", "minus1": "seqlen_k / BN - 1", "plus1": "seqlen_k / BN + 1",
+         "diag": "min(seqlen_k / BN, (block_idx + 1) * BM / BN)"}   # diag: stops at the query tile's diagonal
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ class StructuralChoices:
     q_from_end: bool = False           # `[L = block_idx from end]` on the Q load
     o_from_end: bool = False           # … and on the O store
     kv_coord: str = "n"                # "n", "n + 1", "n - 1", "n / 2" or "0"
-    loop_start: int = 0
+    v_coord: str = ""                  # V's row tile when it is not K's: "n + 1" or "0"
+    loop_start: str = "0"              # a key of STARTS
     loop_stop: str = "div"             # a key of STOPS
     indented: bool = False
     score_ops: tuple[str, ...] = ()    # keys of SCORE_OPS, after `Multiply S, scale`
@@ -199,14 +203,16 @@ class _Writer:
     def loop(self) -> None:
         c, put, k, v = self.c, self.put, self.k, self.v
         stop = STOPS[c.loop_stop]
-        put(f"for n in {c.loop_start}:{stop}:" if c.indented else f"for n = {c.loop_start}:{stop}")
+        start = STARTS[c.loop_start]
+        put(f"for n in {start}:{stop}:" if c.indented else f"for n = {start}:{stop}")
         self.depth += 1
         ktile = _rows_or_cols(c.k_stored, self.qkw, "BN")
         if c.k_stored == "cols":
             put(f"Copy {k} {ktile} in coordinate [L = {c.k_col}, C = {c.kv_coord}] from global to shared")
         else:
             put(f"Copy {k} {ktile} in coordinate [L = {c.kv_coord}{_col(c.k_col)}] from global to shared")
-        vcoord = f"C = {c.kv_coord}" if c.v_stored == "cols" else f"L = {c.kv_coord}"
+        vrow = c.v_coord or c.kv_coord
+        vcoord = f"C = {vrow}" if c.v_stored == "cols" else f"L = {vrow}"
         put(f"Copy {v} {_rows_or_cols(c.v_stored, self.dv, 'BN')} in coordinate [{vcoord}] from global to shared")
         if "K" in c.register_copies:
             put(f"Copy {k} from shared to register")
@@ -329,8 +335,9 @@ def draw_choices(pick: _Picker, sizes: str = "target") -> StructuralChoices:
     if target and max(d_qk, d_v) >= 192 and bm > 64 and pick.chance(70):
         bm = 64   # the accumulator of a wide head dim fits the registers of 64 rows
     causal = "" if family != "attention" or pick.chance(50) else pick.one(["top_left", "bottom_right"])
-    start = 0 if pick.chance(85) else 1
-    kv_coord = pick.one(["n", "n + 1", "0", "n / 2"] + (["n - 1"] if start else []), [12, 1, 1, 1] + [3] * start)
+    start = pick.one(list(STARTS), [17, 2, 1])
+    late = start == "1"
+    kv_coord = pick.one(["n", "n + 1", "0", "n / 2"] + (["n - 1"] if late else []), [12, 1, 1, 1] + [3] * late)
     softmax = pick.one(["deferred", "normalised", "named"], [6, 3, 1])
     q_from_end = pick.chance(20)   # O is stored from the top in a quarter of these
     choices = StructuralChoices(
@@ -342,9 +349,9 @@ def draw_choices(pick: _Picker, sizes: str = "target") -> StructuralChoices:
         kv_offset=pick.one(["head_idx / group", "head_idx", "0"], [5, 3, 2]),
         causal=causal, mask_param=not pick.chance(30), mask_first=bool(causal) and pick.chance(10),
         q_from_end=q_from_end, o_from_end=q_from_end and pick.chance(75),
-        kv_coord=kv_coord, loop_start=start,
-        loop_stop=pick.one(list(STOPS), [10, 3, 1, 1, 1]), indented=pick.chance(15),
-        score_ops=pick.some(list(SCORE_OPS) if family == "attention" else ["relu", "tanh", "add"], 25),
+        kv_coord=kv_coord, v_coord=pick.one(["n + 1", "0"]) if pick.chance(4) else "", loop_start=start,
+        loop_stop=pick.one(list(STOPS), [10, 3, 1, 1, 1, 1, 2]), indented=pick.chance(15),
+        score_ops=pick.some(list(SCORE_OPS) if family == "attention" else ["relu", "tanh", "add", "clamp"], 25),
         scale=not pick.chance(5),
         softmax=softmax,
         prob_ops=pick.some(list(PROB_OPS), 20, most=1) if family == "attention" else (),
