@@ -53,7 +53,7 @@ _PROTOCOL = "@@ "
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", default="0:200", help="A:B, the seeds A … B-1 (or one seed N)")
+    ap.add_argument("--seeds", default="0:200", help="A:B (the seeds A … B-1), N, or a comma list of both")
     ap.add_argument("--arch", action="append", choices=["sm_90", "sm_90a"], help="a target (repeatable)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel NVRTC compiles")
     ap.add_argument("--out", required=True, help="folder for differential_gpu.json")
@@ -63,10 +63,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     args.arch = list(dict.fromkeys(args.arch or ["sm_90", "sm_90a"]))
     try:
-        first, _, last = args.seeds.partition(":")
-        args.seed_list = list(range(int(first), int(last))) if last else [int(first)]
+        seeds: list[int] = []
+        for item in args.seeds.split(","):
+            first, _, last = item.partition(":")
+            seeds += range(int(first), int(last)) if last else [int(first)]
+        args.seed_list = sorted(set(seeds))
     except ValueError:
-        ap.error(f"--seeds {args.seeds!r}: write A:B (seeds A to B-1) or one seed")
+        ap.error(f"--seeds {args.seeds!r}: write A:B (seeds A to B-1), N, or a comma list such as 0:40,97")
     return args
 
 
@@ -344,7 +347,7 @@ def differential(seeds: list[int], targets: list[str], out: Path, *, jobs: int, 
         row["description"] = description
         if row["status"] in FAILED:
             row["tl"], row["defines"] = text, defines
-    report = {"seeds": [min(seeds), max(seeds) + 1] if seeds else [], "targets": targets, "sizes": SIZES,
+    report = {"seeds": seeds, "targets": targets, "sizes": SIZES,
               "rtol": RTOL, "build_only": build_only, "seconds": round(time.perf_counter() - started, 1),
               "summary": table(rows, targets), "cases": rows}
     (out / "differential_gpu.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -54,7 +54,7 @@ def check_kernel_ir(choices: StructuralChoices, seed: int) -> None:
         assert not why and err <= TOL, f"{ARCH} at {sq}x{sk}: {why or f'max relative error {err:.3e}'}\n{text}"
 
 
-@settings(max_examples=250, deadline=None, database=None, derandomize=True,
+@settings(max_examples=400, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(choices=structural_choices(sizes="target"), seed=st.integers(0, 1 << 16))
 def test_generated_kernel_ir_equals_the_program_as_written(choices: StructuralChoices, seed: int) -> None:

@@ -81,7 +81,7 @@ def check_pipeline(choices: StructuralChoices, seed: int) -> None:
                                              f"\n{text}")
 
 
-@settings(max_examples=130, deadline=None, database=None, derandomize=True,
+@settings(max_examples=200, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(choices=structural_choices(sizes="small"), seed=st.integers(0, 1 << 16))
 def test_every_tl_pass_keeps_the_meaning_of_generated_programs(choices: StructuralChoices, seed: int) -> None:

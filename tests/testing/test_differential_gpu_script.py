@@ -22,14 +22,15 @@ from tlc.testing.structural import choices_of_seed, structural_program  # noqa: 
 
 @pytest.mark.slow
 def test_build_only_builds_or_refuses_each_seed_at_a_line(tmp_path: Path) -> None:
-    """Seeds 27 and 28: one program the passes refuse at its line, one that both targets build."""
-    command = [sys.executable, "bench/differential_gpu.py", "--seeds", "27:29", "--build-only", "--jobs", "2",
+    """Two seeds with small tiles: every case is built or refused at a line, at least one is built, the JSON
+    holds every case and the table comes last."""
+    command = [sys.executable, "bench/differential_gpu.py", "--seeds", "1,28", "--build-only", "--jobs", "2",
                "--out", str(tmp_path)]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((tmp_path / "differential_gpu.json").read_text())
     cases = {(c["seed"], c["target"]): c for c in report["cases"]}
-    assert set(cases) == {(s, t) for s in (27, 28) for t in ("sm_90", "sm_90a")}
+    assert set(cases) == {(s, t) for s in (1, 28) for t in ("sm_90", "sm_90a")}
     assert all(c["status"] in ("built", "refused") for c in cases.values()), report["summary"]
     assert all(c["line"] > 0 for c in cases.values() if c["status"] == "refused")
     assert any(c["status"] == "built" for c in cases.values())
