@@ -16,9 +16,9 @@ as written (float64 on the CPU, the same bf16/fp16 inputs, NaN-poisoned outputs)
    writes and max |kernel - interpreter| <= 2e-2 · max(1, max |interpreter|) (tests/gpu/differential.py).
 
 Prints a table last (per target: built, refused at a line, refused without one, crash, NVRTC error, ok,
-WRONG, HANG, ERROR) and writes differential_gpu.json under --out (per case: seed, target, status, max
-error, message, and the TL text of every case that is not ok or refused at a line). On a machine without
-network access see bench/README.md for carrying lark, pycute and the CuTe headers.
+unchecked: no size where the program has a meaning, WRONG, HANG, ERROR) and writes differential_gpu.json
+under --out (per case: seed, target, status, max error, message, and the TL text of every failure). On a
+machine without network access see bench/README.md for carrying lark, pycute and the CuTe headers.
 """
 from __future__ import annotations
 
@@ -44,10 +44,11 @@ if str(ROOT) not in sys.path:
 
 SIZES = [(17, 33, 2), (333, 77, 1), (77, 333, 1)]   # (seqlen_q, seqlen_k, batch): odd, q < k and q > k
 RTOL = 2e-2
+BUILD_TIMEOUT = 900.0   # seconds a worker may spend in tlc.build (a cache miss compiles with NVRTC)
 SCALE = 0.125
 NAME = "generated.tl"
 FAILED = ("refused-no-line", "crash", "nvrtc-error", "WRONG", "HANG", "ERROR")
-COLUMNS = ("built", "refused", "refused-no-line", "crash", "nvrtc-error", "ok", "WRONG", "HANG", "ERROR")
+COLUMNS = ("built", "refused", "refused-no-line", "crash", "nvrtc-error", "ok", "unchecked", "WRONG", "HANG", "ERROR")
 _PROTOCOL = "@@ "
 
 
@@ -186,7 +187,8 @@ def build_all(seeds: list[int], targets: list[str], jobs: int, work: str) -> lis
 
 
 def worker_main(work: str) -> None:
-    """Reads cases (JSON lines) from stdin, writes `@@ {...}` lines: ready, start of a case, its result."""
+    """Reads cases (JSON lines) from stdin, in order; writes `@@ {...}` lines: ready, then per case `building`
+    (tlc.build: a cache hit, or NVRTC), `start` (the launches, watched) and its result."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)   # anything else the process prints goes to stderr, not into the protocol
 
@@ -198,43 +200,62 @@ def worker_main(work: str) -> None:
     say(ready=True)
     for line in sys.stdin:
         case = json.loads(line)
-        say(start=[case["seed"], case["target"]])
-        result = run_case(case["seed"], case["target"], work)
+        say(building=[case["seed"], case["target"]])
+        result = run_case(case["seed"], case["target"], work, started=lambda: say(start=[case["seed"], case["target"]]))
         say(result=result)
         if result.get("lost_context"):
             sys.exit(3)
 
 
-def run_case(seed: int, target: str, work: str) -> dict:
+def run_case(seed: int, target: str, work: str, started=lambda: None) -> dict:
+    """Builds the case's kernel (a cache hit after phase 1), calls `started()`, then launches and compares."""
     import torch
 
     import tlc
-    from tlc.testing.structural import output_difference, structural_program
+    from tlc.testing.structural import structural_program
 
     text, defines, _ = structural_program(seed)
     out: dict = {"seed": seed, "target": target, "status": "ok", "max_error": 0.0}
     try:
         kern = tlc.build(text, arch=target, defines=defines)
         saved = torch.load(Path(work) / f"seed{seed}.pt")
-        for size in saved["sizes"]:
-            expected = size["expected"]
-            if expected is None:
-                continue
-            args = [size["inputs"][a.name].cuda() for a in kern.inputs]
-            poisoned = torch.full(expected.shape, float("nan"), dtype=args[0].dtype, device="cuda")
-            got = kern(*args, out=poisoned, **size["floats"])
-            torch.cuda.synchronize()
-            why, err = output_difference(got.double().cpu(), expected.double())
-            out["max_error"] = max(out["max_error"], err)
-            if why or not err <= RTOL:
-                return dict(out, status="WRONG", size=size["size"],
-                            message=why or f"max |kernel - interpreter| / max(1, |interpreter|) = {err:.3e} > {RTOL}")
+
+        def launch(inputs: dict, poisoned, floats: dict):
+            got = kern(*[inputs[a.name].cuda() for a in kern.inputs], out=poisoned.cuda(), **floats)
+            return got.cpu()   # waits for the kernel
+
+        started()
+        out.update(compare_sizes(saved, launch))
     except Exception as exc:  # noqa: BLE001 - a launch that raises is a finding; the context may be gone
         out.update(status="ERROR", message=_traceback(exc))
         try:
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001
             out["lost_context"] = True
+    return out
+
+
+def compare_sizes(saved: dict, launch) -> dict:
+    """`launch(inputs, poisoned output, float Inputs)` at every saved size where the program has a meaning,
+    against the interpreter: status ok or WRONG (first failing size), the max error, what differs."""
+    import torch
+
+    from tlc.testing.structural import output_difference
+
+    out: dict = {"status": "unchecked", "max_error": 0.0,
+                 "message": "the program has a meaning at none of the sizes (a loop of no trips?)"}
+    for size in saved["sizes"]:
+        expected = size["expected"]
+        if expected is None:
+            continue
+        out.update(status="ok", message="")
+        dtype = next(iter(size["inputs"].values())).dtype
+        got = launch(size["inputs"], torch.full(expected.shape, float("nan"), dtype=dtype), size["floats"])
+        why, err = output_difference(got.double(), expected.double())
+        out["max_error"] = max(out["max_error"], err)
+        if why or not err <= RTOL:
+            return dict(out, status="WRONG", size=size["size"],
+                        message=why or f"max |kernel - interpreter| / max(1, |interpreter|) = {err:.3e} > {RTOL}")
     return out
 
 
@@ -247,54 +268,64 @@ def _reader(stream, sink: queue.Queue) -> None:
 
 def run_all(cases: list[tuple[int, str]], work: str, timeout: float, log: Path,
             worker: list[str] | None = None) -> dict[tuple[int, str], dict]:
-    """Every case in a watched worker (default: this script's `--worker`); a new one after a HANG or a
-    lost context. A worker speaks the protocol of `worker_main` on its stdout."""
+    """Every case in a watched worker (default: this script's `--worker`), which takes them in order; a new
+    worker after a HANG, a lost context or a death. A worker speaks `worker_main`'s protocol on its stdout."""
     command = worker or [sys.executable, str(Path(__file__).resolve()), "--worker", work, "--out", work]
     results: dict[tuple[int, str], dict] = {}
     pending = list(cases)
     with open(log, "a") as err:
         while pending:
-            proc = subprocess.Popen(command, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT, start_new_session=True)
-            inbox: queue.Queue = queue.Queue()
-            threading.Thread(target=_reader, args=(proc.stdout, inbox), daemon=True).start()
-            try:
-                proc.stdin.write("".join(json.dumps({"seed": s, "target": t}) + "\n" for s, t in pending))
-                proc.stdin.close()
-            except OSError:   # the worker is gone already: its end shows below
-                pass
-            current, progressed, wait_s = None, False, max(timeout, 300.0)   # CUDA's start-up the first time
-            while True:
-                try:
-                    msg = inbox.get(timeout=wait_s)
-                except queue.Empty:
-                    _kill(proc)
-                    if current is None:   # never got going: the cases left cannot run
-                        results.update({c: {"status": "ERROR", "message": "the GPU worker did not start"}
-                                        for c in pending})
-                        return results
-                    results[current] = {"status": "HANG", "message": f"still running after {timeout:g} s"}
-                    print(f"run seed {current[0]} {current[1]}: HANG", flush=True)
-                    break
-                if msg is None:   # the worker ended
-                    code = proc.wait()
-                    if current is not None and current not in results:
-                        results[current] = {"status": "ERROR", "message": f"the worker died (exit status {code})"}
-                    elif current is None and not progressed:
-                        results.update({c: {"status": "ERROR", "message": f"the GPU worker exited ({code}) "
-                                            f"before its first case; see {log}"} for c in pending})
-                        return results
-                    break
-                wait_s = timeout
-                if msg.get("start"):
-                    current = tuple(msg["start"])
-                elif msg.get("result"):
-                    progressed = True
-                    results[current] = msg["result"]
-                    if msg["result"]["status"] != "ok":
-                        print(f"run seed {current[0]} {current[1]}: {msg['result']['status']}", flush=True)
+            outcome = _one_worker(command, pending, results, timeout, err)
+            if outcome:   # the worker could not run at all: neither can the cases left
+                results.update({c: {"status": "ERROR", "message": f"{outcome}; see {log}"}
+                                for c in pending if c not in results})
             pending = [c for c in pending if c not in results]
     return results
+
+
+def _one_worker(command: list[str], pending: list[tuple[int, str]], results: dict, timeout: float, err) -> str:
+    """Runs `pending` in one worker until it ends or hangs; records what it finished and what hung or died.
+    '' when it ran at least one case, else why it could not start."""
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                            cwd=ROOT, start_new_session=True)
+    inbox: queue.Queue = queue.Queue()
+    threading.Thread(target=_reader, args=(proc.stdout, inbox), daemon=True).start()
+    try:
+        proc.stdin.write("".join(json.dumps({"seed": s, "target": t}) + "\n" for s, t in pending))
+        proc.stdin.close()
+    except OSError:   # the worker is gone already: its end shows below
+        pass
+    ready, phase, wait_s, finished = False, "starting", max(timeout, BUILD_TIMEOUT), 0   # CUDA's start-up
+    while True:
+        left = [c for c in pending if c not in results]
+        try:
+            msg = inbox.get(timeout=wait_s)
+        except queue.Empty:
+            _kill(proc)
+            if not ready:
+                return f"the GPU worker did not start in {wait_s:g} s"
+            results[left[0]] = {"status": "HANG", "message": f"still {phase} after {wait_s:g} s"}
+            print(f"run seed {left[0][0]} {left[0][1]}: HANG ({phase})", flush=True)
+            return ""
+        if msg is None:   # the worker ended: after a lost context, or it died in a case
+            code = proc.wait()
+            if not ready:
+                return f"the GPU worker exited ({code}) before its first case"
+            if left and (phase != "between cases" or not finished):   # a worker that finished nothing blames its first
+                results[left[0]] = {"status": "ERROR", "message": f"the worker died while {phase} (exit status {code})"}
+            return ""
+        if msg.get("ready"):
+            ready, phase, wait_s = True, "between cases", timeout
+        elif msg.get("building"):
+            phase, wait_s = "building", max(timeout, BUILD_TIMEOUT)
+        elif msg.get("start"):
+            phase, wait_s = "running", timeout
+        elif msg.get("result"):
+            result = msg["result"]
+            results[left[0]] = result
+            phase, wait_s, finished = "between cases", timeout, finished + 1
+            if result["status"] != "ok":
+                print(f"run seed {left[0][0]} {left[0][1]}: {result['status']}", flush=True)
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -34,7 +34,7 @@ def test_build_only_builds_or_refuses_each_seed_at_a_line(tmp_path: Path) -> Non
     assert all(c["status"] in ("built", "refused") for c in cases.values()), report["summary"]
     assert all(c["line"] > 0 for c in cases.values() if c["status"] == "refused")
     assert any(c["status"] == "built" for c in cases.values())
-    assert run.stdout.rstrip().splitlines()[-3].startswith("target  built refused@line")
+    assert run.stdout.rstrip().splitlines()[-3].startswith("target  built refused@line refused-no-line")
 
 
 @pytest.mark.parametrize("seed", [7, 28, 30, 31])
@@ -59,13 +59,17 @@ def test_references_hold_every_tensor_the_kernel_takes(seed: int, tmp_path: Path
 
 
 STAND_IN = textwrap.dedent('''
-    """A stand-in GPU worker: seed 1 hangs, seed 2 loses its context (exits after reporting), others pass."""
+    """A stand-in GPU worker: seed 1 hangs, seed 2 loses its context (exits after reporting), seed 3 dies
+    while running, others pass."""
     import json, sys, time
     print("noise on stdout is not protocol", flush=True)
     print("@@ " + json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         case = json.loads(line)
+        print("@@ " + json.dumps({"building": [case["seed"], case["target"]]}), flush=True)
         print("@@ " + json.dumps({"start": [case["seed"], case["target"]]}), flush=True)
+        if case["seed"] == 3:
+            sys.exit(1)
         if case["seed"] == 1:
             time.sleep(600)
         result = {"seed": case["seed"], "target": case["target"], "status": "ok" if case["seed"] != 2 else "ERROR"}
@@ -78,14 +82,54 @@ STAND_IN = textwrap.dedent('''
 def test_a_hung_case_is_a_hang_and_the_rest_run_in_a_new_worker(tmp_path: Path) -> None:
     worker = tmp_path / "worker.py"
     worker.write_text(STAND_IN)
-    cases = [(s, "sm_90a") for s in range(5)]
+    cases = [(s, "sm_90a") for s in range(6)]
     results = differential_gpu.run_all(cases, str(tmp_path), 2.0, tmp_path / "worker.log",
                                        worker=[sys.executable, str(worker)])
-    assert {c: r["status"] for c, r in results.items()} == {
-        (0, "sm_90a"): "ok", (1, "sm_90a"): "HANG", (2, "sm_90a"): "ERROR", (3, "sm_90a"): "ok", (4, "sm_90a"): "ok"}
+    assert {c[0]: r["status"] for c, r in results.items()} == {0: "ok", 1: "HANG", 2: "ERROR", 3: "ERROR", 4: "ok",
+                                                                 5: "ok"}
+    assert results[1, "sm_90a"]["message"] == "still running after 2 s"
+    assert results[3, "sm_90a"]["message"] == "the worker died while running (exit status 1)"
+
+
+def test_a_worker_that_ends_between_cases_without_finishing_one_still_moves_on(tmp_path: Path) -> None:
+    ends = 'import json; print("@@ " + json.dumps({"ready": True}), flush=True)'
+    results = differential_gpu.run_all([(0, "sm_90"), (1, "sm_90")], str(tmp_path), 2.0, tmp_path / "worker.log",
+                                       worker=[sys.executable, "-c", ends])
+    assert [r["status"] for r in results.values()] == ["ERROR", "ERROR"]
 
 
 def test_a_worker_that_never_starts_fails_its_cases_in_one_line(tmp_path: Path) -> None:
     results = differential_gpu.run_all([(0, "sm_90")], str(tmp_path), 2.0, tmp_path / "worker.log",
                                        worker=[sys.executable, "-c", "import sys; sys.exit(1)"])
     assert results[0, "sm_90"]["status"] == "ERROR" and "before its first case" in results[0, "sm_90"]["message"]
+
+
+def test_the_comparison_the_worker_makes_passes_the_sm90_kernel_ir_and_fails_a_wrong_one(tmp_path: Path) -> None:
+    """compare_sizes, fed the sm_90 kernel IR on the tile evaluator in place of the GPU: the saved inputs
+    and references fit the kernel, a right kernel passes, one that writes nothing or 10 % too much is WRONG."""
+    from tlc.kir.tile_eval import evaluate_program
+
+    seed = next(s for s in range(100) if _lowers(s))
+    text, defines, _ = structural_program(seed)
+    state, _ = lower_to_kernel_ir(text.encode(), "g.tl", "sm_90", defines or {}, name="g")
+    saved = torch.load(differential_gpu.reference_case(seed, str(tmp_path)))
+
+    def launch(inputs, poisoned, floats):
+        tensors = {a.name: inputs[a.name] for a in state.abi.tensors if not a.output}
+        return evaluate_program(state.kir, state.abi, tensors, floats)["O"].to(poisoned.dtype)
+
+    assert differential_gpu.compare_sizes(saved, launch)["status"] == "ok"
+    assert differential_gpu.compare_sizes(saved, lambda i, poisoned, f: poisoned)["status"] == "WRONG"
+    nowhere = {"sizes": [dict(size, expected=None) for size in saved["sizes"]]}
+    assert differential_gpu.compare_sizes(nowhere, launch)["status"] == "unchecked"
+    off = differential_gpu.compare_sizes(saved, lambda *a: launch(*a) * 1.1)
+    assert off["status"] == "WRONG" and off["max_error"] > differential_gpu.RTOL
+
+
+def _lowers(seed: int) -> bool:
+    text, defines, _ = structural_program(seed)
+    try:
+        lower_to_kernel_ir(text.encode(), "g.tl", "sm_90", defines or {}, name="g")
+    except TlcError:
+        return False
+    return True
