@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One device call that validates the compiler on a GPU: the carried wheels, then the steps named on the command
+# line, each logged under $OUT (a step's failure is recorded and the next still runs). Steps:
+#   suite        precompile the GPU tests' kernels (16 jobs), then `pytest -m gpu tests/gpu`
+#   hang         the 256-row / 32-key / 4-stage / one-KV-head sm_90a kernel that once hung, at 1x1 and odd sizes
+#   diff=A:B     bench/differential_gpu.py on seeds A..B-1 for sm_90 and sm_90a
+#   sanitize     compute-sanitizer memcheck, racecheck and synccheck on bench/sanitize_one.py for both targets
+#   bar          bench/precompile.py --set bar and bench/bench_attention.py --bar --arch sm_90a
+# usage (device): bash bench/gpu_validate.sh suite hang diff=0:200 sanitize
+set -u
+OUT=${OUT:-/tmp/gpu-validate}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$OUT/pip.txt" 2>&1 || { echo "wheel install failed"; cat "$OUT/pip.txt"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TLC_CACHE_DIR=${TLC_CACHE_DIR:-/tmp/tlc-cache}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+status=0
+step() {  # step NAME COMMAND...: run, log to $OUT/NAME.txt, print the tail
+    local name=$1; shift
+    local t0=$SECONDS
+    "$@" > "$OUT/$name.txt" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc in $((SECONDS - t0)) s"; tail -n 15 "$OUT/$name.txt"
+    [ $rc -eq 0 ] || status=1
+}
+for what in "$@"; do
+    case $what in
+    suite) step precompile-tests python3 bench/precompile.py --jobs 16 --set tests
+           step gpu-suite python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider ;;
+    hang)  step hang timeout 120 python3 bench/hang_case.py ;;
+    diff=*) step differential python3 bench/differential_gpu.py --seeds "${what#diff=}" --arch sm_90 --arch sm_90a \
+               --jobs 16 --timeout 60 --out "$OUT" ;;
+    sanitize)
+        for arch in sm_90 sm_90a; do
+            for tool in memcheck racecheck synccheck; do
+                step "$tool-$arch" compute-sanitizer --tool $tool --report-api-errors no \
+                    python3 bench/sanitize_one.py --arch $arch
+            done
+        done ;;
+    bar)   step precompile-bar python3 bench/precompile.py --jobs 16 --set bar --arch sm_90a
+           step bar python3 bench/bench_attention.py --bar --arch sm_90a ;;
+    *) echo "unknown step '$what'"; status=1 ;;
+    esac
+done
+exit $status
