@@ -64,6 +64,8 @@ class StructuralChoices:
     qk_width: int = 64                 # Q/K tile width; narrower than d_qk: the GEMM reads part of the head dim
     q_col: int = 0                     # the Q tile's column coordinate (C =), in tiles of qk_width
     k_col: int = 0
+    v_width: int = 64                  # V tile width; narrower than d_v: O gets (and stores) that many columns
+    v_col: int = 0                     # the V tile's and O store's column coordinate, in tiles of v_width
     bm: int = 64
     bn: int = 32
     d3: int = 64                       # chain3: columns of D and O
@@ -115,7 +117,8 @@ class StructuralChoices:
             if f.name in ("family", "bm", "bn", "d_qk", "d_v"):
                 continue
             value = getattr(self, f.name)
-            differs = value != self.d_qk if f.name == "qk_width" else value != getattr(base, f.name)
+            widths = {"qk_width": self.d_qk, "v_width": self.d_v}
+            differs = value != widths[f.name] if f.name in widths else value != getattr(base, f.name)
             if differs:
                 parts.append(f"{f.name}={value if not isinstance(value, tuple) else '+'.join(value) or '-'}")
         return " ".join(parts)
@@ -134,6 +137,8 @@ class _Writer:
         self.dq, self.dv = ("DQK", "DV") if c.d_qk != c.d_v else ("HeadDim", "HeadDim")
         self.qkw = "QKW" if c.qk_width != c.d_qk else self.dq
         self.out_cols = "D3" if c.family == "chain3" else self.dv
+        self.vw = "VW" if c.v_width != c.d_v else self.dv
+        self.out_tile = "D3" if c.family == "chain3" else self.vw
 
     def put(self, text: str = "") -> None:
         self.lines.append("  " * self.depth + text if text else "")
@@ -154,6 +159,8 @@ class _Writer:
             put(f"Param {self.dv} = {c.d_v}")
         if self.qkw == "QKW":
             put(f"Param QKW = {c.qk_width}   # Q and K tiles narrower than the tensors: part of the head dim")
+        if self.vw == "VW":
+            put(f"Param VW = {c.v_width}   # V and O tiles narrower than the tensors: part of the output")
         if c.family == "chain3":
             put(f"Param D3 = {c.d3}")
         put(f"Param BM = {128 if c.defines else c.bm}")   # with -D, the file holds other tile sizes
@@ -183,10 +190,10 @@ class _Writer:
         put()
         put(f"Allocate {q} in shared (BM, {self.qkw})")
         put(f"Allocate {k} in shared {_rows_or_cols(c.k_stored, self.qkw, 'BN')}")
-        put(f"Allocate {v} in shared {_rows_or_cols(c.v_stored, dv, 'BN')}")
+        put(f"Allocate {v} in shared {_rows_or_cols(c.v_stored, self.vw, 'BN')}")
         if c.family == "chain3":
             put(f"Allocate D in shared ({dv}, D3)")
-        put(f"Allocate O in register (BM, {self.out_cols})")
+        put(f"Allocate O in register (BM, {self.out_tile})")
         put()
 
     def prologue(self) -> None:
@@ -212,8 +219,8 @@ class _Writer:
         else:
             put(f"Copy {k} {ktile} in coordinate [L = {c.kv_coord}{_col(c.k_col)}] from global to shared")
         vrow = c.v_coord or c.kv_coord
-        vcoord = f"C = {vrow}" if c.v_stored == "cols" else f"L = {vrow}"
-        put(f"Copy {v} {_rows_or_cols(c.v_stored, self.dv, 'BN')} in coordinate [{vcoord}] from global to shared")
+        vcoord = f"L = {c.v_col}, C = {vrow}" if c.v_stored == "cols" else f"L = {vrow}{_col(c.v_col)}"
+        put(f"Copy {v} {_rows_or_cols(c.v_stored, self.vw, 'BN')} in coordinate [{vcoord}] from global to shared")
         if "K" in c.register_copies:
             put(f"Copy {k} from shared to register")
         kt = k if (c.k_stored == "cols") != bool(c.transpose_slip) else f"{k}.T"
@@ -250,7 +257,7 @@ class _Writer:
         for op in c.post_ops:
             put(POST_OPS[op])
         rows = "block_idx from end" if c.o_from_end else "block_idx"
-        put(f"Copy O (BM, {self.out_cols}) in coordinate [L = {rows}] from register to global")
+        put(f"Copy O (BM, {self.out_tile}) in coordinate [L = {rows}{_col(c.v_col)}] from register to global")
 
 
 def _rows_or_cols(stored: str, width: str, length: str) -> str:
@@ -330,6 +337,9 @@ def draw_choices(pick: _Picker, sizes: str = "target") -> StructuralChoices:
         qk_width = d_qk // pick.one([2, 4] if d_qk % 4 == 0 else [2])
         q_col = pick.one([0, 1])
         k_col = q_col if pick.chance(80) else pick.one([0, 1])
+    v_width, v_col = d_v, 0
+    if family != "chain3" and d_v % 2 == 0 and pick.chance(8):
+        v_width, v_col = d_v // 2, pick.one([0, 1])
     bm = pick.one(*table["bm"])
     target = sizes == "target"
     if target and max(d_qk, d_v) >= 192 and bm > 64 and pick.chance(70):
@@ -342,7 +352,7 @@ def draw_choices(pick: _Picker, sizes: str = "target") -> StructuralChoices:
     q_from_end = pick.chance(20)   # O is stored from the top in a quarter of these
     choices = StructuralChoices(
         family=family, dtype=pick.one(["bf16", "fp16"], [4, 1]),
-        d_qk=d_qk, d_v=d_v, qk_width=qk_width, q_col=q_col, k_col=k_col,
+        d_qk=d_qk, d_v=d_v, qk_width=qk_width, q_col=q_col, k_col=k_col, v_width=v_width, v_col=v_col,
         bm=bm, bn=pick.one(*table["bn"]), d3=pick.one(*table["d"]),
         warps=pick.one([None, max(4, bm // 64 * 4), 4, 8], [6, 3, 1, 1]) if target else None,
         stages=pick.one([None, 2, 3, 4, 1], [6, 3, 1, 1, 1]) if target else None,
