@@ -6,6 +6,7 @@
 #   diff=A:B     bench/differential_gpu.py on seeds A..B-1 for sm_90 and sm_90a
 #   sanitize     compute-sanitizer memcheck, racecheck and synccheck on bench/sanitize_one.py for both targets
 #   bar          bench/precompile.py --set bar and bench/bench_attention.py --bar --arch sm_90a
+#   only=EXPR    `pytest -m gpu tests/gpu -k EXPR` (a rerun of some GPU tests)
 # usage (device): bash bench/gpu_validate.sh suite hang diff=0:200 sanitize
 set -u
 OUT=${OUT:-/tmp/gpu-validate}
@@ -39,6 +40,7 @@ for what in "$@"; do
         done ;;
     bar)   step precompile-bar python3 bench/precompile.py --jobs 16 --set bar --arch sm_90a
            step bar python3 bench/bench_attention.py --bar --arch sm_90a ;;
+    only=*) step only python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -k "${what#only=}" ;;
     *) echo "unknown step '$what'"; status=1 ;;
     esac
 done

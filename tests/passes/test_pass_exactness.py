@@ -63,6 +63,8 @@ KEPT = {
     # a trip whose K/V tiles lie wholly past seqlen_k adds nothing, as absent keys do
     "one_trip_past_the_keys": _sub(LOOP, "for n = 0:seqlen_k / BN + 1\n"),
     "kv_one_tile_ahead": MHA.replace("in coordinate [L = n]", "in coordinate [L = n + 1]"),
+    # at 1x1 and 9x8 the loop runs no trip: an empty domain, m = -inf and l = 0, O / l = 0 (LANGUAGE.md §7)
+    "loop_from_1": _sub(LOOP, "for n = 1:seqlen_k / BN\n"),
     # causal: the trips past the diagonal still halve O, so the loop is not cut there
     "o_halved_each_trip_causal": _sub(PV, PV + "  Compute Multiply O, 0.5 and get new O\n").replace(
         "Param Causal = false", "Param Causal = true"),

@@ -329,8 +329,9 @@ class Interpreter:
             self.region(body, local, dict(env, **{op.var: n}))
             last = [self.get(local, y) for y in op.yields]
             carried = last[: len(carried)]
-        if stop <= start and len(op.yields) > len(carried):
-            raise InterpError("a loop with no iterations leaves its softmax statistics undefined", op)
+        if stop <= start:  # no trip: each exported statistic is its softmax's over an empty domain
+            stats = {r.uid: inner[("stats", id(sm))][i] for sm in softmaxes for i, r in enumerate(sm.results[1:])}
+            last += [stats[y.uid] for y in op.yields[len(carried):]]
         return tuple(last)
 
     def _domain_stats(self, op: LoopOp, softmaxes, args, inner, env, start, stop) -> None:
@@ -341,7 +342,10 @@ class Interpreter:
                 raise InterpError("the scores of a Softmax may not depend on loop-carried values", sm)
         seen: dict[int, list[Tile]] = {id(sm): [] for sm in softmaxes}
         targets = {sm.operands[0].uid for sm in softmaxes}
-        for n in range(start, stop):
+        # A loop with no trip still has rows: its scores' shape comes from one trip at `start` whose scores
+        # are all absent, so every row has m = -inf and l = 0 (LANGUAGE.md §7), and O / l is 0.
+        empty = stop <= start
+        for n in range(start, stop if not empty else start + 1):
             local = dict(inner)
             local[op.args[0].uid] = n
             for a, v in zip(op.args[1:], args):
@@ -351,10 +355,11 @@ class Interpreter:
                     break
                 self.execute(o, local, dict(env, **{op.var: n}))
             for sm in softmaxes:
-                seen[id(sm)].append(self.get(local, sm.operands[0]))
+                x = self.get(local, sm.operands[0])
+                seen[id(sm)].append(replace(x, valid=torch.zeros_like(x.valid), row_ok=_row_ok(x), col_ok=_col_ok(x))
+                                    if empty else x)
         for sm in softmaxes:
-            if seen[id(sm)]:
-                inner[("stats", id(sm))] = _softmax_stats(seen[id(sm)])
+            inner[("stats", id(sm))] = _softmax_stats(seen[id(sm)])
 
 
 def _softmax_stats(tiles: list[Tile]) -> tuple[Tile, Tile]:
