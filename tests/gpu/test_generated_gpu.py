@@ -24,7 +24,9 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 SEEDS = list(range(0, 40))
-REGRESSION_SEEDS: list[int] = []   # seeds whose programs found a bug on a GPU
+# Seeds whose programs found a bug on a GPU: 211, 318, 377 and 551 (causal, a loop stop that reads block_idx)
+# ran no trip on an H200 when NVRTC 13.0's ptxas fused the bound's integer mins into a wrong VIMNMX3.
+REGRESSION_SEEDS: list[int] = [211, 318, 377, 551]
 TARGETS = ["sm_90", "sm_90a"]
 
 

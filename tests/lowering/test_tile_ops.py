@@ -133,7 +133,7 @@ def test_b2b_has_relu_and_no_softmax() -> None:
                                                                                        ("seqlen_k", "int"))
     assert print_kir(parse_kir(print_kir(s.kir))) == print_kir(s.kir)
     src = emit_program(s.kir, source="b2b_gemm_relu.tl")
-    assert "acc_S(i) = max(x0, 0.0f);" in src and f'#line {relu[0].loc.line} "b2b_gemm_relu.tl"' in src
+    assert "acc_S(i) = tlc::max(x0, 0.0f);" in src and f'#line {relu[0].loc.line} "b2b_gemm_relu.tl"' in src
     assert "exp2f" not in src and "__shfl_xor_sync" not in src
 
 

@@ -58,7 +58,7 @@ def test_spec_compiles(builds, spec: str) -> None:
     tensors = [t["name"] for t in meta["launch"]["tensors"]]
     assert all(f"{t}_ptr" in fields for t in tensors)
     if spec == "b2b_gemm_relu":
-        assert "acc_S(i) = max(x0, 0.0f);" in source and "exp2f" not in source and tensors == ["A", "B", "C", "O"]
+        assert "acc_S(i) = tlc::max(x0, 0.0f);" in source and "exp2f" not in source and tensors == ["A", "B", "C", "O"]
     if spec == "chain3_fwd":
         assert source.count("tiled_mma.call(d_, ") == 3 and tensors == ["A", "B", "C", "D", "O"]   # one MMA per GEMM
     if spec == "softcap_fwd":

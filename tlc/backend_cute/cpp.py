@@ -9,7 +9,7 @@ CPP_DTYPE = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t", "fp32": "float"
 CPP_SCALAR = {"i32": "int", "i64": "int64_t", "f32": "float", "bool": "bool"}
 CPP_PARAM = {"ptr<bf16>": "cute::bfloat16_t*", "ptr<fp16>": "cute::half_t*", "ptr<f32>": "float*", "ptr<i32>": "int*",
              "i32": "int", "i64": "int64_t", "f32": "float"}
-_FUNCS = {"min": "min", "max": "max", "ceil_div": "tlc::ceil_div", "cdiv": "tlc::ceil_div",
+_FUNCS = {"min": "tlc::min", "max": "tlc::max", "ceil_div": "tlc::ceil_div", "cdiv": "tlc::ceil_div",
           "floor_div": "tlc::floor_div", "floor_mod": "tlc::floor_mod", "exp2": "exp2f", "exp": "expf",
           "sqrt": "sqrtf", "log": "logf", "tanh": "tanhf", "abs": "fabsf", "isnan": "isnan"}
 

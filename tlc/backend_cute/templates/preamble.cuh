@@ -14,6 +14,26 @@ CUTE_HOST_DEVICE constexpr int ceil_div(int a, int b) { return -floor_div(-a, b)
 // TL's `%`: the remainder takes the divisor's sign, as Python's (C++'s `%` takes the dividend's).
 CUTE_HOST_DEVICE constexpr int floor_mod(int a, int b) { return (a % b != 0 && (a % b < 0) != (b < 0)) ? a % b + b : a % b; }
 
+// Integer min and max by arithmetic, not IMNMX: NVRTC 13.0's ptxas (the CUDA 13.0 wheels torch brings) fuses a
+// chain of integer mins into one three-input VIMNMX3 that can compute the wrong value (a loop bound
+// min(min(a, b), c) ran no trip on an H200; the same source from NVRTC 13.5 was right). Floats keep CUDA's min/max.
+template <class A, class B> CUTE_HOST_DEVICE constexpr auto min(A a, B b) {
+  if constexpr (cute::is_std_integral<A>::value && cute::is_std_integral<B>::value) {
+    const auto d = b - a;
+    return a + (d & (d >> (8 * sizeof(d) - 1)));
+  } else {
+    return ::min(a, b);
+  }
+}
+template <class A, class B> CUTE_HOST_DEVICE constexpr auto max(A a, B b) {
+  if constexpr (cute::is_std_integral<A>::value && cute::is_std_integral<B>::value) {
+    const auto d = a - b;
+    return a - (d & (d >> (8 * sizeof(d) - 1)));
+  } else {
+    return ::max(a, b);
+  }
+}
+
 // 2^x on the FMA pipe, for exp2 work the MUFU unit cannot keep up with (`emulate-exp2`): the integer
 // part by rounding in the mantissa (x + 1.5·2^23), 2^f for f in [-0.5, 0.5] by a degree-3 polynomial
 // (relative error 1.5e-4 in float32, below bf16's 3.9e-3), added into the exponent; 0 below -126
