@@ -95,3 +95,13 @@ def test_a_padded_column_tile_past_the_first_is_refused(tmp_path):
         "Copy K (BN, DQ) in coordinate [L = n]", "Copy K (BN, DQ) in coordinate [L = n, C = 1]")
     with pytest.raises(TlcError, match="padded to 64"):
         _cute(write(tmp_path, "narrow40", text), "sm_90")
+
+
+def test_a_padded_width_that_becomes_a_row_count_is_explained():
+    """chain3 with N2 = 32: C's 32 columns pad to 64 on sm_90a, so T = S·C is 64 wide while D has 32 rows; the
+    refusal says so rather than reporting operand shapes the program never wrote."""
+    from pathlib import Path
+    spec = Path(__file__).resolve().parents[2] / "specs" / "chain3_fwd.tl"
+    with pytest.raises(TlcError, match="pads tile widths to multiples of 64") as exc:
+        emit_text(spec.read_bytes(), str(spec), "sm_90a", {"K1": "32", "N2": "32"}, "cute", line_directives=False)
+    assert "Compute GEMM T, D" in spec.read_text().splitlines()[exc.value.diagnostics[0].loc.line - 1]

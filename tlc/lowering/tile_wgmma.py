@@ -49,6 +49,11 @@ class WgmmaRules:
             am, ak = a_buf.rows, a_buf.cols
         b_buf = self._shared_operand(op.operands[1], b_slot, "B", op)
         bk, bn = (b_buf.cols, b_buf.rows) if b_major == "k" else (b_buf.rows, b_buf.cols)
+        if ak != bk and min(ak, bk) % GMMA_SPAN and max(ak, bk) % GMMA_SPAN == 0:
+            raise fail(f"tlc build ({self.arch.name}): this GEMM's A is {am}×{ak} and B {bk}×{bn}: sm_90a pads tile "
+                       f"widths to multiples of {GMMA_SPAN} (128-byte GMMA rows) but not row counts, so a width of "
+                       f"{min(ak, bk)} that is a row count here became {max(ak, bk)} where it was a width; make that "
+                       f"dimension a multiple of {GMMA_SPAN}, or build for sm_90", op.loc)
         self._wgmma_shapes(op, am, ak, bk, bn, [b for b in (a_buf, b_buf) if b is not None])
         acc, zero_init = self._wgmma_acc(op, mma, am, bn, out)
         decl = H.WgmmaTiledMmaOp(name=mma, dtype=b_buf.dtype, kind=kind, tile=(64, bn, 16),
