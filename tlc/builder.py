@@ -7,15 +7,16 @@ every check a build runs short of NVRTC, for `tlc check`.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, Loc, TlcError, escape_controls, fail
 from tlc.names import kernel_name
@@ -93,11 +94,51 @@ def lower_to_kernel_ir(data: bytes, path: str, arch: str, defines: Mapping[str, 
     from tlc.lowering.passes import run_lowering
 
     graph, remarks = compile_graph(data, path, defines=defines)
-    refuse_second_stores(graph)
-    state, ctx = run_lowering(graph, arch, name=name, lse=lse)
-    refuse_unproved_protocol(state.kir, arch)
+    with refusing_for(arch):
+        refuse_loaded_operands(graph)
+        refuse_second_stores(graph)
+        state, ctx = run_lowering(graph, arch, name=name, lse=lse)
+        refuse_unproved_protocol(state.kir, arch)
     notes = [d for d in ctx.sink.items if d.severity != "error"]
     return state, remarks + notes + schedule_warnings(graph, state.schedule, arch)
+
+
+BUILD_REFUSAL = "tlc build: "
+
+
+@contextmanager
+def refusing_for(arch: str) -> Iterator[None]:
+    """Each `tlc build: …` refusal raised inside says which target refused it, `tlc build (sm_90a): …`: the
+    lowering rules are shared by the targets (sm_90a's copies are the sm_80 family's cp.async), so the
+    message a rule writes cannot tell which target ran it. Other messages (a Param's value, resources
+    that name their arch) pass unchanged."""
+    try:
+        yield
+    except TlcError as exc:
+        named = [dataclasses.replace(d, message=f"tlc build ({arch}): {d.message[len(BUILD_REFUSAL):]}")
+                 if d.message.startswith(BUILD_REFUSAL) else d for d in exc.diagnostics]
+        raise TlcError(named) from None
+
+
+def refuse_loaded_operands(graph) -> None:
+    """A Compute or Reshape whose operand is a tile copied from memory into registers (a bias added to S),
+    refused at its line before the lowering: every target lowers a register copy of a shared tile only
+    as a GEMM operand and no copy from global to registers, and the ABI's checks would otherwise speak
+    first, of the tensor's shape, so a user would fix that to meet this refusal next. The interpreter
+    runs such programs."""
+    from tlc.diagnostics import Note
+    from tlc.ir.ops import CopyOp, GemmOp, LoopOp
+    from tlc.passes.verify import LOWERED_OPERANDS, statement
+
+    for region, op in graph.walk():
+        if isinstance(op, (GemmOp, CopyOp, LoopOp)):
+            continue
+        for v in op.operands:
+            copy = region.producer(v)
+            if isinstance(copy, CopyOp) and copy.dst_space == "register" and copy.src_space != "register":
+                raise fail(f"{BUILD_REFUSAL}{statement(op)} reads '{v.base}', a tile copied to registers from "
+                           f"{copy.src_space} memory; {LOWERED_OPERANDS}", op.loc,
+                           Note(f"'{v.base}' is copied to registers here", copy.loc))
 
 
 def refuse_unproved_protocol(program, arch: str) -> None:

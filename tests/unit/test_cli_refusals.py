@@ -161,7 +161,7 @@ def test_a_bad_jobs_count_is_refused_by_the_parser(capsys, option) -> None:
 @pytest.mark.parametrize("line, words", [
     ("Param ReduceChains = 3", "sm_90, sm_90a: {}:17:1: error: Param ReduceChains = 3: use 1, 2, 4 or 8"),
     ("Param StaticTiles = true", "sm_90, sm_90a: {}:17:1: error: StaticTiles = true needs Persistent = true"),
-    ("Param Stages = 99", "sm_90: {}:17:1: error: Param Stages = 99: the sm_80 pipeline runs 1 or 2 stages"),
+    ("Param Stages = 99", "sm_90: {}:17:1: error: Param Stages = 99: the cp.async pipeline runs 1 or 2 stages"),
 ])
 def test_check_refuses_schedule_params_every_build_refuses(tmp_path, capsys, line, words) -> None:
     path = _with_param(tmp_path, line)
@@ -182,14 +182,14 @@ def test_check_for_an_arch_refuses_what_its_build_refuses_with_the_same_message(
     built = capsys.readouterr().err
     assert main(["check", GQA, "--arch", "sm_90a"]) == 1
     checked = capsys.readouterr().err
-    assert built.startswith(f"{GQA}:43:3: error: tlc build: Param Warps = 4")
+    assert built.startswith(f"{GQA}:43:3: error: tlc build (sm_90a): Param Warps = 4")
     assert f"sm_90a: {built}" in checked
 
 
 def test_check_without_arch_names_the_target_that_refuses(capsys) -> None:
     assert main(["check", GQA]) == 0   # the sm_80 family builds it
     out = capsys.readouterr()
-    assert f"sm_90a: {GQA}:43:3: error: tlc build: Param Warps = 4" in out.err
+    assert f"sm_90a: {GQA}:43:3: error: tlc build (sm_90a): Param Warps = 4" in out.err
     assert out.out == f"{GQA}: ok for sm_90; sm_90a refuses it (above)\n"
 
 

@@ -101,8 +101,8 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
                        op.loc)
         dtype = op.result.type.dtype or str(graph.params.get("dtype", "bf16"))
         if dtype not in ("bf16", "fp16"):
-            raise fail(f"tlc build: global tensor '{op.name}' is {dtype}; the sm_80 kernels read and write bf16 "
-                       "or fp16 tensors", op.loc)
+            raise fail(f"tlc build: global tensor '{op.name}' is {dtype}; tlc's kernels read and write "
+                       "bf16 or fp16 tensors", op.loc)
         tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc),
                                  int_value(op.shape[1], op.loc, f"the columns of '{op.name}'"),
                                  str(op.offset) if op.offset is not None else "head_idx", op.name in stored))

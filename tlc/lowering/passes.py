@@ -516,7 +516,8 @@ class PipelinePass(_ScheduleListingPass):
         if any(isinstance(op, WarpSpecializeOp) for op in walk(_kernel(state))):
             state.stages = max((op.stages for op in walk(_kernel(state)) if isinstance(op, ForOp)), default=1)
             return   # warp-specialize built the TMA ring: nothing is left for cp.async stages
-        stages = _stages(graph, self.stages, 2, "the sm_80 pipeline runs 1 or 2 stages")
+        stages = _stages(graph, self.stages, 2, "the cp.async pipeline runs 1 or 2 stages (the sm_90a "
+                         "TMA ring takes up to 4)")
         kernel, reports = pipeline_kernel(_kernel(state), stages, state.arch.smem_per_block)
         state.schedule = list(state.schedule) + reports
         _with_kernel(state, kernel)
@@ -591,7 +592,7 @@ class CheckResourcesPass(Pass):
                            "with more shared memory (sm_80: 163 KB, sm_90: 227 KB)")
             if hard > limit:
                 self._over(ctx, "registers", f"{hard} registers per thread for accumulators and row statistics "
-                           "alone", f"{limit} per thread", regs,
+                           "alone", f"{limit} per thread on {arch.name}", regs,
                            " registers", where, "lower BM or the head dim, or raise Param Warps")
             elif peak > limit:
                 ctx.sink.extend([Diagnostic("warning", f"registers: about {peak} per thread at the hungriest GEMM "

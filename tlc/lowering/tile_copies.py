@@ -46,15 +46,15 @@ class CopyRules:
                      and any(x is op.result for x in u.operands)]
             for user in users:
                 if not isinstance(user, GemmOp):
-                    raise fail(f"tlc build: '{op.result.base}' is copied to registers for a {user.mnemonic}; the sm_80 "
+                    raise fail(f"tlc build: '{op.result.base}' is copied to registers for a {user.mnemonic}; the "
                                "lowering loads shared tiles into registers only as GEMM operands (ldmatrix)", user.loc)
             self._bind(op.result, Slot("smem", src.name, src.rows, src.cols, region=self.region, buffer=src.buffer,
                                        uid=src.uid))
             return
         if route == ("register", "global"):
             return self._store(op, out)
-        raise fail(f"tlc build: a copy from {op.src_space} to {op.dst_space} has no sm_80 lowering (supported: "
-                   "global→shared, shared→register, register→global)", op.loc)
+        raise fail(f"tlc build: a copy from {op.src_space} to {op.dst_space} has no lowering (supported: "
+                   "global→shared, shared→register for a GEMM operand, register→global)", op.loc)
 
     def _coords(self, op: CopyOp, rows_tile: int, cols_tile: int, cols: int) -> tuple[Expr, Expr]:
         coord = dict(op.coord)
@@ -182,7 +182,7 @@ class CopyRules:
         if g.kind != "global":
             raise fail("tlc build: a copy to global writes a global tensor", op.loc)
         if src.kind != "frag":
-            raise fail(f"tlc build: '{op.operands[0].base}' is not an accumulator tile; the sm_80 lowering stores "
+            raise fail(f"tlc build: '{op.operands[0].base}' is not an accumulator tile; the lowering stores "
                        "fp32 register tiles (GEMM results) to global", op.loc)
         tr, tc, logical, r, c = self._copy_tile(op, g, (src.rows, src.logical_cols), f"'{op.operands[0].base}'")
         t = next(t for t in self.abi.tensors if t.ptr == f"{op.operands[1].base}_ptr")

@@ -26,7 +26,7 @@ class GemmRules:
             return s.name, s.rows, s.cols, {}
         buf = self._shared_operand(v, s, role, op)
         if role == "A" and major != "k":
-            raise fail(f"tlc build: operand A '{v.base}' is read transposed (stored M-contiguous); the sm_80 "
+            raise fail(f"tlc build: operand A '{v.base}' is read transposed (stored M-contiguous); the "
                        "lowering reads A as stored, rows × K", op.loc)
         trans = role == "B" and major == "mn"
         src = buf.name
@@ -49,7 +49,7 @@ class GemmRules:
         if s.kind != "smem":
             where = {"frag": "an accumulator (Reshape it to MMA_A first)", "afrag": "an A-operand fragment",
                      "row": "a row vector", "scalar": "a scalar", "global": "a global tensor (copy it to shared)"}
-            path = "sm_90a" if self.arch.mma_path == "wgmma" else "sm_80"
+            path = "sm_90a" if self.arch.mma_path == "wgmma" else "sm_80-family"
             raise fail(f"tlc build: GEMM operand {role} '{v.base}' is {where.get(s.kind, s.kind)}; the {path} lowering "
                        f"reads operand {role} from a shared tile" + (" or a reshaped accumulator" if role == "A" else ""),
                        op.loc)

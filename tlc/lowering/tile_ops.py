@@ -92,7 +92,7 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
             self.warp_plan = plan_warps(self.g, self.warps, self.x)
         self._lower_region(self.g, body)
         if self.m_rows is None:
-            raise fail("tlc build: the program has no GEMM; the sm_80 lowering needs one to fix the thread layout")
+            raise fail("tlc build: the program has no GEMM; the lowering needs one to fix the thread layout")
         # a loop whose trips grow with block_idx (causal): its longest tiles first, the hardware's launch order;
         # rows counted from the end put them first already
         rev = any(isinstance(op, LoopOp) and op.stop is not None and "block_idx" in str(op.stop)
@@ -130,7 +130,7 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
             rule = getattr(self, f"_{type(op).__name__}", None)
             if rule is None or isinstance(op, SoftmaxOp):
                 raise fail(f"tlc build: no kernel lowering for '{op.mnemonic}' here (run the TL passes first; "
-                           "the sm_80 lowering handles Allocate, Copy, GEMM, elementwise, Mask, the online "
+                           "the lowering handles Allocate, Copy, GEMM, elementwise, Mask, the online "
                            "softmax's ops, Reshape and loops)", op.loc)
             rule(op, region, out)
 
@@ -354,7 +354,7 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
     def _ReshapeOp(self, op: ReshapeOp, region: Graph, out: list[K.Op]) -> None:
         s = self._tile(op.operands[0], op)
         if s.kind != "frag" or (op.src_modes[:1], op.dst_modes[:1]) != (("MMA_C",), ("MMA_A",)):
-            raise fail("tlc build: the sm_80 lowering regroups an accumulator (MMA_C) as an A operand (MMA_A) "
+            raise fail("tlc build: the lowering regroups an accumulator (MMA_C) as an A operand (MMA_A) "
                        f"only; this Reshape goes {op.src_modes[:1]} → {op.dst_modes[:1]}", op.loc)
         dtype = op.dtype or self.dtype
         if dtype not in ("bf16", "fp16"):
@@ -373,7 +373,7 @@ class TileOpLowering(CopyRules, WgmmaRules, GemmRules):
         stop = self.x.lower(op.stop, op.loc, ceil=True)
         carried = len(op.operands)
         if len(op.yields) > carried:
-            raise fail("tlc build: values exported from a loop body (not carried) have no sm_80 lowering; "
+            raise fail("tlc build: values exported from a loop body (not carried) have no lowering; "
                        "run the TL passes (online-softmax carries the softmax statistics)", op.loc)
         homes: list[Slot] = []
         for v in op.operands:

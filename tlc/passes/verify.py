@@ -14,12 +14,27 @@ from typing import ClassVar
 
 from tlc.frontend.names import identifier_problem
 from tlc.ir.graph import Graph
-from tlc.ir.ops import AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, SoftmaxOp
+from tlc.ir.ops import ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, SoftmaxOp
 from tlc.ir.types import SPACES
 from tlc.ir.verify import verify_structure
 from tlc.passes.base import Pass, PassContext
 
 _REGISTER_ONLY = (ElementwiseOp, MaskOp, SoftmaxOp, ReshapeOp)
+
+# What the lowering of every target builds as the operand of a Compute or Reshape (tlc.lowering.tile_ops'
+# slot kinds frag, row and scalar). The TL check and the build's refusal (tlc.builder) both end with it, so
+# the first refusal a user meets names what works rather than a copy that the next stage refuses.
+LOWERED_OPERANDS = ("the sm_80-family and sm_90a lowerings take GEMM results, values computed from them, softmax "
+                    "row statistics and scalars as Compute and Reshape operands, not tiles loaded from memory "
+                    "(an additive bias or a mask tensor is not supported yet)")
+_TL_FN = {fn: tl.title() for tl, (fn, _) in reversed(ELEMENTWISE.items())}  # the first TL spelling of each
+
+
+def statement(op: Op) -> str:
+    """How the TL statement of a register-only op starts: `Compute Add`, `Compute Softmax`, `Reshape`."""
+    if isinstance(op, ElementwiseOp):
+        return f"Compute {_TL_FN.get(op.fn, op.fn)}"
+    return {MaskOp: "Compute Mask", SoftmaxOp: "Compute Softmax", ReshapeOp: "Reshape"}.get(type(op), op.mnemonic)
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,8 @@ def _problems(op: Op, globals_seen: dict[str, Op]) -> list[str]:
     if isinstance(op, _REGISTER_ONLY):
         for v in op.operands:
             if v.type.space in ("global", "shared"):
-                out.append(f"'{op.mnemonic}' reads '{v.base}' from {v.type.space} memory; copy it to registers")
+                out.append(f"{statement(op)} reads '{v.base}' from {v.type.space} memory; as TL it needs a copy "
+                           f"to registers, but no target builds that: {LOWERED_OPERANDS}")
     if isinstance(op, LoopOp) and (op.start is None or op.stop is None or op.body is None):
         out.append(f"loop '{op.var}' needs a start, a bound and a body")
     return out
