@@ -87,17 +87,16 @@ def _target_lines(targets, path: str, quiet: bool) -> list[str]:
 
 
 def cmd_fmt(args) -> int:
+    """The canonical text of a TL file, its comments (`# tlc-test:` lines too) and blank lines kept
+    (tlc.frontend.format); `-i` rewrites the file in place."""
     from tlc.frontend.format import format_program
-    from tlc.frontend.parser import parse_text
+    from tlc.frontend.parser import parse_with_layout
 
     data = _read(args.file)
-    text = format_program(parse_text(data, args.file))
+    text = format_program(*parse_with_layout(data, args.file))
     if not args.in_place:
         sys.stdout.write(text)
         return 0
-    if b"#" in data and not args.force:
-        raise TlcError(_err(f"{args.file} has comments, which fmt drops; rerun with --force to overwrite "
-                            "it anyway, or without -i to print"))
     _replace_keeping_mode(Path(args.file), text)
     return 0
 
@@ -328,7 +327,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("fmt", help="print the canonical form of a TL file")
     sp.add_argument("file", metavar="FILE")
     sp.add_argument("-i", "--in-place", action="store_true", help="rewrite the file")
-    sp.add_argument("--force", action="store_true", help="with -i: overwrite even if comments are dropped")
+    sp.add_argument("--force", action="store_true", help=argparse.SUPPRESS)  # once needed to drop comments
     sp.set_defaults(fn=cmd_fmt)
 
     sp = common(sub.add_parser("show", help="print the TL graph (optionally after passes)"))

@@ -57,13 +57,11 @@ def test_fmt_round_trips(tmp_path, capsys) -> None:
     assert capsys.readouterr().out == text
 
 
-def test_fmt_in_place_refuses_to_drop_comments(tmp_path, capsys) -> None:
+def test_fmt_in_place_keeps_comments(tmp_path, capsys) -> None:
     f = tmp_path / "c.tl"
-    original = "# keep me\nParam BM = 64\nAllocate O in register (BM, BM)\n"
-    f.write_text(original)
-    assert main(["fmt", "-i", str(f)]) == 1
-    assert f.read_text() == original
-    assert "--force" in capsys.readouterr().err
+    f.write_text("# keep me\nparam BM = 64   # and me\nAllocate O in register (BM, BM)\n")
+    assert main(["fmt", "-i", str(f)]) == 0
+    assert f.read_text() == "# keep me\nParam BM = 64  # and me\nAllocate O in register (BM, BM)\n"
 
 
 def test_show_prints_ir(capsys) -> None:

@@ -1,11 +1,16 @@
 """AST → canonical TL text (`tlc fmt`): parsing the output gives an equivalent program.
 
 Canonical means: statement keywords capitalised as in the paper, `for … end` loops,
-two-space indentation, explicit defaults left as written (nothing is invented).
+two-space indentation, explicit defaults left as written (nothing is invented). Given the
+source's `Layout`, every comment (`# tlc-test:` lines too) stays beside or above its statement
+and a run of blank lines between statements stays as one.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tlc.frontend import ast as A
+from tlc.frontend.parser import Layout
 
 
 def _value(v) -> str:
@@ -65,18 +70,55 @@ def _stmt(s: A.Stmt) -> str:
     raise TypeError(f"cannot format {type(s).__name__}")
 
 
-def _lines(stmts, depth: int, out: list[str]) -> None:
-    pad = "  " * depth
+@dataclass(frozen=True)
+class _Line:
+    """One output line: its text at `depth`, from source line `line` (None: an `end` the source does
+    not write, closing an indented loop); comments above it are indented to `above`."""
+
+    text: str
+    depth: int
+    line: int | None
+    above: int
+
+
+def _lines(stmts, depth: int, out: list[_Line], layout: Layout | None) -> None:
     for s in stmts:
         if isinstance(s, A.ForStmt):
-            out.append(f"{pad}for {s.var} = {s.start}:{s.stop}")
-            _lines(s.body, depth + 1, out)
-            out.append(f"{pad}end")
+            out.append(_Line(f"for {s.var} = {s.start}:{s.stop}", depth, s.loc.line, depth))
+            _lines(s.body, depth + 1, out, layout)
+            end = layout.loop_ends.get(s.loc.line) if layout is not None else None
+            out.append(_Line("end", depth, end, depth + 1))  # a comment above `end` is the body's last
         else:
-            out.append(pad + format_stmt(s))
+            out.append(_Line(format_stmt(s), depth, s.loc.line, depth))
 
 
-def format_program(program: A.Program) -> str:
+def format_program(program: A.Program, layout: Layout | None = None) -> str:
+    """The canonical text of `program`; with its source's `layout`, its comments and blank lines too."""
+    lines: list[_Line] = []
+    _lines(program.body, 0, lines, layout)
+    if layout is None:
+        return "\n".join("  " * ln.depth + ln.text for ln in lines) + "\n"
     out: list[str] = []
-    _lines(program.body, 0, out)
+    done = 0  # source lines up to here are written
+    for ln in lines:
+        if ln.line is None:
+            out.append("  " * ln.depth + ln.text)
+            continue
+        _between(layout, done, ln.line, "  " * ln.above, out)
+        comment = layout.comments.get(ln.line)
+        out.append("  " * ln.depth + ln.text + (f"  {comment}" if comment else ""))
+        done = ln.line
+    _between(layout, done, layout.lines + 1, "", out)
+    while out and not out[-1]:
+        out.pop()
     return "\n".join(out) + "\n"
+
+
+def _between(layout: Layout, done: int, upto: int, pad: str, out: list[str]) -> None:
+    """Source lines after `done` and before `upto`: each comment on a line of its own (a comment on a
+    code line no statement owns, too, so none is lost), blank runs as one blank line, none first."""
+    for n in range(done + 1, upto):
+        if n in layout.comments:
+            out.append(pad + layout.comments[n])
+        elif n in layout.blank and out and out[-1]:
+            out.append("")

@@ -413,6 +413,18 @@ def _strip_comment(line: str) -> str:
     return (line if idx < 0 else line[:idx]).rstrip()
 
 
+@dataclass
+class Layout:
+    """What the statements of a source leave out, for `tlc fmt` to put back: each line's comment (from
+    its first `#`, trailing blanks dropped), the blank lines, and for each loop (keyed by its header's
+    line) the line of the `end` that closed it; an indented loop closed by a dedent has none."""
+
+    comments: dict[int, str] = field(default_factory=dict)
+    blank: set[int] = field(default_factory=set)
+    loop_ends: dict[int, int] = field(default_factory=dict)
+    lines: int = 0
+
+
 _INDENT_RE = re.compile(r"^[ \t]*")
 
 
@@ -431,8 +443,9 @@ def _check_indent_chars(stack: list[_Block], lead: str, loc: Loc, sink: Diagnost
         sink.error(f"indentation mixes tabs and spaces in an indented loop{where}; indent with spaces only", loc)
 
 
-def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
-    """Parse TL source; raises `TlcError` with every syntax error found (up to MAX_ERRORS)."""
+def parse_text(data: bytes | str, file: str = "<input>", layout: Layout | None = None) -> A.Program:
+    """Parse TL source; raises `TlcError` with every syntax error found (up to MAX_ERRORS). A `layout`
+    given is filled with the comments, blank lines and loop ends the program drops."""
     sink = DiagnosticSink()
     text = _decode(data, file, sink)
     if text is None:
@@ -445,8 +458,10 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
     def body() -> list:
         return stack[-1].body if stack else top
 
-    def close_top() -> None:
+    def close_top(end_line: int | None = None) -> None:
         blk = stack.pop()
+        if layout is not None and end_line is not None:
+            layout.loop_ends[blk.loc.line] = end_line
         stmt = A.ForStmt(blk.var, blk.start, blk.stop, tuple(blk.body), blk.indented, loc=blk.loc)
         body().append(stmt)
 
@@ -455,6 +470,12 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
             sink.error(f"too many errors; stopping after {MAX_ERRORS}", Loc(file, lineno, 1))
             break
         line = _strip_comment(raw)
+        if layout is not None:
+            layout.lines = lineno
+            if len(line) < len(raw.rstrip()):
+                layout.comments[lineno] = raw.rstrip()[raw.index("#"):]
+            elif not line.strip():
+                layout.blank.add(lineno)
         if not line.strip():
             continue
         lead = _INDENT_RE.match(line).group(0)
@@ -519,7 +540,7 @@ def parse_text(data: bytes | str, file: str = "<input>") -> A.Program:
             if not stack:
                 sink.error("'end' without an open loop; remove it or add a 'for' header above", item[1])
             else:
-                close_top()
+                close_top(lineno)
         else:
             body().append(item)
     while stack:
@@ -547,4 +568,10 @@ def parse_file(path: str | Path) -> A.Program:
     return parse_text(data, str(p))
 
 
-__all__ = ["parse_text", "parse_file", "Diagnostic", "Note"]
+def parse_with_layout(data: bytes | str, file: str = "<input>") -> tuple[A.Program, Layout]:
+    """The program and what its source says besides statements (`tlc fmt` keeps both)."""
+    layout = Layout()
+    return parse_text(data, file, layout), layout
+
+
+__all__ = ["Layout", "parse_text", "parse_with_layout", "parse_file", "Diagnostic", "Note"]
