@@ -13,6 +13,11 @@ works too), `hkv` to `hq`, `sk` to `sq`. `b`, `hq`, `hkv` are checked as tlc.att
 do not choose the kernel; dtype, d, dv, causal and the key length do (`sk`: short sequences take a
 persistent kernel on Hopper, tlc.tuning.short_keys; a line without `sk` or `sq` gets the long-sequence one). A file whose first character is `[` is JSON: a
 list of objects with the same keys (`"causal": true`).
+
+A target means what it means to `tlc build`: sm_90 is the sm_80-family kernel compiled for Hopper, sm_90a
+the wgmma/TMA kernel, built as `tlc.attention` builds it (the sm_90 kernel where the sm_90a lowering refuses
+a shape). Without a target, `tlc.precompile` builds what `tlc.attention` picks on the visible GPU (on an
+H100/H200 sm_90a, or TLC_ATTENTION_ARCH), or on an H100 when none is visible.
 """
 from __future__ import annotations
 
@@ -148,8 +153,10 @@ def _shape_of(item: Mapping[str, Any], what: str, path: str) -> dict[str, Any]:
 
 
 def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str], path: str = "<shapes>") -> list[Job]:
-    """The specializations `tlc.attention` builds for these calls, checked as it checks them."""
-    from tlc.runtime import _check_heads, attention_fallback, attention_spec, attention_target_for, head_dim_problem
+    """The specializations `tlc.attention` builds for these calls on each target of `archs`, checked as it
+    checks them. A target is taken as `tlc build --arch` takes it: sm_90 builds the sm_80-family kernel,
+    sm_90a the Hopper one with the sm_90 kernel as its fallback (`default_targets` maps a GPU to targets)."""
+    from tlc.runtime import _check_heads, attention_fallback, attention_spec, head_dim_problem
 
     jobs = []
     for line, shape in shapes:
@@ -168,8 +175,7 @@ def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str
         if problem:
             raise fail(problem, where)
         causal, seq_k = bool(shape.get("causal", False)), shape.get("sk", shape.get("sq"))
-        for arch in archs:
-            target = attention_target_for(arch)
+        for target in archs:
             fallback = attention_fallback(target)
             backup = Job.make(*attention_spec(dtype, d, dv, causal, fallback, seq_k), fallback) if fallback else None
             jobs.append(Job.make(*attention_spec(dtype, d, dv, causal, target, seq_k), target, fallback=backup))
@@ -293,25 +299,30 @@ def precompile_calls(calls: Iterable[Mapping[str, Any]], *, arch: str | list[str
         raise fail(f"tlc.precompile: calls must be a list of dicts such as [{{'d': 128, 'causal': True}}], not "
                    f"{a_kind(calls)}")
     jobs = check_int(jobs, "tlc.precompile: jobs", maximum=1024)
-    archs = _targets(arch)
+    archs = _targets(arch) or default_targets()
     shapes = []
     for n, call in enumerate(calls, 1):
         if not isinstance(call, Mapping):
             raise fail(f"tlc.precompile: call {n} is a {type(call).__name__}; each call is a dict such as "
                        "{'d': 128, 'causal': True}")
         shapes.append((0, _shape_of(call, f"tlc.precompile: call {n}", "<tlc.precompile>")))
-    if not archs:
-        from tlc.runtime import device_arch
-
-        try:
-            archs = [device_arch()]
-        except TlcError:
-            archs = ["sm_90"]
     results = compile_jobs(attention_jobs(shapes, archs, "<tlc.precompile>"), jobs)
     failed = [r for r in results if not r.ok]
     if failed:
         raise fail(f"tlc.precompile: {len(failed)} kernel(s) failed to compile; first: {failed[0].message}")
     return results
+
+
+def default_targets() -> list[str]:
+    """What `tlc.attention` builds for on the visible GPU (tlc.runtime.attention_target_for: sm_90a on an
+    H100/H200 unless TLC_ATTENTION_ARCH says sm_90), or on an H100 when no GPU is visible."""
+    from tlc.runtime import attention_target_for, device_arch
+
+    try:
+        gpu = device_arch()
+    except TlcError:
+        gpu = "sm_90"
+    return [attention_target_for(gpu)]
 
 
 def _targets(arch: Any) -> list[str]:
@@ -360,5 +371,5 @@ def _cache_dir() -> Path:
     return cache_dir()
 
 
-__all__ = ["Job", "JobResult", "attention_jobs", "compile_jobs", "parse_shapes", "precompile", "precompile_calls",
-           "read_shape_file"]
+__all__ = ["Job", "JobResult", "attention_jobs", "compile_jobs", "default_targets", "parse_shapes", "precompile",
+           "precompile_calls", "read_shape_file"]

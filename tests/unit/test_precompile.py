@@ -37,7 +37,7 @@ def hopper_job(dtype: str, d: int, dv: int, causal: bool, seq_k: int | None = No
 
 def test_shapes_map_to_attention_specializations(monkeypatch) -> None:
     monkeypatch.delenv("TLC_ATTENTION_ARCH", raising=False)
-    jobs = attention_jobs(parse_shapes(SHAPES, "s.txt"), ["sm_90"], "s.txt")
+    jobs = attention_jobs(parse_shapes(SHAPES, "s.txt"), ["sm_90a"], "s.txt")
     want = [("bf16", 128, 128, True, 4096), ("bf16", 128, 128, True, 4096), ("fp16", 64, 64, False, 512),
             ("bf16", 192, 128, True)]
     assert jobs == [hopper_job(*w) for w in want]
@@ -45,12 +45,49 @@ def test_shapes_map_to_attention_specializations(monkeypatch) -> None:
     short = dict(jobs[2].defines)   # 512 keys (sk defaults to sq): persistent, static tiles; its fallback is not
     assert short["Persistent"] == short["StaticTiles"] == "true" and "Persistent" not in dict(jobs[2].fallback.defines)
     assert "Persistent" not in dict(jobs[0].defines) and "Persistent" not in dict(jobs[3].defines)
-    two = attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_80", "sm_90"], "s.txt")
+    two = attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_80", "sm_90a"], "s.txt")
     assert [j.arch for j in two] == ["sm_80", "sm_90a"] and two[0].fallback is None
     assert dict(two[1].defines)["Warps"] == "12" and dict(two[1].fallback.defines)["Warps"] == "4"
-    monkeypatch.setenv("TLC_ATTENTION_ARCH", "sm_90")  # a Hopper GPU kept on the mma.sync kernels
+
+
+def test_a_target_means_what_it_means_to_tlc_build(monkeypatch) -> None:
+    """sm_90 is the sm_80-family kernel compiled for Hopper, as `tlc build --arch sm_90` builds; before,
+    a shape list's sm_90 built the sm_90a kernels."""
+    monkeypatch.delenv("TLC_ATTENTION_ARCH", raising=False)
     assert attention_jobs(parse_shapes("d=64\n", "s.txt"), ["sm_90"], "s.txt") == [
-        Job.make(*attention_spec("bf16", 64, 64, False), "sm_90")]
+        Job.make(*attention_spec("bf16", 64, 64, False, "sm_90"), "sm_90")]
+
+
+def test_without_a_target_precompile_builds_what_tlc_attention_picks(monkeypatch) -> None:
+    """No GPU here: the kernels tlc.attention builds on an H100 (sm_90a), or sm_90 where TLC_ATTENTION_ARCH
+    keeps a Hopper GPU on the mma.sync kernels."""
+    from tlc.precompile_jobs import default_targets
+
+    monkeypatch.setattr(tlc.runtime, "device_arch", lambda device=None: (_ for _ in ()).throw(fail("no GPU")))
+    monkeypatch.delenv("TLC_ATTENTION_ARCH", raising=False)
+    assert default_targets() == ["sm_90a"]
+    monkeypatch.setenv("TLC_ATTENTION_ARCH", "sm_90")
+    assert default_targets() == ["sm_90"]
+    monkeypatch.setattr(tlc.runtime, "device_arch", lambda device=None: "sm_86")
+    assert default_targets() == ["sm_86"]
+
+
+def test_cli_precompile_sm_90_builds_the_kernels_tlc_build_sm_90_builds(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TLC_ATTENTION_ARCH", raising=False)
+    archs = []
+
+    def fake_compile_spec(spec, *, arch, defines=None, lse=False):
+        from tlc.backend_cute.compile import CompiledKernel
+        archs.append(arch)
+        return CompiledKernel(None, arch, "", b"", {"ptxas": {"registers": 200}}, 0.0, False), None
+    monkeypatch.setattr(tlc.runtime, "compile_spec", fake_compile_spec)
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("d=64\n")
+    assert main(["precompile", "--shapes", str(shapes), "--arch", "sm_90", "-j", "1"]) == 0
+    assert archs == ["sm_90"] and "[sm_90]: compiled in" in capsys.readouterr().out
+    assert main(["precompile", "--shapes", str(shapes), "--arch", "sm_90a", "-j", "1"]) == 0
+    assert archs == ["sm_90", "sm_90a"] and "[sm_90a]: compiled in" in capsys.readouterr().out
 
 
 def test_a_refused_target_builds_the_fallback(monkeypatch) -> None:
