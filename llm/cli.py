@@ -17,7 +17,7 @@ from tlc_llm.build import artifact_paths
 from tlc_llm.checker import ToolchainError
 from tlc_llm.client import ProviderError
 from tlc_llm.output import OutputError, ensure_writable, plain_name_problem
-from tlc_llm.request import RequestError, parse_request
+from tlc_llm.request import RequestError, parse_request, unhonoured
 from tlc_llm.redact import redact
 from tlc_llm.session import (
     DEFAULT_TIMEOUT_S, DEFAULT_TOTAL_TIMEOUT_S, Endpoint, RunSettings, Session, SetupError, live_session,
@@ -188,6 +188,17 @@ def _endpoint(args: argparse.Namespace) -> Endpoint:
     return Endpoint.resolve(args.base_url, args.model, args.api_key, args.timeout, total)
 
 
+def _warn_unhonoured(settings: RunSettings, log: Log) -> None:
+    """Before any model call, one line per feature the request asks for that tlc gen cannot write (a
+    window, ALiBi, dropout, …), and then what it will write: a request is never silently narrowed."""
+    request = parse_request(settings.request, settings.target)
+    dropped = unhonoured(request)
+    for line in dropped:
+        log(f"warning: {line}")
+    if dropped and not settings.eval_samples:  # an eval's request may stand for every variant
+        log(f"note: what tlc gen writes: {request.describe()}")
+
+
 def run(argv: list[str], log: Log, on_secret: Callable[[str | None], None] = lambda _key: None) -> int:
     """`on_secret` learns the API key as soon as it is known, so the caller can keep it out of every line."""
     args = _parser().parse_args(argv)
@@ -198,8 +209,10 @@ def run(argv: list[str], log: Log, on_secret: Callable[[str | None], None] = lam
         settings, session = replay_session(load(args.replay))
         if settings.eval_samples:
             raise SetupError("an --eval run is replayed one sample at a time: pass one sample's transcript")
+        _warn_unhonoured(settings, log)
     else:
         settings = _settings(args)
+        _warn_unhonoured(settings, log)
         if settings.eval_samples:
             from tlc_llm.evaluate import run_eval
 

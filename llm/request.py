@@ -1,7 +1,9 @@
 """Parse a free-text request ("GQA, causal, head dim 128, bf16") into a `GenRequest`.
 
 The request decides which algorithm text goes into the prompts and which spec in specs/
-is the reference for evaluation, so a phrase we cannot read is an error, not a guess.
+is the reference for evaluation, so a phrase we cannot read is an error, not a guess; a
+feature the variants cannot express (a window, ALiBi, dropout, …) is named by `unhonoured`
+so that `tlc gen` says it drops it before it starts.
 """
 from __future__ import annotations
 
@@ -125,11 +127,62 @@ def _target(t: str) -> str | None:
     return None
 
 
+# Features a request may ask for that no variant of tlc gen writes: (what it is, the words that ask
+# for it in a normalised request, what the generated kernel does instead). "decode" is MLA decode's
+# word, so it is dropped only from other variants.
+_UNHONOURED = (
+    ("a sliding window", r"\bsliding[- ]?window(?:ed)?\b|\bwindow(?:ed)?(?:\s*(?:size|of|[=:]))*\s*\d*|"
+     r"\blocal attention\b", "every query attends to every key (with causal, to every earlier key)"),
+    ("ALiBi", r"\balibi\b", "scores get no position bias"),
+    ("a logit softcap", r"\bsoft[- ]?cap\w*|\blogit[- ]?cap\w*|\btanh cap\w*",
+     "scores are not capped (specs/softcap_fwd.tl is a TL program with one, for tlc build)"),
+    ("an attention bias", r"(?<!no )\b(?:relative[- ]position |position |additive |attention |attn )?bias\b|"
+     r"\brelative[- ]position\w*", "scores get no bias"),
+    ("a mask other than causal", r"(?<!causal )(?<!causal-)(?<!no )\b(?:attention |attn |padding |key[- ]padding |"
+     r"custom |document |block[- ]?sparse |boolean |bool |additive |arbitrary )?mask(?:s|ed|ing)?\b",
+     "the only mask is causal"),
+    ("dropout", r"(?<!no )\bdropout\b", "every probability is kept"),
+    ("a paged KV cache", r"\bpaged\b(?:\s*(?:kv[- ]cache|kv|cache|attention))?|\bpage[- ]?tables?\b|"
+     r"\bblock[- ]?tables?\b", "K and V are contiguous per head"),
+    ("variable-length sequences", r"\bvarlen\b|\bvariable[- ]?length\w*|\bragged\b|\bcu_?seqlens?\b|\bpacked "
+     r"sequences\b", "every sequence of a batch has the same length"),
+    ("split-KV decode", r"\bdecod(?:e|ing)\b|\bsplit[- ]?kv\b|\bflash[- ]?decoding\b",
+     "it is a forward kernel (it runs one query row too, without splitting the keys)"),
+    ("an fp8, int8 or fp32 element type", r"\b(?:fp8|float8|e4m3|e5m2|int8|int4|fp32|float32|tf32)\b(?!\s*accum)",
+     "tensors are bf16 or fp16 (bf16 unless the request says fp16)"),
+    ("the backward pass", r"\bbackward\b|\bbwd\b|\bgradients?\b|\btraining\b", "it computes the forward pass only"),
+    ("rotary embeddings", r"\brope\b|\brotary\b", "Q and K are read as given"),
+    ("attention sinks", r"\b(?:attention )?sinks?\b", "the softmax has no sink term"),
+    ("the log-sum-exp output", r"\blse\b|\blog[- ]?sum[- ]?exp\b", "it writes O only"),
+)
+
+
+def unhonoured(request: GenRequest) -> list[str]:
+    """One line per feature the request asks for that the generated kernel will not have, quoting the
+    request's words: `'window 256' asks for a sliding window, which tlc gen cannot write yet; …`."""
+    t = _normal(request.text)
+    lines = []
+    for feature, pattern, instead in _UNHONOURED:
+        if feature == "split-KV decode" and request.variant == "mla_decode":
+            continue
+        said = list(dict.fromkeys(m.group(0).strip() for m in re.finditer(pattern, t) if m.group(0).strip()))
+        if said:
+            words = ", ".join(f"'{w}'" for w in said)
+            lines.append(f"{words} asks for {feature}, which tlc gen cannot write yet; the kernel goes without: "
+                         f"{instead}")
+    return lines
+
+
+def _normal(text: str) -> str:
+    """The request as the readers see it: lower case, commas apart, single spaces."""
+    return " ".join(text.lower().replace(",", " , ").split())
+
+
 def parse_request(text: str, target: str | None = None) -> GenRequest:
     """Read `text`; `target` (from --target) must agree with a target the text names."""
     if not text or not text.strip():
         raise RequestError('empty request: say what to generate, e.g. "GQA, causal, head dim 128, bf16"')
-    t = " ".join(text.lower().replace(",", " , ").split())
+    t = _normal(text)
     variant = _variant(t)
     causal, alignment = _causal(t)
     d_qk, d_v = _dims(t, variant)
