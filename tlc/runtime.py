@@ -306,11 +306,13 @@ def _check_heads(hq: int, hk: int, hv: int, enable_gqa: bool) -> None:
 
 def head_dim_problem(d_qk: int, d_v: int) -> str | None:
     """Why tlc.attention cannot run these head dims (None when it can): the one place to widen them."""
+    # Comparisons, not `in`: under torch.compile(dynamic=True) the head dims are symbolic ints, which compare
+    # (dynamo guards on the answer) but cannot be looked up in a range or a dict.
     for d in (d_qk, d_v):
-        if d not in HEAD_DIMS:
+        if not (HEAD_DIMS.start <= d < HEAD_DIMS.stop and d % HEAD_DIMS.step == 0):
             return (f"head dim {d} is not supported; supported: multiples of {HEAD_DIMS.step} "
                     f"from {HEAD_DIMS.start} to {HEAD_DIMS.stop - 1}")
-    if d_qk != d_v and (d_qk, d_v) not in MIXED_HEAD_DIMS:
+    if d_qk != d_v and not any(d_qk == a and d_v == b for a, b in MIXED_HEAD_DIMS):
         pairs = ", ".join(f"q/k {a} with v's {b} ({what})" for (a, b), what in MIXED_HEAD_DIMS.items())
         return f"v's head dim {d_v} differs from q's {d_qk}; differing head dims are supported only for {pairs}"
     return None

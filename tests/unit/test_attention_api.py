@@ -207,3 +207,17 @@ def test_eager_calls_skip_the_op_dispatch_and_traced_calls_keep_it() -> None:
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(plain)
         assert not _eager(fake, fake, fake)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_compile_with_dynamic_shapes_traces_one_op(backend) -> None:
+    """dynamic=True makes the head dims symbolic ints: the head-dim check compares them (dynamo guards on
+    the answer) instead of looking them up in a range, which dynamo cannot do for a symbolic int."""
+    mode, (q, k, q2, k2, v2) = fake_cuda((2, 8, 33, 64), (2, 2, 17, 64), (1, 4, 9, 192), (1, 4, 7, 192),
+                                         (1, 4, 7, 128))
+    torch._dynamo.reset()
+    with mode:
+        gqa = torch.compile(attend, fullgraph=True, backend=backend, dynamic=True)(q, k, k)
+        mla = torch.compile(lambda q, k, v: tlc.attention(q, k, v), fullgraph=True, backend=backend,
+                            dynamic=True)(q2, k2, v2)
+    assert gqa.shape == (2, 8, 33, 64) and mla.shape == (1, 4, 9, 128)
