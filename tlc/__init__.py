@@ -1,8 +1,9 @@
 """tlc: a compiler from LLM-TL to CUTLASS CuTe kernels.
 
 `tlc.build(path_or_text, arch=…, defines=…)` returns a kernel callable on torch tensors;
-`tlc.attention(q, k, v, is_causal=False, scale=None, enable_gqa=False)` mirrors torch's
-scaled_dot_product_attention for inference (no backward kernel yet) and runs as the custom op
+`tlc.attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+enable_gqa=False)` is torch's scaled_dot_product_attention, its parameters in its order, for inference
+(no backward kernel, no dropout, no mask but causal yet) and runs as the custom op
 `torch.ops.tlc.attention`, so torch.compile traces it. Both import torch and the GPU machinery
 only when called. `tlc.precompile(calls)` fills the kernel cache for a model's attention calls ahead
 of time, compiling the missing kernels in parallel processes.
@@ -21,9 +22,14 @@ def build(path_or_text, *, arch=None, defines=None, lse=False):
     return _build(path_or_text, arch=arch, defines=defines, lse=lse)
 
 
-def attention(q, k, v, is_causal=False, scale=None, enable_gqa=False):
-    """SDPA's forward for bf16/fp16 CUDA tensors; `is_causal` and `enable_gqa` are bools (as SDPA's), `scale`
-    a number or None. A bad argument is a one-line TlcError naming it (tlc.runtime.check_attention)."""
+def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """`torch.nn.functional.scaled_dot_product_attention`'s forward for bf16/fp16 CUDA tensors, with its
+    parameters, in its order, with its defaults, so a positional SDPA call means the same here.
+
+    `attn_mask` must be None: a mask is refused (pass `is_causal=True` for a causal one; other masks are not
+    supported yet). `dropout_p` must be 0 (a number; dropout is refused, as are values SDPA refuses).
+    `is_causal` and `enable_gqa` are bools (as SDPA's), `scale` a number or None. A bad argument is a one-line
+    TlcError naming it (tlc.runtime.check_mask_and_dropout, tlc.runtime.check_attention)."""
     from tlc.numbers import a_kind
     from tlc.runtime import _refuse
     from tlc.runtime import attention as _attention
@@ -31,7 +37,7 @@ def attention(q, k, v, is_causal=False, scale=None, enable_gqa=False):
     for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
         if not _is_bool(flag):
             raise _refuse(f"{name} must be True or False, not {a_kind(flag)}")
-    return _attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
 def _is_bool(value) -> bool:

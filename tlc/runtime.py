@@ -1,12 +1,12 @@
 """Python entry points that return kernels: `tlc.build(...)` and `tlc.attention(...)`.
 
 `build` takes a `.tl` path or TL text and returns a callable on torch tensors. `attention`
-mirrors `torch.nn.functional.scaled_dot_product_attention`: it checks the call in the caller's
-terms, then runs the `tlc::attention` custom op (tlc.torch_op), whose implementation picks the
-shipped spec for the call's shape and target (sm_90a with wgmma on Hopper, falling back to sm_90;
-the sm_80-family arch elsewhere), builds it on first use (NVRTC + the disk cache) and keeps it
-in an in-process dispatch table. An eager call whose geometry (shapes, strides, dtypes, devices, causality, scale)
-ran before skips the checks it passed then and launches the plan it left (`_CALLS`).
+takes `torch.nn.functional.scaled_dot_product_attention`'s parameters in its order: it checks the call
+in the caller's terms (no `attn_mask`, no dropout yet), then runs the `tlc::attention` custom op (tlc.torch_op),
+whose implementation picks the shipped spec for the call's shape and target (sm_90a with wgmma on Hopper,
+falling back to sm_90; the sm_80-family arch elsewhere), builds it on first use (NVRTC + the disk cache) and
+keeps it in an in-process dispatch table. An eager call whose geometry (shapes, strides, dtypes, devices,
+causality, scale) ran before skips the checks it passed then and launches the plan it left (`_CALLS`).
 """
 from __future__ import annotations
 
@@ -174,10 +174,17 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
 
 
 # ---------------------------------------------------------------------- tlc.attention
-def attention(q, k, v, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False):
-    """`scaled_dot_product_attention` for (batch, heads, seq, dim) bf16/fp16 CUDA tensors."""
-    key = _call_key(q, k, v, is_causal, scale, enable_gqa)
-    planned = None if key is None else _CALLS.recent(key)
+def attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+              scale: float | None = None, enable_gqa: bool = False):
+    """`scaled_dot_product_attention`'s forward, its parameters in its order, for (batch, heads, seq, dim)
+    bf16/fp16 CUDA tensors. `attn_mask` must be None and `dropout_p` 0 (`check_mask_and_dropout`)."""
+    # The defaults (no mask, dropout_p 0.0) take three comparisons; anything else is checked in full before the
+    # call plans are asked, so a plan (whose key holds neither) never serves a call with a mask or dropout.
+    if attn_mask is not None or type(dropout_p) is not float or dropout_p != 0.0:
+        check_mask_and_dropout(attn_mask, dropout_p)
+    q, k, v = query, key, value
+    plan_key = _call_key(q, k, v, is_causal, scale, enable_gqa)
+    planned = None if plan_key is None else _CALLS.recent(plan_key)
     if planned is not None:   # this geometry passed the checks before: launch its plan
         kernel, plan = planned
         try:
@@ -191,21 +198,43 @@ def attention(q, k, v, is_causal: bool = False, scale: float | None = None, enab
         # Eager: the op's implementation directly; torch.library's dispatch costs ~40 us a call (H200,
         # bench/launch_overhead.py), as much as a short sequence's kernel.
         out, kernel = _run_attention(q, k, v, bool(is_causal), scale)
-        if key is not None and kernel is not None and all(_in_place(t) for t in (q, k, v)):
+        if plan_key is not None and kernel is not None and all(_in_place(t) for t in (q, k, v)):
             plan = kernel.plan_of((q, k, v), {"scale": scale})   # what the kernel just planned for q, k, v
             if plan is not None:
-                _CALLS.keep(key, (kernel, plan))
+                _CALLS.keep(plan_key, (kernel, plan))
         return out
     from tlc.torch_op import attention_op
 
-    return attention_op(q, k, v, bool(is_causal), scale)
+    return attention_op(q, k, v, None, 0.0, bool(is_causal), scale, bool(enable_gqa))
+
+
+def check_mask_and_dropout(attn_mask, dropout_p) -> None:
+    """Refuse an `attn_mask` (tlc runs no mask but causal yet), dropout (tlc is forward inference only) and a
+    `dropout_p` SDPA refuses too (not a probability), each in one line naming the argument and what to pass.
+    A bool `attn_mask` is almost always a causal flag passed in SDPA's 4th place, so its refusal names is_causal."""
+    if isinstance(attn_mask, bool):
+        raise _refuse(f"attn_mask is {attn_mask}, a bool: the 4th argument is attn_mask, as in "
+                      f"scaled_dot_product_attention; pass is_causal={attn_mask} by name")
+    if attn_mask is not None:
+        raise _refuse("attn_mask is not supported yet (no boolean or additive masks): for a causal mask pass "
+                      "is_causal=True instead of a mask; for any other mask use "
+                      "torch.nn.functional.scaled_dot_product_attention")
+    if not _number(dropout_p):
+        raise _refuse(f"dropout_p must be a number from 0 to 1 (0.0: no dropout), not {a_kind(dropout_p)}")
+    if not 0 <= dropout_p <= 1:   # NaN too
+        raise _refuse(f"dropout_p must be from 0 to 1, got {shown(str(dropout_p))}")
+    if dropout_p != 0:
+        raise _refuse(f"dropout_p is {shown(str(dropout_p))}, but tlc has no dropout (forward inference only): "
+                      "pass dropout_p=0.0 (e.g. dropout_p=p if self.training else 0.0); for training use "
+                      "torch.nn.functional.scaled_dot_product_attention")
 
 
 def _call_key(q, k, v, is_causal, scale, enable_gqa) -> tuple | None:
     """An eager call's geometry, which settles every check `check_attention`, `kernel_layout` and the kernel's
     launch plan make but these per-call ones: plain CUDA tensors (no neg-bit views), no tracing, no grad, no
     forward-mode AD level, 16-byte aligned data pointers, a scale that is a number (not NaN). None when a
-    per-call check fails or the call is odd in any way: the checked path then refuses, copies or traces it."""
+    per-call check fails or the call is odd in any way: the checked path then refuses, copies or traces it.
+    The key holds no mask or dropout: `attention` refuses those before it asks for the key."""
     import torch
     from torch.autograd import forward_ad
 

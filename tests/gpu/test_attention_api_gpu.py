@@ -88,3 +88,39 @@ def test_head_dims_that_are_multiples_of_8_over_long_keys(d) -> None:
         out = tlc.attention(q, k, v, is_causal=causal, enable_gqa=True)
         report = check_attention(out, q, k, v, causal=causal)
         assert report.passed, f"d={d} 1333x4100 causal={causal}: {report}"
+
+
+def test_sdpas_positional_call_means_what_it_means_for_sdpa() -> None:
+    """SDPA's places 4 to 8 are attn_mask, dropout_p, is_causal, scale, enable_gqa: a call written for SDPA
+    gives SDPA's answer and the keyword call's output, from tlc.attention and from the op alike."""
+    q, k, v = _qkv()
+    out = tlc.attention(q, k, v, None, 0.0, True, None, True)
+    report = check_attention(out, q, k, v, causal=True)
+    assert report.passed, report
+    assert torch.equal(out, tlc.attention(q, k, v, is_causal=True, enable_gqa=True))
+    assert torch.equal(out, torch.ops.tlc.attention(q, k, v, None, 0.0, True, None, True))
+    scaled = tlc.attention(q, k, v, None, 0, False, 0.3, True)
+    report = check_attention(scaled, q, k, v, scale=0.3)
+    assert report.passed, report
+    assert torch.equal(scaled, tlc.attention(q, k, v, scale=0.3, enable_gqa=True))
+
+
+def test_torch_compile_fullgraph_of_a_positional_sdpa_call_equals_eager() -> None:
+    q, k, v = _qkv()
+
+    def f(q, k, v):
+        return tlc.attention(q, k, v, None, 0.0, True, None, True) * 0.5 + 1
+
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(q, k, v), f(q, k, v), atol=1e-2, rtol=1e-2)
+
+
+def test_a_planned_geometry_still_refuses_a_mask_and_dropout() -> None:
+    q, k, v = _qkv()
+    out = tlc.attention(q, k, v, is_causal=True, enable_gqa=True)   # plans the geometry
+    mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device="cuda").tril()
+    with pytest.raises(TlcError, match="attn_mask is not supported yet"):
+        tlc.attention(q, k, v, mask, enable_gqa=True)
+    with pytest.raises(TlcError, match="tlc has no dropout"):
+        tlc.attention(q, k, v, dropout_p=0.1, is_causal=True, enable_gqa=True)
+    assert torch.equal(out, tlc.attention(q, k, v, dropout_p=0, is_causal=True, enable_gqa=True))

@@ -5,6 +5,8 @@ function that fails the test, and the torch.compile tests trace with fake CUDA t
 """
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -90,13 +92,13 @@ def test_the_supported_head_dims_are_one_rule() -> None:
 def test_empty_queries_give_an_empty_output_like_sdpa() -> None:
     q, k, v = tensors(q=(2, 4, 0, 64), v=(1, 4, 8, 64))
     q, k, v = q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1)
-    out = torch.ops.tlc.attention(q, k, v, False, None)  # the op's own implementation (CPU tensors reach it here)
+    out = torch.ops.tlc.attention(q, k, v)  # the op's own implementation (CPU tensors reach it here)
     assert out.shape == (2, 4, 0, 64) and out.dtype == BF16
 
 
 def test_no_keys_give_zeros_like_sdpa() -> None:
     q, k, v = (torch.randn(s, dtype=BF16) for s in ((1, 2, 5, 64), (1, 2, 0, 64), (1, 2, 0, 64)))
-    out = torch.ops.tlc.attention(q, k, v, True, None)
+    out = torch.ops.tlc.attention(q, k, v, None, 0.0, True)
     assert torch.equal(out, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
     assert torch.equal(out, torch.zeros(1, 2, 5, 64, dtype=BF16))
 
@@ -151,14 +153,14 @@ def test_make_fx_records_the_tlc_op_with_the_output_shape_of_v() -> None:
 
 def test_the_op_refuses_backward_honestly() -> None:
     q, k, v = (torch.randn(1, 2, 3, 64, dtype=BF16, requires_grad=True) for _ in range(3))
-    out = torch.ops.tlc.attention(q, k.detach()[:, :, :0], v.detach()[:, :, :0], False, None)
+    out = torch.ops.tlc.attention(q, k.detach()[:, :, :0], v.detach()[:, :, :0])
     with pytest.raises(TlcError, match="no backward"):
         out.sum().backward()
 
 
 def test_opcheck_agrees_with_the_fake_implementation_where_cpu_can_run_the_op() -> None:
     q, k = torch.randn(1, 2, 5, 64, dtype=BF16), torch.randn(1, 2, 0, 64, dtype=BF16)  # no keys: no kernel needed
-    results = torch.library.opcheck(torch.ops.tlc.attention.default, (q, k, k, True, None))
+    results = torch.library.opcheck(torch.ops.tlc.attention.default, (q, k, k, None, 0.0, True, None, False))
     assert set(results.values()) == {"SUCCESS"}, results
 
 
@@ -207,6 +209,108 @@ def test_eager_calls_skip_the_op_dispatch_and_traced_calls_keep_it() -> None:
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(plain)
         assert not _eager(fake, fake, fake)
+
+
+# ------------------------------------------------------------------ SDPA's signature, attn_mask and dropout_p
+SDPA_PARAMETERS = [("query", inspect.Parameter.empty), ("key", inspect.Parameter.empty),
+                   ("value", inspect.Parameter.empty), ("attn_mask", None), ("dropout_p", 0.0),
+                   ("is_causal", False), ("scale", None), ("enable_gqa", False)]
+
+
+@pytest.mark.parametrize("function", [tlc.attention, tlc.runtime.attention], ids=["tlc", "runtime"])
+def test_the_signature_is_sdpas_names_order_and_defaults(function) -> None:
+    documented = " ".join(torch.nn.functional.scaled_dot_product_attention.__doc__.split("->")[0].split())
+    assert documented == ("scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, "
+                          "is_causal=False, scale=None, enable_gqa=False)")
+    parameters = inspect.signature(function).parameters.values()
+    assert [(p.name, p.default) for p in parameters] == SDPA_PARAMETERS
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
+
+
+def test_the_op_schema_is_sdpas() -> None:
+    """aten's schema makes scale and enable_gqa keyword-only; the op takes them positionally too."""
+    ours = torch.ops.tlc.attention.default._schema.arguments
+    sdpa = torch.ops.aten.scaled_dot_product_attention.default._schema.arguments
+    assert [(a.name, str(a.type), a.default_value) for a in ours] == \
+           [(a.name, str(a.type), a.default_value) for a in sdpa]
+
+
+def test_a_positional_sdpa_call_means_what_it_means_for_sdpa() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    _, (q, k) = fake_cuda((1, 4, 16, 64), (1, 2, 16, 64))
+    graph = make_fx(lambda q, k: tlc.attention(q, k, k, None, 0.0, True, 0.5, True), tracing_mode="fake")(q, k)
+    (call,) = [n for n in graph.graph.nodes if n.target is torch.ops.tlc.attention.default]
+    assert call.args[3:] == (None, 0.0, True, 0.5, True)   # attn_mask, dropout_p, is_causal, scale, enable_gqa
+
+
+def test_the_old_positional_is_causal_is_refused_naming_the_keyword() -> None:
+    message = refusal(*tensors(), True)
+    assert message == ("tlc.attention: attn_mask is True, a bool: the 4th argument is attn_mask, as in "
+                       "scaled_dot_product_attention; pass is_causal=True by name")
+
+
+@pytest.mark.parametrize("mask", [torch.ones(8, 8, dtype=torch.bool), torch.zeros(1, 1, 8, 8, dtype=BF16)],
+                         ids=["boolean", "additive"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_an_attn_mask_is_refused_naming_what_to_do(mask, causal) -> None:
+    message = refusal(*tensors(), attn_mask=mask, is_causal=causal)
+    assert message.startswith("tlc.attention: attn_mask is not supported yet")
+    assert "is_causal=True" in message and "scaled_dot_product_attention" in message
+
+
+@pytest.mark.parametrize("dropout_p, expected", [
+    (0.1, "dropout_p is 0.1, but tlc has no dropout (forward inference only): pass dropout_p=0.0"),
+    (1, "dropout_p is 1, but tlc has no dropout"),
+    (1.0, "dropout_p is 1.0, but tlc has no dropout"),
+    (1e-300, "dropout_p is 1e-300, but tlc has no dropout"),
+    (-0.1, "dropout_p must be from 0 to 1, got -0.1"),
+    (1.5, "dropout_p must be from 0 to 1, got 1.5"),
+    (float("nan"), "dropout_p must be from 0 to 1, got nan"),
+    (-float("inf"), "dropout_p must be from 0 to 1, got -inf"),
+    (10 ** 400, "dropout_p must be from 0 to 1, got 1000000000000000… (401 characters)"),
+    ("0", "dropout_p must be a number from 0 to 1 (0.0: no dropout), not a str"),
+    (None, "dropout_p must be a number from 0 to 1 (0.0: no dropout), not a NoneType"),
+    (False, "dropout_p must be a number from 0 to 1 (0.0: no dropout), not a bool"),
+    (torch.tensor(0.0), "dropout_p must be a number from 0 to 1 (0.0: no dropout), not a Tensor"),
+], ids=["0.1", "int-1", "1.0", "tiny", "negative", "1.5", "nan", "-inf", "huge-int", "str", "none", "bool", "tensor"])
+def test_dropout_is_refused_and_so_is_what_sdpa_refuses(dropout_p, expected) -> None:
+    for args, kwargs in (((*tensors(), None, dropout_p), {}), (tensors(), {"dropout_p": dropout_p})):
+        assert refusal(*args, **kwargs).startswith(f"tlc.attention: {expected}")
+
+
+@pytest.mark.parametrize("dropout_p", [0, 0.0, -0.0], ids=["int", "float", "negative-zero"])
+def test_no_dropout_passes_on_to_the_next_check(dropout_p) -> None:
+    assert "must be CUDA tensors" in refusal(*tensors(), None, dropout_p, True)
+
+
+def test_the_op_refuses_what_its_kernel_would_ignore() -> None:
+    q, k, v = (torch.randn(s, dtype=BF16) for s in ((1, 2, 5, 64), (1, 2, 0, 64), (1, 2, 0, 64)))
+    mask = torch.ones(5, 0, dtype=torch.bool)
+    for args, kwargs, words in (((q, k, v, mask), {}, "attn_mask is not supported yet"),
+                                ((q, k, v), {"dropout_p": 0.5}, "dropout_p is 0.5, but tlc has no dropout"),
+                                ((q, k[:, :1], v[:, :1]), {}, "2 query heads but 1 KV heads; pass enable_gqa=True")):
+        with pytest.raises(TlcError, match=words):
+            torch.ops.tlc.attention(*args, **kwargs)
+        with pytest.raises(TlcError, match=words):   # the fake implementation: tracing refuses it too
+            with FakeTensorMode() as mode:
+                torch.ops.tlc.attention(*(mode.from_tensor(t) for t in args), **kwargs)
+    assert torch.ops.tlc.attention(q, k[:, :1], v[:, :1], enable_gqa=True).shape == (1, 2, 5, 64)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+@pytest.mark.parametrize("call, words", [
+    (lambda q, m: tlc.attention(q, q, q, m), "tlc.attention: attn_mask is not supported yet"),
+    (lambda q, m: tlc.attention(q, q, q, dropout_p=0.25), "tlc.attention: dropout_p is 0.25, but tlc has no dropout"),
+], ids=["attn_mask", "dropout"])
+def test_mask_and_dropout_refusals_under_torch_compile_keep_their_words(fullgraph, call, words) -> None:
+    mode, (q, mask) = fake_cuda((1, 2, 5, 64), (5, 5))
+    torch._dynamo.reset()
+    with mode, pytest.raises(Exception) as info:
+        torch.compile(call, fullgraph=fullgraph, backend="eager")(q, mask)
+    if not fullgraph:
+        assert info.type is TlcError
+    assert words in str(info.value).split("from user code")[0]   # not in the quoted source line of `call`
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])

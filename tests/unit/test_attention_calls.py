@@ -238,3 +238,43 @@ def test_a_neg_view_is_negated_before_the_kernel_reads_it(monkeypatch) -> None:
     monkeypatch.setattr(calls.driver, "cuLaunchKernel", reading_q)
     tlc.attention(torch._neg_view(q), k, v)
     assert calls.checks == 2 and torch.equal(read, -q)
+
+
+def test_a_refused_mask_or_dropout_is_never_served_from_a_plan(monkeypatch) -> None:
+    """The plan key holds no mask and no dropout: those are checked before it, on every call."""
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    tlc.attention(q, k, v)
+    mask = torch.ones(64, 64, dtype=torch.bool)
+    for args, kwargs, words in (((q, k, v, mask), {}, "attn_mask is not supported yet"),
+                                ((q, k, v, True), {}, "pass is_causal=True by name"),
+                                ((q, k, v), {"dropout_p": 0.1}, "but tlc has no dropout"),
+                                ((q, k, v, None, float("nan")), {}, "dropout_p must be from 0 to 1, got nan"),
+                                ((q, k, v, None, "0"), {}, "dropout_p must be a number")):
+        with pytest.raises(TlcError, match=words):
+            tlc.attention(*args, **kwargs)
+        with pytest.raises(TlcError, match=words):
+            rt.attention(*args, **kwargs)
+    assert calls.checks == 1 and len(calls.driver.launches) == 1
+
+
+def test_sdpas_positional_call_is_causal_and_shares_the_keyword_calls_plan(monkeypatch) -> None:
+    calls = _Calls(monkeypatch, "dynamic")
+    q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
+    tlc.attention(q, k, v, None, 0.0, True)
+    ((_, _, _, causal, *_),) = rt._ATTENTION   # the kernel's key: (dtype, d_qk, d_v, causal, …)
+    assert causal is True
+    tlc.attention(q, k, v, is_causal=True)
+    tlc.attention(query=q, key=k, value=v, attn_mask=None, dropout_p=0, is_causal=True)
+    assert calls.checks == 1 and len(calls.driver.launches) == 3 and len(rt._CALLS) == 1
+
+
+def test_a_positional_scale_and_gqa_flag_mean_the_keywords(monkeypatch) -> None:
+    calls = _Calls(monkeypatch, "one_tile")
+    q, k = _tensor(1, 4, 64, False), _tensor(1, 2, 64, False)
+    tlc.attention(q, k, k, None, 0.0, False, 0.5, True)
+    tlc.attention(q, k, k, scale=0.5, enable_gqa=True)
+    assert calls.checks == 1 and len(rt._CALLS) == 1
+    assert lowered_kernel("one_tile")._struct.from_buffer_copy(calls.driver.launches[0][4]).scale == 0.5
+    with pytest.raises(TlcError, match="pass enable_gqa=True"):
+        tlc.attention(q, k, k, None, 0.0, False, 0.5)

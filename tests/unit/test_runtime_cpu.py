@@ -23,3 +23,10 @@ def test_attention_rejects_float32() -> None:
     t = torch.randn(1, 1, 4, 8)
     with pytest.raises(TlcError, match="bfloat16 or float16"):
         tlc.attention(t, t, t)
+
+
+def test_attention_takes_sdpas_keyword_names() -> None:
+    t = torch.randn(1, 1, 4, 8)
+    with pytest.raises(TlcError, match="bfloat16 or float16"):
+        tlc.attention(query=t, key=t, value=t, attn_mask=None, dropout_p=0.0, is_causal=True, scale=None,
+                      enable_gqa=False)
