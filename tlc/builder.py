@@ -288,6 +288,9 @@ def _build(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) -> tu
     stem = src_path.stem  # the artifacts keep the user's file name; the kernel gets a C++-safe one
     state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=kernel_name(path))
     compiled = compile_kir(state.kir, arch, source_name=src_path.name, cu_name=f"{stem}.cu")
+    spilled = spill_warning(state, compiled.metadata.get("ptxas", {}))
+    if spilled is not None:  # ptxas' count replaces check-resources' estimate that it would spill
+        remarks = [d for d in remarks if not d.message.startswith(REGISTER_ESTIMATE)] + [spilled]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(compiled.metadata)
@@ -305,6 +308,24 @@ def _build(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) -> tu
     _atomic_write(out / f"{stem}.cubin", compiled.cubin)
     _atomic_write(out / f"{stem}.json", (json.dumps(meta, indent=2) + "\n").encode())
     return meta, [d for d in remarks if d.severity == "warning"]
+
+
+REGISTER_ESTIMATE = "registers: about "   # check-resources' warning (tlc.lowering.passes)
+
+
+def spill_warning(state, ptxas: Mapping[str, Any]) -> Diagnostic | None:
+    """When ptxas spilled registers, a warning at the kernel's first GEMM saying why: the registers a
+    thread may hold, what the kernel's data needs (check-resources' estimate, largest users first) and
+    which knob lowers it (tlc.lowering.resources.register_advice)."""
+    from tlc.lowering.resources import register_advice, register_use
+
+    spilled, report = ptxas.get("spill_store_bytes", 0), state.resources
+    if not spilled or report is None:
+        return None
+    return Diagnostic("warning", f"tlc build ({state.arch.name}): ptxas spilled {spilled} B of registers to local "
+                      f"memory: a thread may hold {report.regs_limit} registers, and the kernel's data needs about "
+                      f"{report.regs_peak} at its hungriest GEMM before addresses and temporaries "
+                      f"({register_use(report)}); {register_advice(state.kir.kernels()[0])}", state.loc)
 
 
 def _build_reporting(args: tuple[str, str, str, dict[str, str]]) -> tuple[str, str, int, str]:

@@ -24,7 +24,8 @@ from tlc.kir.ops import Exp2ScaleOp, ForOp, KernelOp, MmaOp, RowReduceOp, rewrit
 from tlc.kir.ops_sm90 import WarpSpecializeOp, WgmmaOp
 from tlc.kir.text import print_kir
 from tlc.lowering import layout_check
-from tlc.lowering.resources import register_fragments, shared_buffers, shared_extent
+from tlc.lowering.resources import (register_advice, register_fragments, register_use, shared_buffers,
+                                    shared_extent)
 from tlc.lowering.switches import fold_partitions_enabled, fold_wgmma_enabled
 from tlc.lowering.state import DEFAULT_ARCH, Allocation, LoweringState, ResourceReport, get_state, start_state
 from tlc.names import kernel_name
@@ -596,7 +597,8 @@ class CheckResourcesPass(Pass):
                            " registers", where, "lower BM or the head dim, or raise Param Warps")
             elif peak > limit:
                 ctx.sink.extend([Diagnostic("warning", f"registers: about {peak} per thread at the hungriest GEMM "
-                                            f"(estimate, data only) exceeds {limit}; expect spills",
+                                            f"(estimate, data only) exceeds {limit} on {arch.name}; expect spills: "
+                                            f"{register_use(state.resources)}; {register_advice(kernel)}",
                                             where)])
 
     @staticmethod

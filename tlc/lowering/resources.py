@@ -167,3 +167,30 @@ def _register_a(table: dict[str, Op], name: str, acc_regs) -> int:
         if isinstance(src, (FragmentOp, WgmmaFragmentOp)):
             return acc_regs(src) * BYTES[op.dtype] // 4
     return 0
+
+
+def register_use(report) -> str:
+    """What the estimate of a `ResourceReport` (tlc.lowering.state) holds, largest first: `128 for
+    Allocate O in register, 64 for result of the GEMM at line 39, …, 48 for the GEMM's operand fragments`."""
+    per_tile = max((a.bytes for a in report.regs if a.note != "resident"), default=0)
+    operands = report.regs_peak - report.regs_resident - per_tile
+    parts = [f"{a.bytes} for {a.tl}" for a in sorted(report.regs, key=lambda a: -a.bytes)]
+    return ", ".join(parts + ([f"{operands} for the GEMM's operand fragments"] if operands > 0 else []))
+
+
+def register_advice(kernel: KernelOp) -> str:
+    """Which knob lowers the registers a thread needs: the accumulators are split over the warps that
+    share the block's rows (tlc.lowering.warps), so more warps, a smaller BM or a smaller BN (the
+    scores tile) each lower them; an sm_90a warp group always takes 64 rows."""
+    table = _by_name(kernel)
+    warps = kernel.threads // 32
+    for g in walk(kernel):
+        acc, mma = table.get(getattr(g, "acc", "")), table.get(getattr(g, "mma", ""))
+        if isinstance(g, MmaOp) and isinstance(acc, FragmentOp) and isinstance(mma, TiledMmaOp):
+            rows = acc.shape[0]
+            if rows >= 32 * warps:   # twice the warps still give each warp whole 16-row atoms
+                return (f"each of the {warps} warps computes {rows // mma.warps[0]} of the block's {rows} rows: "
+                        f"Param Warps = {2 * warps} gives each {rows // (2 * warps)}, halving its accumulators' "
+                        "registers; a smaller BM or BN lowers them too")
+            break
+    return "a smaller BM, BN or head dim lowers them (each warp's share of the accumulators)"
