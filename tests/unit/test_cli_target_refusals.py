@@ -89,3 +89,17 @@ def test_a_lowering_refusal_names_its_target_and_no_other(tmp_path, capsys, arch
     assert "sm_80" not in built
     assert main(["check", str(path), "--arch", arch]) == 1
     assert f"{arch}: {built}" in capsys.readouterr().err
+
+
+def test_a_bias_read_straight_from_global_memory_says_what_the_targets_lower(tmp_path: Path, capsys) -> None:
+    """`Compute Add S, Bias` with Bias only allocated in global: the frontend's refusal names what every target
+    lowers, not a copy the next stage would refuse."""
+    text = MHA_TEXT.replace("Allocate O in global (seqlen_q, HeadDim) with offset head_idx\n",
+                            "Allocate O in global (seqlen_q, HeadDim) with offset head_idx\n"
+                            "Allocate Bias in global (seqlen_q, seqlen_k)\n").replace(
+        "  Compute Multiply S, scale and get new S\n", "  Compute Multiply S, scale and get new S\n" + ADD)
+    path = tmp_path / "bias_global.tl"
+    path.write_text(text)
+    assert main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"bias_global.tl:{_line_of(path, ADD)}:" in err and LOWERED_OPERANDS in err

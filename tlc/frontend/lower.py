@@ -439,7 +439,10 @@ class Lowerer:
         if isinstance(e, A.Name) and e.name not in self.scalar_names():
             v = self.operand(e.name, arg.loc, "an argument")
             if v is not None and v.type.space == "global":
-                self.err(f"'{e.name}' is in global memory; copy it to shared or registers first", arg.loc)
+                from tlc.passes.verify import LOWERED_OPERANDS
+
+                self.err(f"'{e.name}' is in global memory: as TL it needs a copy to shared or registers first, "
+                         f"but {LOWERED_OPERANDS}", arg.loc)
                 return None
             return v
         self.check_expr(e, arg.loc, "a Compute argument")
