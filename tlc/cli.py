@@ -194,29 +194,38 @@ DEFAULT_INTERP_SIZES = ((17, 33), (1, 1), (70, 9), (1, 65))  # odd, unequal, sin
 
 
 def cmd_interp(args) -> int:
+    """Interpret the program at a few sizes against its oracle (tlc.testing.oracle): --reference, else its
+    Variant's float64 reference, else the program as written — a program without a Variant is never read
+    as attention."""
     import math
 
     from tlc.api import compile_graph
     from tlc.frontend.ast import eval_expr
-    from tlc.testing.checks import Shapes, check_interpreter, program_info
+    from tlc.testing.checks import Shapes, check_against, program_info
+    from tlc.testing.oracle import oracle_for
 
     data = _read(args.file)
     defines = _defines(args.define)
     sizes = _interp_sizes(args.sizes) if args.sizes else DEFAULT_INTERP_SIZES
     # The program the compiler builds: the repair passes run unless --no-passes asks for the raw meaning.
     graph, remarks = compile_graph(data, args.file, defines=defines, run_passes=not args.no_passes)
+    oracle = oracle_for(lambda: compile_graph(data, args.file, defines=defines, run_passes=False)[0], args.reference)
     info = program_info(graph)
     if args.sizes:
         _check_size_counts(args.sizes, sizes, info.int_inputs)
     for d in remarks:
         _say(d.render(GLOBAL_SOURCES), err=True)
+    _say(f"{args.file}: checked against: {oracle.label}")
+    if args.no_passes and oracle.as_written is not None:
+        _say(f"{args.file}: note: with --no-passes the program as written is compared with itself, so this only "
+             "runs it; drop --no-passes to check what tlc builds, or give --reference", err=True)
     params = {k: v for k, v in graph.params.items() if isinstance(v, int) and not isinstance(v, bool)}
     d = int(eval_expr(info.tensors[0].dims[-1], params)) if info.tensors else 1
     worst = 0.0
     for i, pair in enumerate(sizes):
         shapes = Shapes(batch=2, heads=4, kv_heads=2, ints=dict(zip(info.int_inputs, pair)),
                         floats={n: 1.0 / math.sqrt(d) for n in info.float_inputs})
-        r = check_interpreter(graph, shapes, seed=args.seed + i, rtol=args.tolerance)
+        r = check_against(graph, oracle, shapes, seed=args.seed + i, rtol=args.tolerance)
         where = f" at (batch, head, row) = {r.where}" if r.where else ""
         _say(f"{args.file}: {shapes.describe()}: max relative error {r.max_error:.3e}{where}"
              + (f" ({r.message})" if r.message else ""))
@@ -253,7 +262,7 @@ def cmd_test(args) -> int:
     from tlc.testing.runner import run_tl_test
 
     return run_tl_test(args.file, examples=args.examples, seed=args.seed, gpu=args.gpu, arch=args.arch,
-                       defines=_defines(args.define))
+                       defines=_defines(args.define), reference=args.reference, max_len=args.max_len)
 
 
 def cmd_build(args) -> int:
@@ -302,6 +311,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 MAX_JOBS = 1024
+REFERENCE_HELP = ("compare with your float64 reference instead: a function imported from the current directory "
+                  "or sys.path, called with the input tensors (batch, heads, rows, cols) and the Inputs by keyword, "
+                  "returning the output (default: the Variant's reference; without a Variant, the program as "
+                  "written, before the passes)")
 SEED = int_option(maximum=2**32 - 1)
 
 
@@ -346,7 +359,7 @@ def make_parser() -> argparse.ArgumentParser:
                     "CuTe C++ (no NVRTC; --no-locs drops the #line directives)")
     sp.set_defaults(fn=cmd_show)
 
-    sp = common(sub.add_parser("interp", help="run on random inputs at small sizes against a float64 reference"))
+    sp = common(sub.add_parser("interp", help="run on random inputs at a few sizes against the program's float64 reference"))
     sp.add_argument("file", metavar="FILE")
     sp.add_argument("--sizes", help="one number per int Input, x-separated, for each size: QxK pairs for "
                     "attention, e.g. 17x33,1x1 (default: a set of odd sizes)")
@@ -355,6 +368,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--passes", action="store_true", help="(the default) interpret what the compiler builds: after "
                     "the TL passes, whose repairs are printed")
     sp.add_argument("--no-passes", action="store_true", help="interpret the program as written, before any repair")
+    sp.add_argument("--reference", metavar="MODULE:FUNCTION", help=REFERENCE_HELP)
     sp.set_defaults(fn=cmd_interp)
 
     sp = common(sub.add_parser("test", help="hypothesis property tests of a TL program"))
@@ -363,6 +377,10 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=SEED, default=0)
     sp.add_argument("--gpu", action="store_true", help="also build and run the kernel")
     sp.add_argument("--arch", default=None, help="with --gpu: target (default: the visible GPU's)")
+    sp.add_argument("--reference", metavar="MODULE:FUNCTION", help=REFERENCE_HELP)
+    sp.add_argument("--max-len", type=int_option(minimum=1, maximum=MAX_INTERP_SIZE), metavar="N",
+                    help="the longest sequence length drawn (default: eight tiles of the largest tile, and one); "
+                    "1, a tile ± 1 and two, four and eight tiles are drawn too")
     sp.set_defaults(fn=cmd_test)
 
     sp = common(sub.add_parser("build", help="compile TL files to .cu, .cubin and .json"))

@@ -110,6 +110,13 @@ def test_broken_pass_is_named(planted_pass) -> None:
     assert "before passes: ok" in out and "after verify: ok" in out
 
 
+def test_a_pass_that_breaks_a_program_without_variant_is_named(planted_pass) -> None:
+    """Without a Variant the oracle is the program as written: a pass that changes its meaning is blamed."""
+    code, out = run(ROOT / "tests" / "testing" / "long" / "sliding_window.tl", pipeline=["verify", "planted-floor-bound"])
+    assert code == 1 and "broken by pass 'planted-floor-bound'" in out, out
+    assert "checked against: the program as written (no Variant)" in out and "before passes: ok" in out
+
+
 def test_missing_pass_module_falls_back(planted_pass) -> None:
     code, out = run(ROOT / "specs" / "mha_fwd.tl", examples=5, pipeline=["verify", "ghost", "planted-floor-bound"])
     assert code == 0, out
@@ -132,3 +139,20 @@ def test_pytest_plugin_collects_tl_files(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed, 1 xfailed" in proc.stdout, proc.stdout
+
+
+def test_pytest_plugin_max_len_directive_and_no_reference_from_a_file(tmp_path: Path) -> None:
+    """`# tlc-test: --max-len N` bounds the lengths; `--reference` in a .tl file is refused, its module
+    never imported (a file must not run code it names)."""
+    window = (ROOT / "tests" / "testing" / "long" / "window_start.tl").read_text()
+    (tmp_path / "short.tl").write_text(window.replace("# tlc-test: xfail", "# tlc-test: --max-len 10"))
+    (tmp_path / "named.tl").write_text((ROOT / "specs" / "gqa_fwd.tl").read_text()
+                                       + "# tlc-test: --reference tlc_evil_refs:f\n")
+    (tmp_path / "tlc_evil_refs.py").write_text("open('imported', 'w').close()\nf = None\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "pytest", *_plugin_args(), "--tl", "--tl-examples", "20", "-q",
+                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout
+    assert "--reference is not read from a .tl file" in proc.stdout, proc.stdout
+    assert not (tmp_path / "imported").exists()

@@ -39,11 +39,14 @@ def test_a_wrong_built_program_is_blamed_on_the_pass_after_the_last_right_stage(
     from tlc.testing import runner
     from tlc.testing.checks import CheckResult, Shapes
 
-    plan = runner.Plan(ast=None, defines={}, pipeline=["a", "b", "c"], available=["a", "b", "c"])
+    from tlc.testing.oracle import Oracle
+
+    plan = runner.Plan(ast=None, defines={}, pipeline=["a", "b", "c"], available=["a", "b", "c"],
+                       oracle=Oracle("a stand-in reference"))
     monkeypatch.setattr(plan, "stage", lambda n: runner.Stage(tuple(plan.available[:n]), n))
     verdicts = {0: False, 1: True, 2: False, 3: False}  # wrong as written, repaired by a, broken by b
-    monkeypatch.setattr(runner, "check_interpreter",
-                        lambda graph, shapes, seed, check_layouts=None: CheckResult(verdicts[graph], 0.0, None))
+    monkeypatch.setattr(runner, "check_against",
+                        lambda graph, oracle, shapes, seed, check_layouts=None: CheckResult(verdicts[graph], 0.0, None))
     blamed, _, log = runner.check_all_stages(plan, Shapes(), 0)
     assert blamed == "pass 'b'" and len(log) == 4
     verdicts.update({2: True, 3: True})

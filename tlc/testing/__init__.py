@@ -1,19 +1,22 @@
 """tlc.testing: property-test TL programs — hypothesis strategies for programs, shapes and
-inputs, and checkers against the float64 references (docs/correctness.md). See docs/testing.md.
+inputs, and checkers against an oracle: the float64 reference of the program's `Param Variant`,
+your own reference function, or (without a Variant) the program as written. See docs/testing.md.
 
+    from pathlib import Path
     from hypothesis import given
-    from tlc.testing import tl_programs, with_shapes, check_interpreter
+    from tlc.testing import attention_shapes, check_program
 
-    @given(tl_programs(variant="attention").flatmap(with_shapes))
-    def test_interpreter_matches_reference(case):
-        text, shapes = case
-        assert check_interpreter(text, shapes)
+    @given(attention_shapes(Path("my_window.tl")))
+    def test_compiled_program_means_what_i_wrote(shapes):
+        assert check_program(Path("my_window.tl"), shapes, reference=my_window_reference)
 """
 from __future__ import annotations
 
-from tlc.testing.checks import (RTOL, CheckResult, Shapes, check_interpreter, make_inputs, program_info,
-                                random_tensor)
-from tlc.testing.strategies import ProgramChoices, attention_shapes, inputs, program_choices, tl_programs, with_shapes
+from tlc.testing.checks import (RTOL, CheckResult, Shapes, check_against, check_interpreter, check_program,
+                                make_inputs, program_info, random_tensor)
+from tlc.testing.oracle import Oracle, ReferenceProblem, load_reference, oracle_for
+from tlc.testing.strategies import (ProgramChoices, attention_shapes, default_max_len, edge_lengths, inputs, lengths,
+                                    program_choices, tl_programs, with_shapes)
 from tlc.testing.structural import (StructuralChoices, output_difference, reference_graph, structural_choices,
                                     structural_program, structural_programs)
 
@@ -25,8 +28,10 @@ try:  # the one tolerance rule (docs/correctness.md) for low-precision (GPU) out
 except ImportError:
     _TOLERANCE = []
 
-__all__ = ["RTOL", "CheckResult", "Shapes", "check_interpreter", "make_inputs", "program_info", "random_tensor",
-           "ProgramChoices", "attention_shapes", "inputs", "program_choices", "tl_programs", "with_shapes",
+__all__ = ["RTOL", "CheckResult", "Shapes", "check_against", "check_interpreter", "check_program", "make_inputs",
+           "program_info", "random_tensor", "Oracle", "ReferenceProblem", "load_reference", "oracle_for",
+           "ProgramChoices", "attention_shapes", "default_max_len", "edge_lengths", "inputs", "lengths",
+           "program_choices", "tl_programs", "with_shapes",
            "StructuralChoices", "output_difference", "reference_graph", "structural_choices", "structural_program",
            "structural_programs",
            *_TOLERANCE]

@@ -1,17 +1,20 @@
-"""Reference checkers: run a TL program on concrete shapes and compare it with the
-float64 reference of its `Param Variant` (docs/correctness.md: interpreter checks use a 1e-6
-relative bound), reporting the max error and where it is (batch, head, row).
+"""Reference checkers: run a TL program on concrete shapes and compare it with an oracle
+(tlc.testing.oracle: its `Param Variant`'s float64 reference, the user's reference, or the
+program as written) under docs/correctness.md's 1e-6 relative bound for interpreter checks,
+reporting the max error and where it is (batch, head, row).
 
 A program's global tensors are sized from its own `Allocate … in global` lines, so any
 program whose extents are runtime `Input`s can be checked without a per-spec table.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -23,7 +26,8 @@ from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.graph import Graph
 from tlc.ir.interpreter import InterpError, run_program
 from tlc.ir.ops import AllocateOp, CopyOp, ReshapeOp
-from tlc.reference import reference_for
+from tlc.reference import KNOWN_VARIANTS, known_variant
+from tlc.testing.oracle import Oracle, Output, Reference, ReferenceProblem, oracle_for, variant_oracle
 
 RTOL = 1e-6
 
@@ -85,6 +89,7 @@ class ProgramInfo:
     float_inputs: tuple[str, ...]
     max_tile: int
     has_reshape: bool
+    length_tiles: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # int Input → tiles stepping over it
 
 
 def program_info(graph: Graph) -> ProgramInfo:
@@ -101,16 +106,26 @@ def program_info(graph: Graph) -> ProgramInfo:
         transposed = len(seq) == 2 and not seq[0] and seq[1]
         tensors.append(TensorInfo(op.name, tuple(op.shape), heads, transposed, op.name in stored))
     env = _param_env(graph)
+    dims = {t.name: t.dims for t in tensors}
     tiles = [1]  # the tile extents along sequence axes: the dims that coordinates step over
+    per_input: dict[str, set[int]] = {}
     for _, op in graph.walk():
         if isinstance(op, CopyOp) and op.tile and len(op.tile) == 2:
+            glob = op.operands[0] if op.src_space == "global" else op.operands[-1]
             for key, _ in op.coord:
+                axis = 0 if key == "L" else 1
                 try:
-                    tiles.append(int(eval_expr(op.tile[0 if key == "L" else 1], env)))
+                    tile = int(eval_expr(op.tile[axis], env))
                 except (ExprError, TypeError, ValueError):
-                    pass
+                    continue
+                tiles.append(tile)
+                tensor_dims = dims.get(glob.base, ())
+                stepped = _names(tensor_dims[axis]) & set(ints) if axis < len(tensor_dims) else set()
+                for name in stepped:
+                    per_input.setdefault(name, set()).add(tile)
     has_reshape = any(isinstance(op, ReshapeOp) for _, op in graph.walk())
-    return ProgramInfo(tuple(tensors), ints, floats, max(tiles), has_reshape)
+    length_tiles = {n: tuple(sorted(per_input[n])) for n in ints if n in per_input}
+    return ProgramInfo(tuple(tensors), ints, floats, max(tiles), has_reshape, length_tiles)
 
 
 def _names(e: Expr | None) -> set[str]:
@@ -206,26 +221,152 @@ def compare(got: torch.Tensor, ref: torch.Tensor, rtol: float = RTOL) -> tuple[f
 
 
 def check_interpreter(program: ProgramLike, shapes: Shapes, seed: int = 0, *, defines=None,
-                      check_layouts: bool | None = None, rtol: float = RTOL) -> CheckResult:
-    """Interpret `program` at `shapes` on seeded random inputs and compare with the float64
-    reference. `check_layouts` defaults to on when the program has a Reshape (a program
-    without one is legal before `insert-reshape`, specs/LANGUAGE.md)."""
+                      check_layouts: bool | None = None, rtol: float = RTOL,
+                      reference: Reference | None = None) -> CheckResult:
+    """Interpret `program` at `shapes` on seeded random inputs and compare it with `reference` (a callable,
+    called as tlc.testing.oracle.call_reference says) or else the float64 reference of its `Param Variant`.
+    A program without a known Variant and no `reference` fails with a message saying so: it is never read
+    as attention (`check_program` checks such a program against itself as written).
+    `check_layouts` defaults to on when the program has a Reshape (a program without one is legal
+    before `insert-reshape`, specs/LANGUAGE.md)."""
     graph = as_graph(program, defines)
+    if reference is not None:
+        oracle = oracle_for(lambda: graph, reference)
+    elif known_variant(graph.params) is not None:
+        oracle = variant_oracle(graph.params)
+    else:
+        variant = graph.params.get("Variant")
+        what = "no Param Variant" if variant is None else f"Param Variant = {variant}, which has no built-in reference"
+        return CheckResult(False, math.inf, None, f"no reference: the program has {what} (known: "
+                           f"{', '.join(KNOWN_VARIANTS)}); pass reference=, or use check_program to check the "
+                           "compiled program against the program as written", shapes, seed)
+    return check_against(graph, oracle, shapes, seed, check_layouts=check_layouts, rtol=rtol)
+
+
+def outputs_of(graph: Graph, shapes: Shapes) -> list[Output]:
+    """The tensors `graph` stores, with the (batch, heads, rows, cols) shape a reference returns."""
+    info = program_info(graph)
+    env = dict(_param_env(graph), **shapes.ints)
+    heads = {"q": shapes.heads, "kv": shapes.kv_heads, "one": 1}
+    outs = []
+    for t in info.tensors:
+        if t.output:
+            dims = tuple(int(eval_expr(d, env)) for d in t.dims)
+            rows_cols = tuple(reversed(dims)) if t.transposed else dims
+            outs.append(Output(t.name, (shapes.batch, heads[t.heads], *rows_cols), t.transposed))
+    return outs
+
+
+def check_against(graph: Graph, oracle: Oracle, shapes: Shapes, seed: int = 0, *,
+                  check_layouts: bool | None = None, rtol: float = RTOL) -> CheckResult:
+    """Interpret `graph` at `shapes` on seeded random inputs and compare every output the oracle gives
+    with the program's. Against the program as written, elements both leave unwritten (NaN) agree; against
+    a reference, an unwritten element is an error. A fault of the user's reference is raised
+    (ReferenceProblem), not returned: it says nothing about the program."""
     layouts = program_info(graph).has_reshape if check_layouts is None else check_layouts
     try:
         interp, ref_in, scalars = make_inputs(graph, shapes, seed)
+        outputs = outputs_of(graph, shapes)
         out = run_program(graph, interp, scalars, check_layouts=layouts)
-        name, ref = reference_for(graph.params, ref_in, scalars)
-    except (InterpError, SizingError, TlcError, ValueError, KeyError, RuntimeError, IndexError) as exc:
+    except (InterpError, SizingError, TlcError, ValueError, KeyError, RuntimeError, IndexError, ExprError) as exc:
         return CheckResult(False, math.inf, None, f"{type(exc).__name__}: {exc}", shapes, seed)
-    got = out[name]
-    t = next((t for t in program_info(graph).tensors if t.name == name), None)
-    if t is not None and t.transposed:
-        got = got.transpose(-1, -2)
+    try:
+        written_layouts = oracle.as_written is not None and program_info(oracle.as_written).has_reshape
+        want = oracle.expected(outputs, interp, ref_in, scalars, check_layouts=written_layouts)
+    except ReferenceProblem:
+        raise
+    except (InterpError, SizingError, TlcError, ValueError, KeyError, RuntimeError, IndexError) as exc:
+        what = "the program as written" if oracle.as_written is not None else "the reference"
+        return CheckResult(False, math.inf, None, f"{what}: {type(exc).__name__}: {exc}", shapes, seed)
+    worst = CheckResult(True, 0.0, None, "", shapes, seed)
+    transposed = {o.name: o.transposed for o in outputs}
+    for name, ref in want.items():
+        got = out[name].transpose(-1, -2) if transposed.get(name) else out[name]
+        result = _compare_output(name, got, ref, oracle, rtol, len(want) > 1)
+        if not result.ok or result.max_error > worst.max_error:
+            worst = CheckResult(result.ok, result.max_error, result.where, result.message, shapes, seed)
+        if not result.ok:
+            break
+    return worst
+
+
+def _compare_output(name: str, got: torch.Tensor, ref: torch.Tensor, oracle: Oracle, rtol: float,
+                    named: bool) -> CheckResult:
+    prefix = f"output '{name}': " if named else ""
+    if oracle.compares_written_elements:
+        from tlc.testing.structural import output_difference
+
+        why, _ = output_difference(got, ref)
+        if why:
+            return CheckResult(False, math.inf, None, prefix + why)
+        both = ~torch.isnan(got) & ~torch.isnan(ref)
+        got, ref = torch.where(both, got, 0.0), torch.where(both, ref, 0.0)
     err, where = compare(got, ref, rtol)
     msg = "the output holds NaN: elements never written" if math.isinf(err) and torch.isnan(got).any() else ""
-    return CheckResult(err <= rtol, err, where, msg, shapes, seed)
+    return CheckResult(err <= rtol, err, where, (prefix + msg) if msg else prefix.rstrip(": "))
+
+
+def check_program(program: ProgramLike, shapes: Shapes, seed: int = 0, *, reference: Reference | None = None,
+                  defines: Mapping[str, Any] | None = None, pipeline: Sequence[str] | None = None,
+                  rtol: float = RTOL) -> CheckResult:
+    """Check what tlc builds from `program` (the graph after the TL pass pipeline, `pipeline` or the
+    default) at `shapes` against `reference` (a callable: tlc.testing.oracle.call_reference), else the
+    float64 reference of its `Param Variant`, else the program as written interpreted in float64 before
+    any pass — a program is checked against what its author says it means."""
+    if pipeline is None:
+        from tlc.passes.pipeline import DEFAULT_PIPELINE
+
+        pipeline = DEFAULT_PIPELINE
+    passes = tuple(pipeline)
+    source = _Source.of(program, defines)
+    oracle, built = _compiled(source, passes) if reference is None else _compile(source, passes, reference)
+    return check_against(built, oracle, shapes, seed, check_layouts=True if "insert-reshape" in passes else None,
+                         rtol=rtol)
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A program `check_program` can lower more than once (the oracle and the passes each need a graph of
+    their own): TL text with its defines, or a Graph's canonical IR text."""
+
+    text: str
+    name: str
+    defines: tuple[tuple[str, str], ...] = ()
+    is_ir: bool = False
+
+    @classmethod
+    def of(cls, program: ProgramLike, defines: Mapping[str, Any] | None) -> "_Source":
+        if isinstance(program, Graph):
+            from tlc.ir.printer import print_graph
+
+            return cls(print_graph(program), program.file, is_ir=True)
+        defs = tuple(sorted((k, str(v)) for k, v in (defines or {}).items()))
+        if isinstance(program, os.PathLike):
+            return cls(Path(program).read_text(encoding="utf-8"), str(program), defs)
+        return cls(program, "<input>", defs)
+
+    def lower(self) -> Graph:
+        if self.is_ir:
+            from tlc.ir.irparser import parse_ir
+
+            return parse_ir(self.text)
+        return lower_program(parse_text(self.text, self.name), dict(self.defines))
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(source: _Source, passes: tuple[str, ...]) -> tuple[Oracle, Graph]:
+    """`_compile` once per program and pipeline: a hypothesis test checks the same program many times."""
+    return _compile(source, passes, None)
+
+
+def _compile(source: _Source, passes: tuple[str, ...], reference: Reference | None) -> tuple[Oracle, Graph]:
+    """(the oracle, the graph after `passes`)."""
+    from tlc.passes.pipeline import run_pipeline
+
+    built = source.lower()
+    run_pipeline(built, list(passes))
+    return oracle_for(source.lower, reference), built
 
 
 __all__ = ["Shapes", "ProgramInfo", "TensorInfo", "CheckResult", "program_info", "make_inputs", "random_tensor",
-           "check_interpreter", "compare", "as_graph", "RTOL"]
+           "check_interpreter", "check_against", "check_program", "outputs_of", "compare", "as_graph", "RTOL"]

@@ -7,12 +7,12 @@ people write, problem shapes that stress tile edges, and never-zero inputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from hypothesis import strategies as st
 
-from tlc.testing.checks import ProgramLike, Shapes, as_graph, program_info, random_tensor
+from tlc.testing.checks import ProgramInfo, ProgramLike, Shapes, as_graph, program_info, random_tensor
 
 KEYWORDS = frozenset("""Param Input Allocate in global shared register with offset Copy coordinate from to
 Compute GEMM and get new accumulate Multiply Divide Tanh Relu Mask causal Softmax max sum Reshape as for
@@ -200,16 +200,48 @@ def tl_programs(variant: str | None = None, causal: bool | None = None, with_res
     return program_choices(variant, causal, with_reshape, transposes, kv).map(ProgramChoices.render)
 
 
+TILE_MULTIPLES = (1, 2, 4, 8)   # a tile ± 1 at one tile, two, four and eight: where tiled loops and windows turn
+
+
+def default_max_len(program: ProgramLike, defines: Mapping[str, Any] | None = None) -> int:
+    """The longest length `attention_shapes` draws by default: eight tiles of the program's largest
+    sequence tile and one more (at least 17), so a loop whose start or stop moves with the length (a
+    window a few tiles behind the diagonal) runs every trip it has at some drawn length."""
+    return _longest(program_info(as_graph(program, defines)))
+
+
+def _longest(info: ProgramInfo) -> int:
+    return max(TILE_MULTIPLES[-1] * info.max_tile + 1, 17)
+
+
+def edge_lengths(tiles: Sequence[int], longest: int) -> list[int]:
+    """The lengths where tiled code goes wrong, ascending, from 1 to `longest`: 1, a tile ± 1 at
+    TILE_MULTIPLES of each tile, and `longest` itself."""
+    edges = {1, longest}
+    for tile in tiles:
+        edges |= {k * tile + d for k in TILE_MULTIPLES for d in (-1, 0, 1)}
+    return sorted(n for n in edges if 1 <= n <= longest)
+
+
+def lengths(tiles: Sequence[int], longest: int) -> st.SearchStrategy[int]:
+    """One length: half the time an edge (`edge_lengths`), half any length from 1 to `longest`.
+    Shrinks toward 1 (the first edge) and toward short lengths."""
+    return st.one_of(st.sampled_from(edge_lengths(tiles, longest)), st.integers(1, longest))
+
+
 def attention_shapes(program: ProgramLike, *, max_batch: int = 2, max_kv_heads: int = 2, max_group: int = 2,
                      max_len: int | None = None, defines: Mapping[str, Any] | None = None) -> st.SearchStrategy[Shapes]:
     """Problem sizes for `program`: batch, heads, KV heads (a divisor of heads when K/V are
     offset by `head_idx / group`), every int `Input` (the sequence lengths),
     every float `Input` (the scale) in [0.05, 1.5]. Shrinks toward 1s.
-    Lengths run to two sequence tiles and one more (at least 8): 1, exact multiples and
-    ragged tails all occur, with q and k lengths drawn independently."""
+    Each length is drawn by itself (`lengths`): 1, a tile ± 1 at one, two, four and eight tiles of the
+    tiles that step over it, and any length up to `max_len` (default: `default_max_len`)."""
     info = program_info(as_graph(program, defines))
-    longest = max_len if max_len is not None else max(2 * info.max_tile + 1, 8)
+    longest = max_len if max_len is not None else _longest(info)
+    if longest < 1:
+        raise ValueError(f"max_len={longest}: a length is at least 1")
     kinds = {t.heads for t in info.tensors}
+    per_input = {n: lengths(info.length_tiles.get(n, (info.max_tile,)), longest) for n in info.int_inputs}
 
     @st.composite
     def draw_shapes(draw) -> Shapes:
@@ -220,7 +252,7 @@ def attention_shapes(program: ProgramLike, *, max_batch: int = 2, max_kv_heads: 
         else:
             heads = draw(st.integers(1, max_kv_heads * max_group))
             kv_heads = 1 if "one" in kinds else heads
-        ints = {n: draw(st.integers(1, longest), label=n) for n in info.int_inputs}
+        ints = {n: draw(per_input[n], label=n) for n in info.int_inputs}
         floats = {n: draw(st.floats(0.05, 1.5, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 4)))
                   for n in info.float_inputs}
         return Shapes(batch, heads, kv_heads, ints, floats)
@@ -238,4 +270,5 @@ def inputs(shape: tuple[int, ...], dtype: torch.dtype = torch.float64) -> st.Sea
     return st.integers(0, 2**31 - 1).map(lambda seed: random_tensor(tuple(shape), seed, dtype))
 
 
-__all__ = ["ProgramChoices", "program_choices", "tl_programs", "attention_shapes", "with_shapes", "inputs"]
+__all__ = ["ProgramChoices", "program_choices", "tl_programs", "attention_shapes", "with_shapes", "inputs",
+           "default_max_len", "edge_lengths", "lengths", "TILE_MULTIPLES"]
