@@ -13,6 +13,10 @@ tokens against a long cache) there are more warps than 16-row groups, and two la
 
 A tile split across warps by columns cannot be reduced along rows or regrouped as an A operand;
 those uses are refused at their line.
+
+A plan is the target family's answer to "which TiledMMA, and which fragments": `WarpPlan` for
+mma.sync, `WgmmaPlan` for wgmma; tlc.lowering.rules names each family's planner, and the rules ask
+the plan for accumulators and row references instead of testing the target.
 """
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ from tlc.diagnostics import Loc, fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import GemmOp
 from tlc.kir import ops as K
+from tlc.kir import ops_sm90 as H
 
 ROW_MMA, SPLIT_MMA = "tiled_mma", "tiled_mma_n"
+DEFAULT_WARPS = 4
 SLICES = {ROW_MMA: "thr_mma", SPLIT_MMA: "thr_mma_n"}
 
 
@@ -57,6 +63,14 @@ class WarpPlan:
                        f"block with {16 * self.warps_m} rows on {self.warps} warps) is not supported; use BM ≥ "
                        f"{16 * self.warps} or fewer warps", loc)
 
+    def accumulator(self, name: str, mma: str, shape: tuple[int, int], loc: Loc | None = None) -> K.Op:
+        """fp32 accumulator registers of TiledMMA `mma`."""
+        return K.FragmentOp(name=name, mma=mma, role="C", dtype="fp32", shape=shape, loc=loc)
+
+    def row_reference(self, name: str, rows: int) -> K.Op:
+        """The fragment whose rows the block's row vectors follow: `tiled_mma`'s, 16 columns wide."""
+        return K.FragmentOp(name=name, mma=ROW_MMA, role="C", dtype="fp32", shape=(rows, 16))
+
     def decls(self, atom: str) -> list[K.Op]:
         out: list[K.Op] = [K.TiledMmaOp(name=ROW_MMA, atom=atom, warps=(self.warps_m, 1, 1),
                                         tile=(16 * self.warps_m, 16, 16), thread_slice=SLICES[ROW_MMA],
@@ -67,8 +81,10 @@ class WarpPlan:
         return out
 
 
-def plan_warps(graph: Graph, warps: int, exprs) -> WarpPlan:
-    """Choose the layouts from the block's rows (the first GEMM's M) and `Param Warps`."""
+def plan_warps(graph: Graph, declared: int | None, exprs, names) -> WarpPlan:
+    """Choose the layouts from the block's rows (the first GEMM's M) and `Param Warps` (`declared`, else
+    4). `names` is unused: the mma.sync TiledMMAs have fixed names."""
+    warps = DEFAULT_WARPS if declared is None else declared
     gemms = [op for _, op in graph.walk() if isinstance(op, GemmOp)]
     if not gemms:
         return WarpPlan(warps, warps)
@@ -121,12 +137,20 @@ class WgmmaPlan:
     def need_whole_rows(self, mma: str, what: str, loc: Loc | None) -> None:
         """Every wgmma accumulator holds whole rows within a warp (nothing is split by columns)."""
 
+    def accumulator(self, name: str, mma: str, shape: tuple[int, int], loc: Loc | None = None) -> K.Op:
+        """fp32 accumulator registers of wgmma TiledMMA `mma`."""
+        return H.WgmmaFragmentOp(name=name, mma=mma, role="C", shape=shape, loc=loc)
+
+    def row_reference(self, name: str, rows: int) -> K.Op:
+        """Any wgmma accumulator of the block's rows lays its rows out alike: the first GEMM's."""
+        return self.accumulator(name, self.row_mma, (rows, self.row_n))
+
     def decls(self, atom: str) -> list[K.Op]:
         return []
 
 
-def plan_wgmma(graph: Graph, warps: int | None, exprs, names) -> WgmmaPlan:
-    """The sm_90a warp plan from the block's rows (the first GEMM's M); `warps`: Param Warps if set."""
+def plan_wgmma(graph: Graph, declared: int | None, exprs, names) -> WgmmaPlan:
+    """The sm_90a warp plan from the block's rows (the first GEMM's M); `declared`: Param Warps if set."""
     gemms = [op for _, op in graph.walk() if isinstance(op, GemmOp)]
     if not gemms:
         raise fail("tlc build: the program has no GEMM; the sm_90a lowering needs one to fix the thread layout")
@@ -139,9 +163,9 @@ def plan_wgmma(graph: Graph, warps: int | None, exprs, names) -> WgmmaPlan:
         raise fail(f"tlc build: --arch sm_90a runs one warp group (4 warps) per 64 rows of the block; this GEMM has "
                    f"M = {rows} (supported: BM = 64, 128, 192 or 256; --arch sm_90 takes other tiles)", first.loc)
     need = 4 * rows // WARP_GROUP_ROWS
-    if warps is not None and warps != need:
-        raise fail(f"tlc build: Param Warps = {warps}, but --arch sm_90a runs one warp group per 64 rows: BM = {rows} "
-                   f"needs Warps = {need} (set -D Warps={need}, or leave Warps unset)", first.loc)
+    if declared is not None and declared != need:
+        raise fail(f"tlc build: Param Warps = {declared}, but --arch sm_90a runs one warp group per 64 rows: "
+                   f"BM = {rows} needs Warps = {need} (set -D Warps={need}, or leave Warps unset)", first.loc)
     gemm_mma: dict[int, str] = {}
     register_mma: dict[str, str] = {}
     for op in gemms:

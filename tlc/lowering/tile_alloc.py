@@ -1,0 +1,60 @@
+"""The Allocate rule of `lower-tile-ops`, shared by every target family: a global tensor view
+(pointer + the program's batch and head offset), a shared buffer, or a cleared register fragment.
+
+Tile widths pad to the family's column unit (`Family.col_unit`, tile_copies.padded).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tlc.diagnostics import fail
+from tlc.frontend import ast as A
+from tlc.ir.graph import Graph
+from tlc.ir.ops import AllocateOp
+from tlc.kir import ops as K
+from tlc.kir.expr import BinOp, Var
+from tlc.lowering.storage import Buffer, Slot
+from tlc.lowering.tile_copies import kblock, padded
+
+if TYPE_CHECKING:
+    from tlc.lowering.tile_ops import TileOpLowering
+
+
+def lower_allocate(cx: TileOpLowering, op: AllocateOp, region: Graph, out: list[K.Op]) -> None:
+    if op.space == "global":
+        return _global_view(cx, op)
+    rows, logical = cx.tile_shape(op.shape, op.loc, f"'{op.name}'")
+    cols = padded(logical, cx.family.col_unit)
+    if op.space == "shared":
+        dtype = op.result.type.dtype or cx.dtype
+        if op.name in cx.buffers:
+            raise fail(f"tlc build: shared buffer '{op.name}' is allocated twice", op.loc)
+        if logical % 8 or not kblock(cols):
+            raise fail(f"tlc build: shared tile '{op.name}' has {logical} columns; the copies move 8 elements "
+                       "(16 bytes) per thread, so the width must be a multiple of 8", op.loc)
+        buf = cx.buffers[op.name] = Buffer(op.name, cx.names.fresh(f"s{op.name}"), rows, cols, dtype, op.loc,
+                                           logical_cols=logical)
+        cx.bind(op.result, Slot("smem", buf.name, rows, cols, region=-1, buffer=buf, uid=-1, logical_cols=logical))
+        return
+    name = cx.names.fresh(f"r{op.name}")
+    cx.register_allocs[name] = (f"Allocate {op.name} in register", op.loc)
+    mma = cx.warp_plan.mma_of_register(op.name)
+    out += [cx.warp_plan.accumulator(name, mma, (rows, cols), op.loc), K.ClearOp(target=name, loc=op.loc)]
+    cx.bind(op.result, Slot("frag", name, rows, cols, region=cx.region, logical_cols=logical, mma=mma))
+
+
+def _global_view(cx: TileOpLowering, op: AllocateOp) -> None:
+    t = next(t for t in cx.abi.tensors if t.name == op.name)
+    if t.cols % 8:
+        raise fail(f"tlc build: global tensor '{op.name}' has {t.cols} columns; rows are copied in 16-byte "
+                   "chunks, so the width must be a multiple of 8 (pad the tensor)", op.loc)
+    head = cx.x.lower(op.offset if op.offset is not None else A.Name("head_idx"), op.loc)
+    offset = BinOp("+", BinOp("*", Var("batch_idx"), Var(f"p.{t.stride('batch')}")),
+                   BinOp("*", head, Var(f"p.{t.stride('head')}")))
+    name = cx.names.fresh(f"m{op.name}")
+    cols = padded(t.cols, cx.family.col_unit)
+    cx.decls.append(K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset,
+                                     rows=cx.x.lower(op.shape[0], op.loc), cols=cols,
+                                     row_stride=Var(f"p.{t.stride('row')}"), loc=op.loc))
+    cx.global_rows[name] = cx.x.lower(op.shape[0], op.loc)
+    cx.bind(op.result, Slot("global", name, cols=cols, region=-1, logical_cols=t.cols))
