@@ -8,8 +8,9 @@ the shared one. A rule is `rule(cx, op, region, out)`: the lowering context (til
 the TL op, the region it sits in, and the kernel-IR list it appends to. An op a family cannot lower
 is registered as a `Refuse`, so its message is stated here, not left to a missing entry.
 
-Adding a target family touches this module only: a `Family` in FAMILIES and, for each op class its
-lowering differs on, a rule in RULES (docs/lowering.md shows one).
+A new target family's lowering is registered here only: a `Family` in FAMILIES and, for each op class
+it lowers differently or not at all, a rule or a `Refuse` in RULES (docs/lowering.md shows one); its
+arches name the family by their `mma_path` in tlc/arch.py.
 """
 from __future__ import annotations
 
