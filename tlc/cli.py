@@ -78,12 +78,14 @@ def cmd_check(args) -> int:
 def _target_lines(targets, path: str, quiet: bool) -> list[str]:
     """Each target's refusals (and, unless quiet, warnings) as `tlc build` renders them, prefixed with
     the targets that say it: `sm_90a: file:line:col: error: …`; a message every target gives, once."""
-    said: dict[str, list[str]] = {}
+    said: dict[str, list[tuple[str, str]]] = {}   # the text without its target's name → (target, text)
     for t in targets:
         diags = (t.error.diagnostics if t.error is not None else []) + ([] if quiet else t.warnings)
         for d in diags:
-            said.setdefault(TlcError([d]).render(GLOBAL_SOURCES, file=path), []).append(t.arch)
-    return [f"{', '.join(archs)}: {text}" for text, archs in said.items()]
+            text = TlcError([d]).render(GLOBAL_SOURCES, file=path)
+            said.setdefault(text.replace(f"tlc build ({t.arch}): ", "tlc build: "), []).append((t.arch, text))
+    return [f"{by[0][0]}: {by[0][1]}" if len(by) == 1 else f"{', '.join(a for a, _ in by)}: {text}"
+            for text, by in said.items()]
 
 
 def cmd_fmt(args) -> int:
@@ -274,20 +276,21 @@ def cmd_build(args) -> int:
 
 
 def cmd_precompile(args) -> int:
-    archs = args.arch or ["sm_90"]
+    """TL files build for `--arch` (default sm_90, as `tlc build`); a shape list for `--arch`, by default for
+    the targets `tlc.attention` picks on this machine (sm_90a on an H100/H200)."""
     if not args.files and not args.shapes:
         raise TlcError(_err("tlc precompile: give TL files, --shapes LIST, or both"))
     if args.define and not args.files:
         raise TlcError(_err("tlc precompile: -D applies to TL files; a shape list picks tlc.attention's own bindings"))
     from tlc.builder import check_target
-    from tlc.precompile_jobs import Job, precompile, read_shape_file
+    from tlc.precompile_jobs import Job, default_targets, precompile, read_shape_file
 
-    for arch in archs:
+    for arch in args.arch or []:
         check_target(arch)
     defines = _defines(args.define)
-    jobs = [Job.make(Path(f), defines, arch, label=f) for f in args.files for arch in archs]
+    jobs = [Job.make(Path(f), defines, arch, label=f) for f in args.files for arch in args.arch or ["sm_90"]]
     for shapes in args.shapes or []:
-        jobs += read_shape_file(shapes, archs)
+        jobs += read_shape_file(shapes, args.arch or default_targets())
     return precompile(jobs, args.jobs)
 
 
@@ -396,7 +399,8 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--shapes", action="append", metavar="LIST",
                     help="a file of tlc.attention call shapes, one per line, e.g. "
                     "'b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16' (repeatable; see tlc/precompile_jobs.py)")
-    sp.add_argument("--arch", action="append", help="repeatable; default sm_90")
+    sp.add_argument("--arch", action="append", help="repeatable; default: sm_90 for TL files (as tlc build), "
+                    "the targets tlc.attention picks on this machine for --shapes (sm_90a on an H100/H200)")
     sp.add_argument("-j", "--jobs", type=int_option(maximum=MAX_JOBS), default=0,
                     help="parallel compiles (default: CPU count)")
     sp.set_defaults(fn=cmd_precompile)

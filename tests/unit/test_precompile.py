@@ -149,6 +149,10 @@ def test_cli_precompile_from_shapes(tmp_path, monkeypatch, capsys) -> None:
     assert main(["precompile", "--shapes", str(shapes), "-j", "1"]) == 0
     out, err = capsys.readouterr()
     assert len(calls) == 3 and {c[0] for c in calls} == {"gqa_fwd.tl", "mla_prefill_fwd.tl"}
+    # no --arch: a shape list warms what tlc.attention builds on this machine (sm_90a for an H100/H200,
+    # also when no GPU is visible), not tlc build's sm_90 default for TL files
+    from tlc.precompile_jobs import default_targets
+    assert {c[1] for c in calls} == set(default_targets()) == {"sm_90a"}
     assert out.count("compiled in") == 3 and "(200 registers)" in out
     assert "3 compiled, 0 already cached, 0 failed" in err
 

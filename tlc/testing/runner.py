@@ -258,14 +258,15 @@ def _gpu_check(plan: Plan, path: str | Path, arch: str | None, say: Out):
     from tlc.testing.gpu_check import gpu_problem, make_gpu_check
 
     assert plan.oracle is not None
-    if plan.oracle.variant not in GPU_VARIANTS or plan.oracle.function is not None:
-        problem = (f"the kernel is compared only with the {' or '.join(GPU_VARIANTS)} reference, and this program "
-                   f"is checked against {plan.oracle.label}; run without --gpu")
+    known = plan.oracle.variant in GPU_VARIANTS or plan.oracle.as_written is not None or plan.oracle.function
+    if not known:
+        problem = (f"the kernel is compared with the {' or '.join(GPU_VARIANTS)} reference, the program as written "
+                   f"or your --reference, and this program is checked against {plan.oracle.label}; run without --gpu")
     else:
         problem = gpu_problem(arch)
     if problem is None:
         try:
-            return make_gpu_check(path, plan.stage(0).graph, plan.defines, arch)
+            return make_gpu_check(path, plan.stage(0).graph, plan.defines, arch, plan.oracle)
         except TlcError as exc:
             problem = f"the kernel does not build:\n{exc.render(GLOBAL_SOURCES)}"
     say(f"{plan.ast.file}: error: --gpu: {problem}; the CPU checks still run below")
