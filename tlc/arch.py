@@ -10,7 +10,9 @@ Sources, all well-known published values:
   [DS]  NVIDIA datasheets / architecture whitepapers for SM counts (A100: 108 SMs; A10: 72;
         RTX 3090: 82; L4: 58; RTX 4090: 128; H100 SXM and H200: 132; H100 PCIe: 114).
 "tlc's sm_90" is the sm_80-family code path compiled for Hopper (an sm_80 cubin does not
-load there); "sm_90a" is the Hopper path: the lowering emits wgmma (TMA and warp specialization are ops without a lowering yet, docs/hopper.md).
+load there); "sm_90a" is the Hopper path: wgmma GEMMs, TMA loads in mbarrier rings and warp-specialized
+producer/consumer warp groups (docs/hopper.md). Each arch's `mma_path` picks its family of lowering rules
+(tlc/lowering/rules.py).
 """
 from __future__ import annotations
 

@@ -221,7 +221,10 @@ class WarpSpecializePass(_ScheduleListingPass):
 
         state = _state(ctx, self.name)
         wanted, store = _bool_param(graph, "WarpSpecialize", True), _bool_param(graph, "TmaStore", False)
-        if not wanted or not state.arch.name.endswith("a"):
+        from tlc.lowering.rules import FAMILIES
+
+        family = FAMILIES.get(state.arch.mma_path)
+        if not wanted or family is None or not family.tma_copies:
             refuse_partial_copies(state, "WarpSpecialize is false" if not wanted else "")
             return
         stages = _stages(graph, self.stages, 4, "the TMA ring takes 1 to 4 stages")
