@@ -43,6 +43,11 @@ Hopper, sm_90a (tlc/kir/ops_sm90.py, docs/hopper.md; the lowering produces the w
   MbarrierArriveExpectTxOp MbarrierArriveOp MbarrierWaitOp TmaPrefetchOp TmaPrefetchTileOp TmaLoadOp WgmmaTiledMmaOp WgmmaFragmentOp
   WgmmaFenceOperandOp WgmmaArriveOp WgmmaOp WgmmaCommitOp WgmmaWaitOp WarpSpecializeOp NamedBarrierOp
 
+Effects
+  Every op class declares, once, what it reads, writes and does (`declared_effects`, tlc/kir/effects.py:
+  named tensors, shared buffers written by registers / cp.async / TMA, async tokens, and kinds such as
+  barrier, wgmma, TMA); passes ask `op.effects()` or `nested_effects(op)` (with its regions' ops).
+
 `tlc.lowering.tile_ops` produces it from a TL program, op by op; `tlc.kir.text.print_kir` /
 `parse_kir` give the text form.
 """

@@ -2,7 +2,8 @@
 
 The emitter has exactly one handler per class here. Every op carries the `loc` of the TL
 statement it came from, so `#line` directives and late errors point at the user's `.tl` line.
-Names that become C++ identifiers are checked by `verify()`; scalar math is an `Expr`.
+Names that become C++ identifiers are checked by `verify()`; scalar math is an `Expr`. Each op
+class declares its effects (`tlc.kir.effects`); `op.effects()` reads the declaration.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import ClassVar, Iterator
 
 from tlc.diagnostics import Loc, fail
+from tlc.kir.effects import EffectDecl, Effects
 from tlc.kir.expr import Expr, check_ident, free_names, substitute
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -32,6 +34,9 @@ class Op:
     # Field names holding C++ names this op defines; checked as identifiers by verify().
     defines: ClassVar[tuple[str, ...]] = ()
     regions: ClassVar[tuple[str, ...]] = ()
+    # What the op itself reads, writes and does (not its regions' ops). Every op class declares it (a
+    # subclass inherits its base's); None here, so an op class that forgets is refused, never effect-free.
+    declared_effects: ClassVar[EffectDecl | None] = None
 
     def verify(self) -> None:
         for name in self.defines:
@@ -47,6 +52,13 @@ class Op:
 
     def check(self) -> None:
         """Op-specific invariants; raise `fail(...)` on violation."""
+
+    def effects(self) -> Effects:
+        """What this op reads, writes and does, from its class's declaration; its regions' ops are
+        not included (`nested_effects`)."""
+        if self.declared_effects is None:
+            raise TypeError(f"kernel IR: {type(self).__name__} declares no effects (declared_effects)")
+        return self.declared_effects.of(self)
 
     def defined_names(self) -> list[str]:
         return [getattr(self, n) for n in self.defines]
@@ -87,6 +99,20 @@ def walk(op: Op) -> Iterator[Op]:
 def names_used(ops) -> set[str]:
     """The names `ops` and their regions read."""
     return {n for top in ops for op in walk(top) for n in op.used_names()}
+
+
+def names_defined(ops) -> set[str]:
+    """The names `ops` and their regions define."""
+    return {n for top in ops for op in walk(top) for n in op.defined_names()}
+
+
+def nested_effects(op: Op) -> Effects:
+    """What `op` and every op in its regions read, write and do: what running it does."""
+    out = op.effects()
+    for region in op.regions:
+        for child in getattr(op, region):
+            out |= nested_effects(child)
+    return out
 
 
 def rewrite_ops(ops, fn) -> tuple[Op, ...]:

@@ -8,7 +8,7 @@ Declarations live in `ops_decl`, executable ops in `ops_exec`; this module gathe
 from __future__ import annotations
 
 from tlc.kir.base import (COPY_ATOMS, DTYPES, MMA_ATOMS, PARAM_TYPES, PARTITIONS, SCALAR_TYPES, Op,
-                          names_used, op_label, rewrite_ops, walk)
+                          names_defined, names_used, nested_effects, op_label, rewrite_ops, walk)
 from tlc.kir.ops_decl import (FragmentOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, KernelOp, LetOp, ParamsOp,
                               PartitionOp, ProgramOp, RowVectorOp, SharedBufferOp, SharedViewOp, SmemLayoutOp,
                               SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, TraceBufferOp)
@@ -33,4 +33,5 @@ __all__ = ["AllReduceOp", "AsyncCopyOp", "BarrierOp", "BreakOp", "ClearOp", "Com
            "ProgramOp", "RetileAccToAOp", "RowBroadcastOp", "RowReduceOp", "RowStoreOp", "RowVectorOp",
            "SharedBufferOp", "SharedViewOp", "SmemLayoutOp", "SmemTransposeLayoutOp", "TiledCopyOp",
            "TiledMmaOp", "TimestampOp", "TraceBufferOp", "WaitOp", "WarpAnyOp", "COPY_ATOMS", "DTYPES", "MMA_ATOMS", "OP_CLASSES", "PARAM_TYPES",
-           "PARTITIONS", "SCALAR_TYPES", "Op", "names_used", "op_label", "rewrite_ops", "walk"]
+           "PARTITIONS", "SCALAR_TYPES", "Op", "names_defined", "names_used", "nested_effects", "op_label", "rewrite_ops",
+           "walk"]

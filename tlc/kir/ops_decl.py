@@ -1,9 +1,11 @@
-"""Kernel-IR declarations: parameter struct, kernels, scalars, atoms, layouts and tensors."""
+"""Kernel-IR declarations: parameter struct, kernels, scalars, atoms, layouts and tensors. They define
+names and have no effects of their own (`PURE`); a kernel does what its body's ops do."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tlc.kir.base import COPY_ATOMS, DTYPES, MMA_ATOMS, Op, PARAM_TYPES, PARTITIONS, SCALAR_TYPES, _ints
+from tlc.kir.effects import PURE
 from tlc.kir.expr import Expr, check_ident
 
 # ----------------------------------------------------------------------------- program level
@@ -14,6 +16,7 @@ class ParamsOp(Op):
     name: str
     fields: tuple[tuple[str, str], ...]
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         for fname, ftype in self.fields:
@@ -29,6 +32,7 @@ class TraceBufferOp(Op):
     name: str
     entries: int
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.name, "trace buffer")
@@ -48,6 +52,7 @@ class KernelOp(Op):
     body: tuple[Op, ...]
     defines = ("name",)
     regions = ("body",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.params, "params struct")
@@ -64,6 +69,7 @@ class ProgramOp(Op):
     body: tuple[Op, ...]
     defines = ("name",)
     regions = ("body",)
+    declared_effects = PURE
 
     def kernels(self) -> list[KernelOp]:
         return [op for op in self.body if isinstance(op, KernelOp)]
@@ -78,6 +84,7 @@ class LetOp(Op):
     type: str
     value: Expr
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(self.type in SCALAR_TYPES, f"type {self.type!r} not in {SCALAR_TYPES}")
@@ -100,6 +107,7 @@ class TiledMmaOp(Op):
     thread_slice: str
     replicas: int = 1
     defines = ("name", "thread_slice")
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(self.atom in MMA_ATOMS, f"unknown MMA atom {self.atom!r}")
@@ -120,6 +128,7 @@ class SmemLayoutOp(Op):
     atom: tuple[int, int]
     shape: tuple[int, ...]
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(_ints(self.atom, 2) and _ints(self.shape) and len(self.shape) in (2, 3), "bad atom/shape")
@@ -137,6 +146,7 @@ class SmemTransposeLayoutOp(Op):
     shape: tuple[int, ...]
     strip_swizzle: bool = False
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.of, "layout")
@@ -155,6 +165,7 @@ class SharedBufferOp(Op):
     # May overlap buffers that are dead when it is first written (epilogue staging).
     reuse: bool = False
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.layout, "layout")
@@ -170,6 +181,7 @@ class SharedViewOp(Op):
     of: str
     layout: str
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.of, "tensor")
@@ -188,6 +200,7 @@ class GlobalTensorOp(Op):
     cols: int
     row_stride: Expr
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(self.dtype in DTYPES, f"dtype {self.dtype!r}")
@@ -205,6 +218,7 @@ class GlobalTileOp(Op):
     coord: tuple[Expr, ...]
     row_shift: Expr | None = None
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.src, "tensor")
@@ -218,6 +232,7 @@ class IdentityTileOp(Op):
     name: str
     shape: tuple[int, int]
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(_ints(self.shape, 2), "shape needs 2 positive ints")
@@ -237,6 +252,7 @@ class TiledCopyOp(Op):
     value_layout: tuple[int, ...] = ()
     mma: str = ""
     defines = ("name", "thread_slice")
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(self.atom in COPY_ATOMS, f"unknown copy atom {self.atom!r}")
@@ -257,6 +273,7 @@ class PartitionOp(Op):
     method: str
     src: Expr
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.slice, "thread slice")
@@ -274,6 +291,7 @@ class FragmentOp(Op):
     src: Expr | None = None
     shape: tuple[int, ...] = ()
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.mma, "tiled mma")
@@ -292,6 +310,7 @@ class RowVectorOp(Op):
     like: str
     init: Expr
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.like, "fragment")

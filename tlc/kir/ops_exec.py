@@ -1,11 +1,13 @@
-"""Kernel-IR executable ops: async copies and synchronization, fragment math, control flow."""
+"""Kernel-IR executable ops: async copies and synchronization, fragment math, control flow.
+Each declares its effects (`tlc.kir.effects`); a loop's or branch's are its body's ops'."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tlc.kir.base import DTYPES, Op
 from tlc.diagnostics import fail
+from tlc.kir.effects import PURE, Effect, EffectDecl, Effects
 from tlc.kir.expr import Expr, Index, Var, check_ident
 
 _ALL = Var("_")
@@ -31,6 +33,8 @@ class AsyncCopyOp(Op):
     # Rows before `row_first` (a tile that starts before the tensor's first row) are zero-filled too.
     row_first: Expr | None = None
     defines = ("token",)
+    declared_effects = EffectDecl(reads=("src", "pred"), writes=("dst",), cp_async_writes=("buffer",),
+                                  tokens_defined=("token",), kinds=Effect.CP_ASYNC)
 
     def check(self) -> None:
         check_ident(self.copy, "tiled copy")
@@ -45,6 +49,7 @@ class CommitOp(Op):
     name: str
     tokens: tuple[str, ...]
     defines = ("name",)
+    declared_effects = EffectDecl(tokens_used=("tokens",), tokens_defined=("name",), kinds=Effect.ASYNC_GROUP)
 
     def check(self) -> None:
         for t in self.tokens:
@@ -57,6 +62,7 @@ class WaitOp(Op):
 
     pending: int
     groups: tuple[str, ...] = ()
+    declared_effects = EffectDecl(tokens_used=("groups",), kinds=Effect.ASYNC_GROUP)
 
     def check(self) -> None:
         self._need(self.pending >= 0, "pending must be >= 0")
@@ -65,6 +71,8 @@ class WaitOp(Op):
 @dataclass(frozen=True, kw_only=True)
 class BarrierOp(Op):
     """`__syncthreads()`: orders shared-memory writes and reads across the CTA."""
+
+    declared_effects = EffectDecl(kinds=Effect.BARRIER)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +92,8 @@ class CopyOp(Op):
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     row_first: Expr | None = None
+    declared_effects = EffectDecl(reads=("src", "pred"), writes=("dst",), shared_reads=("reads",),
+                                  shared_writes=("writes",))
 
     def check(self) -> None:
         check_ident(self.copy, "tiled copy")
@@ -97,6 +107,7 @@ class ClearOp(Op):
     """Set a fragment to zero."""
 
     target: str
+    declared_effects = EffectDecl(writes=("target",))
 
     def check(self) -> None:
         check_ident(self.target, "fragment")
@@ -121,6 +132,7 @@ class MmaOp(Op):
     a: str
     b: str
     kblock: Expr
+    declared_effects = EffectDecl(reads=("a", "b", "acc"), writes=("acc",))
 
     def check(self) -> None:
         for n in (self.mma, self.acc, self.a, self.b):
@@ -142,6 +154,7 @@ class MaskOp(Op):
     causal: bool
     alignment: str
     bounds: bool
+    declared_effects = EffectDecl(reads=("target", "coord"), writes=("target",))
 
     def check(self) -> None:
         check_ident(self.target, "fragment")
@@ -160,6 +173,12 @@ class RowReduceOp(Op):
     kind: str
     accumulate: bool
     chains: int = 1
+    declared_effects = EffectDecl(reads=("src",), writes=("dst",))
+
+    def effects(self) -> Effects:
+        """`accumulate` folds into `dst`, which it then reads too."""
+        own = super().effects()
+        return replace(own, reads=own.reads | {self.dst}) if self.accumulate else own
 
     def check(self) -> None:
         check_ident(self.dst, "row vector")
@@ -175,6 +194,7 @@ class AllReduceOp(Op):
     target: str
     kind: str
     width: int
+    declared_effects = EffectDecl(reads=("target",), writes=("target",), kinds=Effect.WARP_COLLECTIVE)
 
     def check(self) -> None:
         check_ident(self.target, "row vector")
@@ -192,6 +212,7 @@ class Exp2ScaleOp(Op):
     row_max: str
     scale_log2: Expr
     poly_every: int = 0
+    declared_effects = EffectDecl(reads=("target", "row_max"), writes=("target",))
 
     def check(self) -> None:
         check_ident(self.target, "fragment")
@@ -206,6 +227,7 @@ class RowBroadcastOp(Op):
     target: str
     vec: str
     fn: Expr
+    declared_effects = EffectDecl(reads=("target", "vec"), writes=("target",))
 
     def check(self) -> None:
         check_ident(self.target, "fragment")
@@ -222,6 +244,7 @@ class WarpAnyOp(Op):
     vec: str
     fn: Expr
     defines = ("name",)
+    declared_effects = EffectDecl(reads=("vec",), kinds=Effect.WARP_COLLECTIVE)
 
     def check(self) -> None:
         check_ident(self.name, "flag")
@@ -242,6 +265,7 @@ class TimestampOp(Op):
     label: str
     index: Expr | None = None
     slot_offset: Expr | None = None
+    declared_effects = EffectDecl(writes=("buffer",), kinds=Effect.GLOBAL_WRITE)
 
     def check(self) -> None:
         check_ident(self.buffer, "trace buffer")
@@ -257,6 +281,7 @@ class MapOp(Op):
     target: str
     srcs: tuple[str, ...]
     fn: Expr
+    declared_effects = EffectDecl(reads=("srcs",), writes=("target",))
 
     def check(self) -> None:
         check_ident(self.target, "tensor")
@@ -272,6 +297,7 @@ class ConvertOp(Op):
     src: str
     dtype: str
     defines = ("name",)
+    declared_effects = EffectDecl(reads=("src",))
 
     def check(self) -> None:
         check_ident(self.src, "fragment")
@@ -286,6 +312,7 @@ class RetileAccToAOp(Op):
     src: str
     mma: str
     defines = ("name",)
+    declared_effects = EffectDecl(reads=("src",))
 
     def check(self) -> None:
         check_ident(self.src, "fragment")
@@ -301,6 +328,7 @@ class RowStoreOp(Op):
     vec: str
     coord: str
     row_limit: Expr
+    declared_effects = EffectDecl(reads=("vec", "coord"), writes=("dst",), kinds=Effect.GLOBAL_WRITE)
 
     def check(self) -> None:
         for n in (self.dst, self.vec, self.coord):
@@ -324,6 +352,7 @@ class ForOp(Op):
     unroll: bool = False
     defines = ("var",)
     regions = ("body",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(self.step != 0, "step must not be 0")
@@ -337,6 +366,7 @@ class IfOp(Op):
     cond: Expr
     body: tuple[Op, ...]
     regions = ("body",)
+    declared_effects = PURE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,6 +377,7 @@ class CounterOp(Op):
     name: str
     init: Expr
     defines = ("name",)
+    declared_effects = PURE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -355,6 +386,7 @@ class CounterAddOp(Op):
 
     counter: str
     value: Expr
+    declared_effects = EffectDecl(reads=("counter",), writes=("counter",))
 
     def check(self) -> None:
         check_ident(self.counter, "counter")
@@ -366,6 +398,7 @@ class CounterSetOp(Op):
 
     counter: str
     value: Expr
+    declared_effects = EffectDecl(writes=("counter",))
 
     def check(self) -> None:
         check_ident(self.counter, "counter")
@@ -374,3 +407,5 @@ class CounterSetOp(Op):
 @dataclass(frozen=True, kw_only=True)
 class BreakOp(Op):
     """`break;` out of the innermost enclosing `ForOp` (a loop whose end is found inside it)."""
+
+    declared_effects = EffectDecl(kinds=Effect.CONTROL)

@@ -7,10 +7,11 @@ the TMA, mbarrier and warp-role ops will be used.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tlc.diagnostics import fail
 from tlc.kir.base import DTYPES, Op, _ints, walk
+from tlc.kir.effects import PURE, Effect, EffectDecl, Effects
 from tlc.kir.expr import Expr, Var, check_ident
 from tlc.kir.ops_decl import KernelOp, ParamsOp, ProgramOp
 
@@ -86,6 +87,7 @@ class TmaDescriptorOp(Op):
     box: tuple[int, ...]
     swizzle: int = 128
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(isinstance(self.ptr, Var) and self.ptr.name.startswith("p."),
@@ -125,6 +127,7 @@ class GmmaSmemLayoutOp(Op):
     shape: tuple[int, ...]
     k_major: bool = True
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(self.dtype in DTYPES, f"dtype {self.dtype!r}")
@@ -145,6 +148,7 @@ class MbarrierOp(Op):
     count: int
     offset_bytes: int
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(isinstance(self.count, int) and self.count >= 1, "count must be >= 1")
@@ -158,6 +162,7 @@ class MbarrierInitOp(Op):
 
     bar: str
     arrivals: int
+    declared_effects = EffectDecl(kinds=Effect.MBARRIER)
 
     def check(self) -> None:
         check_ident(self.bar, "mbarrier")
@@ -171,6 +176,7 @@ class MbarrierArriveExpectTxOp(Op):
     bar: str
     stage: Expr
     bytes: int
+    declared_effects = EffectDecl(kinds=Effect.MBARRIER)
 
     def check(self) -> None:
         check_ident(self.bar, "mbarrier")
@@ -183,6 +189,7 @@ class MbarrierArriveOp(Op):
 
     bar: str
     stage: Expr
+    declared_effects = EffectDecl(kinds=Effect.MBARRIER)
 
     def check(self) -> None:
         check_ident(self.bar, "mbarrier")
@@ -196,6 +203,7 @@ class MbarrierWaitOp(Op):
     bar: str
     stage: Expr
     phase: Expr
+    declared_effects = EffectDecl(kinds=Effect.MBARRIER)
 
     def check(self) -> None:
         check_ident(self.bar, "mbarrier")
@@ -207,6 +215,7 @@ class TmaPrefetchOp(Op):
     TMA copy needs them, so that copy does not wait on the descriptor's fetch."""
 
     desc: str
+    declared_effects = EffectDecl(kinds=Effect.TMA)
 
     def check(self) -> None:
         check_ident(self.desc, "TMA descriptor")
@@ -225,6 +234,7 @@ class TmaLoadOp(Op):
     dst: str
     coord: tuple[Expr, ...]
     dst_coord: tuple[int, int] = (0, 0)
+    declared_effects = EffectDecl(writes=("dst",), tma_writes=("dst",), kinds=Effect.TMA | Effect.MBARRIER)
 
     def check(self) -> None:
         for name, what in ((self.desc, "TMA descriptor"), (self.bar, "mbarrier"), (self.dst, "shared buffer")):
@@ -244,6 +254,7 @@ class TmaPrefetchTileOp(Op):
 
     desc: str
     coord: tuple[Expr, ...]
+    declared_effects = EffectDecl(kinds=Effect.TMA)
 
     def check(self) -> None:
         check_ident(self.desc, "TMA descriptor")
@@ -263,6 +274,7 @@ class TmaStoreOp(Op):
     src: str
     coord: tuple[Expr, ...]
     src_coord: tuple[int, int] = (0, 0)
+    declared_effects = EffectDecl(reads=("src",), shared_reads=("src",), kinds=Effect.TMA | Effect.GLOBAL_WRITE)
 
     def check(self) -> None:
         check_ident(self.desc, "TMA descriptor")
@@ -281,6 +293,7 @@ class TmaStoreWaitOp(Op):
 
 
 # ----------------------------------------------------------------------------- wgmma
+    declared_effects = EffectDecl(kinds=Effect.TMA | Effect.ASYNC_GROUP)
 @dataclass(frozen=True, kw_only=True)
 class WgmmaTiledMmaOp(Op):
     """A TiledMMA of wgmma atoms (fp32 accumulators) picked by CuTe's `GMMA::ss_op_selector` (kind
@@ -300,6 +313,7 @@ class WgmmaTiledMmaOp(Op):
     a_k_major: bool = True
     b_k_major: bool = True
     defines = ("name", "thread_slice")
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(self.dtype in ("bf16", "fp16"), f"dtype {self.dtype!r}: wgmma here takes bf16 or fp16")
@@ -328,6 +342,7 @@ class WgmmaFragmentOp(Op):
     src: Expr | None = None
     shape: tuple[int, ...] = ()
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         check_ident(self.mma, "wgmma tiled mma")
@@ -343,6 +358,7 @@ class WgmmaFenceOperandOp(Op):
     and writes across the asynchronous wgmma (before the arrive and after the wait)."""
 
     targets: tuple[str, ...]
+    declared_effects = EffectDecl(reads=("targets",), writes=("targets",), kinds=Effect.WGMMA)
 
     def check(self) -> None:
         self._need(bool(self.targets), "needs at least one fragment")
@@ -353,6 +369,8 @@ class WgmmaFenceOperandOp(Op):
 @dataclass(frozen=True, kw_only=True)
 class WgmmaArriveOp(Op):
     """`wgmma.fence`: register and shared operands written before are visible to the next wgmma."""
+
+    declared_effects = EffectDecl(kinds=Effect.WGMMA)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -368,6 +386,13 @@ class WgmmaOp(Op):
     zero_init: bool = False
     # Shared buffers its descriptors read (insert-sync and pipeline read them; the emitter does not).
     reads: tuple[str, ...] = ()
+    declared_effects = EffectDecl(reads=("a", "b", "acc"), writes=("acc",), shared_reads=("reads",),
+                                  kinds=Effect.WGMMA)
+
+    def effects(self) -> Effects:
+        """`zero_init` overwrites `acc` without reading it."""
+        own = super().effects()
+        return replace(own, reads=own.reads - {self.acc}) if self.zero_init else own
 
     def check(self) -> None:
         check_ident(self.mma, "wgmma tiled mma")
@@ -382,10 +407,14 @@ class FenceProxyAsyncOp(Op):
     (cp.async results, after their wait) become visible to the async proxy that wgmma and TMA read
     through. `insert-sync` puts it between a cp.async wait and the barrier before a wgmma reads."""
 
+    declared_effects = EffectDecl(kinds=Effect.PROXY_FENCE)
+
 
 @dataclass(frozen=True, kw_only=True)
 class WgmmaCommitOp(Op):
     """`wgmma.commit_group`: the wgmmas issued since the last commit form one group."""
+
+    declared_effects = EffectDecl(kinds=Effect.WGMMA | Effect.ASYNC_GROUP)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -393,6 +422,7 @@ class WgmmaWaitOp(Op):
     """`wgmma.wait_group pending`: all but the newest `pending` groups have completed."""
 
     pending: int = 0
+    declared_effects = EffectDecl(kinds=Effect.WGMMA | Effect.ASYNC_GROUP)
 
     def check(self) -> None:
         self._need(isinstance(self.pending, int) and 0 <= self.pending <= 7, "pending must be 0..7")
@@ -406,6 +436,7 @@ class CarryOp(Op):
 
     target: str
     src: str
+    declared_effects = EffectDecl(reads=("src",), writes=("target",))
 
     def check(self) -> None:
         check_ident(self.target, "fragment")
@@ -430,6 +461,7 @@ class WarpSpecializeOp(Op):
     producer_last: bool = False
     defines = ("group",)
     regions = ("producer", "consumer")
+    declared_effects = PURE
 
     def check(self) -> None:
         for regs, what in ((self.producer_regs, "producer_regs"), (self.consumer_regs, "consumer_regs")):
@@ -449,6 +481,7 @@ class NamedBarrierOp(Op):
     id: int | Expr
     threads: int
     arrive_only: bool = False
+    declared_effects = EffectDecl(kinds=Effect.BARRIER)
 
     def check(self) -> None:
         self._need(isinstance(self.id, Expr) or (isinstance(self.id, int) and 0 <= self.id <= 7),
@@ -470,6 +503,7 @@ class TileSlotOp(Op):
     name: str
     offset_bytes: int
     defines = ("name",)
+    declared_effects = PURE
 
     def check(self) -> None:
         self._need(self.offset_bytes % 4 == 0, f"offset {self.offset_bytes} is not 4-byte aligned")
@@ -481,6 +515,7 @@ class TileSlotStoreOp(Op):
 
     slot: str
     value: Expr
+    declared_effects = EffectDecl(writes=("slot",), shared_writes=("slot",))
 
     def check(self) -> None:
         check_ident(self.slot, "tile slot")
@@ -493,6 +528,7 @@ class TileSlotLoadOp(Op):
     name: str
     slot: str
     defines = ("name",)
+    declared_effects = EffectDecl(reads=("slot",), shared_reads=("slot",))
 
     def check(self) -> None:
         check_ident(self.slot, "tile slot")
@@ -507,6 +543,7 @@ class AtomicAddOp(Op):
     ptr: Expr
     value: Expr
     defines = ("name",)
+    declared_effects = EffectDecl(reads=("ptr",), writes=("ptr",), kinds=Effect.GLOBAL_WRITE)
 
 
 SM90_OP_CLASSES: tuple[type[Op], ...] = (
