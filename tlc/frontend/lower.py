@@ -23,6 +23,7 @@ from tlc.ir.types import (MEMORY_DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Val
                           dtype_spellings)
 from tlc.expr import subexprs
 from tlc.frontend.lower_scopes import assigned_names, sketch_prelude, drop_dead_carried
+from tlc.names import FreshNames
 
 COORD_KEYS = {"L": 0, "C": 1}
 ALIGNMENTS = ("top_left", "bottom_right")
@@ -53,7 +54,7 @@ class Lowerer:
         self.graph = Graph(program.file)
         self.scopes: list[_Scope] = [_Scope()]
         self.regions: list[Graph] = [self.graph]
-        self.versions: dict[str, int] = {}
+        self.names = FreshNames(sep=".")   # SSA versions of a TL name: S, S.1, S.2
         self.param_locs: dict[str, Loc] = {}
         self.bad_params: set[str] = set()  # already reported: stay quiet where they are used
         self.loop_vars: list[str] = []
@@ -64,9 +65,7 @@ class Lowerer:
         self.sink.error(msg, loc, *notes)
 
     def fresh(self, base: str, ty: TileType) -> Value:
-        n = self.versions.get(base, 0)
-        self.versions[base] = n + 1
-        return Value(base if n == 0 else f"{base}.{n}", ty, base)
+        return Value(self.names.fresh(base), ty, base)
 
     def emit(self, op: Op) -> Op:
         return self.regions[-1].add(op)

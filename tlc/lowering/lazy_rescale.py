@@ -24,6 +24,7 @@ import dataclasses
 
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Call, Const, Var, parse_expr, substitute
+from tlc.names import FreshNames
 
 THRESHOLD = 8.0   # log2 of the largest exp2 a stale max allows (FA4's rescaling threshold)
 
@@ -33,8 +34,8 @@ def _alpha_fn(scale):
     return substitute(parse_expr("exp2(x0 * s - select(x1 == -inf, 0.0, x1 * s))"), "s", scale)
 
 
-def _block(ops: tuple[K.Op, ...], notes: list[str], taken: set[str]) -> tuple[K.Op, ...]:
-    ops = tuple(dataclasses.replace(op, **{r: _block(getattr(op, r), notes, taken) for r in op.regions})
+def _block(ops: tuple[K.Op, ...], notes: list[str], names: FreshNames) -> tuple[K.Op, ...]:
+    ops = tuple(dataclasses.replace(op, **{r: _block(getattr(op, r), notes, names) for r in op.regions})
                 if op.regions else op for op in ops)
     exp2 = {op.row_max: op for op in ops if isinstance(op, K.Exp2ScaleOp)}
     maxes = {op.target: op for op in ops if isinstance(op, K.MapOp) and len(op.srcs) == 2
@@ -55,11 +56,7 @@ def _block(ops: tuple[K.Op, ...], notes: list[str], taken: set[str]) -> tuple[K.
         elif op in alphas.values() and any(r.vec == op.target for r in rescales):
             op = dataclasses.replace(op, fn=Call("select", (BinOp("==", Var("x0"), Var("x1")), Const(1.0), op.fn)))
         elif op in rescales:
-            flag, i = f"{op.target}_rescale", 1
-            while flag in taken:
-                i += 1
-                flag = f"{op.target}_rescale_{i}"
-            taken.add(flag)
+            flag = names.fresh(f"{op.target}_rescale")
             out.append(K.WarpAnyOp(name=flag, vec=op.vec, fn=BinOp("!=", Var("x"), Const(1.0)), loc=op.loc))
             op = K.IfOp(cond=Var(flag), body=(op,), loc=op.loc)
             notes.append(f"lazy-rescale: {op.body[0].target} rescaled only when a row of the warp moved its max "
@@ -70,5 +67,5 @@ def _block(ops: tuple[K.Op, ...], notes: list[str], taken: set[str]) -> tuple[K.
 
 def lazy_rescale(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     notes: list[str] = []
-    taken = {getattr(x, d) for x in K.walk(kernel) for d in x.defines}
-    return dataclasses.replace(kernel, body=_block(kernel.body, notes, taken)), notes
+    names = FreshNames(K.names_defined((kernel,)), first=2)
+    return dataclasses.replace(kernel, body=_block(kernel.body, notes, names)), notes

@@ -174,7 +174,7 @@ def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     named = {op.name: op for op in K.walk(kernel) if hasattr(op, "name")}
     view = named.get(mask.coord)
     tile = named.get(view.src.name) if view is not None and isinstance(getattr(view, "src", None), Var) else None
-    names = {getattr(x, d) for x in K.walk(kernel) for d in x.defines}
+    names = K.names_defined((kernel,))
     try:
         if groups < 2:
             raise Declined("one consumer warp group")

@@ -27,6 +27,7 @@ import dataclasses
 
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Call, Expr, Var, free_names, print_expr
+from tlc.names import FreshNames
 
 
 def _threshold(op: K.Op, var: str, local: set[str]) -> Expr | None:
@@ -40,25 +41,15 @@ def _threshold(op: K.Op, var: str, local: set[str]) -> Expr | None:
 
 
 def _local_names(body: tuple[K.Op, ...]) -> set[str]:
-    """Names the loop body defines or changes (counters advanced in it): a threshold reading one is not
-    loop-invariant."""
-    ops = [x for op in body for x in K.walk(op)]
-    return ({getattr(x, d) for x in ops for d in x.defines}
-            | {x.counter for x in ops if isinstance(x, (K.CounterAddOp, K.CounterSetOp))})
+    """Names the loop body defines or writes (a counter advanced in it, too): a threshold reading one is
+    not loop-invariant."""
+    return K.names_defined(body) | {w for op in body for x in K.walk(op) for w in x.effects().writes}
 
 
 class _Splitter:
     def __init__(self, kernel: K.KernelOp) -> None:
-        self.taken = {getattr(x, d) for x in K.walk(kernel) for d in x.defines}
+        self.names = FreshNames(K.names_defined((kernel,)), first=2)
         self.notes: list[str] = []
-
-    def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.taken:
-            i += 1
-            name = f"{base}_{i}"
-        self.taken.add(name)
-        return name
 
     def block(self, ops: tuple[K.Op, ...]) -> tuple[K.Op, ...]:
         out: list[K.Op] = []
@@ -78,7 +69,7 @@ class _Splitter:
         if any(isinstance(x, K.BreakOp) for op in loop.body for x in K.walk(op)):
             self.notes.append(f"split-masked-trips: loop '{loop.var}' kept whole (it breaks off)")
             return (loop,)
-        first = self.fresh(f"{loop.var}_masked_from")
+        first = self.names.fresh(f"{loop.var}_masked_from")
         bounds = list(dict.fromkeys(guards.values()))
         value = Call("max", (loop.start, Call("min", (loop.stop, *bounds))))
         plain = tuple(op for i, op in enumerate(loop.body) if i not in guards)

@@ -15,6 +15,7 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import LoopOp, Op
 from tlc.ir.types import Value
 from tlc.kir.expr import CPP_KEYWORDS
+from tlc.names import FreshNames
 
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -58,22 +59,18 @@ class Slot:
             self.logical_cols = self.cols
 
 
-class Namer:
-    """Unique, valid C++ identifiers derived from TL names (`S.1` → `S_1`, `int` → `v_int`)."""
+class Namer(FreshNames):
+    """Unique, valid C++ identifiers derived from TL names (`S.1` → `S_1`, `int` → `v_int`; `S_1`
+    again → `S_1_1`)."""
 
     def __init__(self, reserved: tuple[str, ...] = ()) -> None:
-        self.taken: set[str] = set(reserved)
+        super().__init__(reserved)
 
     def fresh(self, base: str) -> str:
         name = re.sub(r"\W", "_", base) or "v"
         if name[0].isdigit() or name in CPP_KEYWORDS or name.startswith("__"):
             name = f"v_{name}"
-        out, k = name, 0
-        while out in self.taken:
-            k += 1
-            out = f"{name}_{k}"
-        self.taken.add(out)
-        return out
+        return super().fresh(name)
 
 
 def _uses(op: Op) -> list[Value]:

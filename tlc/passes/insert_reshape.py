@@ -17,6 +17,7 @@ from tlc.diagnostics import Note
 from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp, CopyOp, FullOp, GemmOp, LoopOp, Op, ReshapeOp, RowReduceOp, ScalarOp, SoftmaxOp
 from tlc.ir.types import MMA_ROLE, TileType, Value
+from tlc.names import fresh_value_name
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.infer_shapes import program_dtype
 
@@ -71,12 +72,8 @@ def _region_of(graph: Graph, value: Value) -> tuple[Graph, Op] | None:
 
 
 def fresh_name(graph: Graph, base: str) -> str:
-    taken = {r.name for _, op in graph.walk() for r in op.results}
-    taken |= {a.name for _, op in graph.walk() if isinstance(op, LoopOp) for a in op.args}
-    k = 1
-    while f"{base}.{k}" in taken:
-        k += 1
-    return f"{base}.{k}"
+    """A new version of `base` (`fresh_value_name`), always numbered: `P` → `P.1` even where `P` is free."""
+    return fresh_value_name(graph, base, bare=False)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
                         ScaledExpOp, SoftmaxOp)
 from tlc.ir.types import Value
+from tlc.names import fresh_value_name
 
 _PASS_THROUGH = (ElementwiseOp, MaskOp, ReshapeOp, SoftmaxOp, ScaledExpOp)
 
@@ -152,16 +153,4 @@ def all_users(root: Graph, v: Value) -> list[Op]:
     return out
 
 
-def fresh_name(root: Graph, base: str, taken: set[str] | None = None) -> str:
-    """`base.k` with the smallest k that no value of the program (nor `taken`) uses yet;
-    the name is added to `taken`, so values not yet in the graph never collide."""
-    used = {r.name for _, op in root.walk() for r in op.results}
-    used |= {a.name for _, op in root.walk() if isinstance(op, LoopOp) for a in op.args}
-    taken = taken if taken is not None else set()
-    used |= taken
-    name, k = base, 0
-    while name in used:
-        k += 1
-        name = f"{base}.{k}"
-    taken.add(name)
-    return name
+fresh_name = fresh_value_name   # online-softmax and mask name their new values with it
