@@ -21,7 +21,6 @@ from tlc.kir.expr import free_names
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.passes import run_lowering
 from tlc.lowering.resources import shared_buffers
-from tlc.lowering.sync import effects
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
@@ -154,7 +153,7 @@ def test_the_staging_tile_gets_its_own_bytes_and_q_is_released_after_its_last_ge
     consumer = _tile_loop(_roles(kernel).consumer)
     release = _release_index(consumer)
     assert isinstance(consumer.body[release - 1], H.WgmmaWaitOp) and consumer.body[release - 1].pending == 0
-    touches = [i for i, op in enumerate(consumer.body) if any("sQ" in effects(x)[1] for x in K.walk(op))]
+    touches = [i for i, op in enumerate(consumer.body) if "sQ" in K.nested_effects(op).shared_reads]
     assert touches and max(touches) < release
     later = consumer.body[release + 1:]
     assert any(isinstance(x, K.CopyOp) and "sO_out" in x.writes for op in later for x in K.walk(op))  # the epilogue
@@ -168,7 +167,7 @@ def test_where_the_staging_tile_cannot_move_q_is_released_after_the_store() -> N
     assert "its tile is released after the store" in "\n".join(state.schedule)
     consumer = _tile_loop(_roles(kernel).consumer)
     release = _release_index(consumer)
-    store = max(i for i, op in enumerate(consumer.body) if "sO_out" in effects(op)[1])
+    store = max(i for i, op in enumerate(consumer.body) if "sO_out" in K.nested_effects(op).shared_reads)
     assert store < release
     # the epilogue wrote Q's bytes through the generic proxy; the next tile's TMA load writes them through
     # the async proxy: a proxy fence between the two, before the release the producer waits for

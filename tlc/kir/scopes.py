@@ -2,7 +2,8 @@
 
 Catches a lowering bug at the op's `.tl` location instead of as a C++ error from NVRTC.
 C++ names follow block scoping (a name defined inside `ForOp`/`IfOp` ends with it); async
-tokens and commit groups live in their own flat namespace (they never reach the C++).
+tokens and commit groups live in their own flat namespace (they never reach the C++): the fields
+holding them are the ones an op's effects declare as tokens (`tlc.kir.effects`).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import fields
 from tlc.diagnostics import fail
 from tlc.kir.base import Op
 from tlc.kir.expr import Expr, free_names
-from tlc.kir.ops import CommitOp, KernelOp, ParamsOp, ProgramOp, TraceBufferOp, WaitOp
+from tlc.kir.ops import KernelOp, ParamsOp, ProgramOp, TraceBufferOp
 
 # Fields holding enum words or atom spellings, not names.
 _NOT_NAMES = {"kind", "method", "role", "dtype", "alignment", "atom", "type", "loc", "fields", "label"}
@@ -22,9 +23,11 @@ _BUILTINS = {"threadIdx.x", "threadIdx.y", "threadIdx.z", "blockIdx.x", "blockId
 
 
 def _uses(op: Op) -> set[str]:
+    """The C++ names `op` itself reads."""
     names: set[str] = set()
+    skip = _NOT_NAMES | set(op.defines) | set(op.regions) | op.declared_effects.token_fields()
     for f in fields(op):
-        if f.name in _NOT_NAMES or f.name in op.defines or f.name in op.regions:
+        if f.name in skip:
             continue
         value = getattr(op, f.name)
         values = value if isinstance(value, tuple) else (value,)
@@ -49,24 +52,17 @@ def check_scopes(program: ProgramOp) -> None:
 def _check_block(ops: tuple[Op, ...], scopes: list[set[str]], params: set[str], tokens: set[str]) -> None:
     scopes.append(set())
     for op in ops:
-        if isinstance(op, (CommitOp, WaitOp)):
-            refs = set(op.tokens) if isinstance(op, CommitOp) else set(op.groups)
-            if missing := refs - tokens:
-                raise fail(f"kernel IR: {type(op).__name__} refers to undefined token/group {sorted(missing)[0]}",
-                           op.loc)
-            if isinstance(op, CommitOp):
-                tokens.add(op.name)
-            continue
+        effects = op.effects()
+        if missing := effects.tokens_used - tokens:
+            raise fail(f"kernel IR: {type(op).__name__} refers to undefined token/group {sorted(missing)[0]}", op.loc)
         for name in sorted(_uses(op)):
             if name in _BUILTINS or any(name in s for s in scopes):
                 continue
             if name.startswith("p.") and name[2:] in params:
                 continue
             raise fail(f"kernel IR: {type(op).__name__} uses `{name}` before it is defined", op.loc)
-        defined = op.defined_names()
-        if hasattr(op, "token"):
-            tokens.add(op.token)
-            defined = [n for n in defined if n != op.token]
+        tokens |= effects.tokens_defined
+        defined = [n for n in op.defined_names() if n not in effects.tokens_defined]
         if op.regions:
             inner = [s for s in scopes] + [set(defined)]
             for region in op.regions:

@@ -41,9 +41,9 @@ def _names_read(op: K.Op) -> set[str]:
     return K.names_used((op,))
 
 
-def _writes(op: K.Op) -> set[str]:
-    """Register tensors `op` writes in place (target/acc fields)."""
-    return {getattr(x, f) for x in K.walk(op) for f in ("target", "acc") if isinstance(getattr(x, f, None), str)}
+def _writes(op: K.Op) -> frozenset[str]:
+    """What `op` and the ops inside it write in place."""
+    return K.nested_effects(op).writes
 
 
 class _Loop:

@@ -37,7 +37,6 @@ from tlc.kir import ops_sm90 as H
 from tlc.kir.base import substitute_names
 from tlc.kir.expr import BinOp, Call, Const, Expr, Var, free_names
 from tlc.lowering.resources import shared_buffers
-from tlc.lowering.sync import effects
 from tlc.lowering.warp_specialize import _live
 
 GRID_NAMES = {f"{g}.{a}" for g in ("blockIdx", "gridDim") for a in "xyz"}
@@ -54,6 +53,12 @@ class Declined(Exception):
 
 def _names(op: K.Op) -> set[str]:
     return K.names_used((op,))
+
+
+def _shared_touched(op: K.Op) -> frozenset[str]:
+    """The shared buffers `op` and the ops inside it read, or write from registers."""
+    effects = K.nested_effects(op)
+    return effects.shared_reads | effects.shared_writes
 
 
 def _empty(full: str) -> str:
@@ -323,10 +328,9 @@ class Persistent:
             else:
                 body[waits[0]] = dataclasses.replace(body[waits[0]], phase=parity)
             touched = self._aliases(prefix, buffer)
-            last = max((i for i, op in enumerate(body)
-                        if any(touched & (effects(x)[1] | effects(x)[2]) for x in K.walk(op))), default=-1)
+            last = max((i for i, op in enumerate(body) if touched & _shared_touched(op)), default=-1)
             release = [H.WgmmaWaitOp(pending=0, loc=loc), H.MbarrierArriveOp(bar=_empty(full), stage=Const(0), loc=loc)]
-            if any(touched & effects(x)[2] for op in body for x in K.walk(op) if not isinstance(x, H.TmaLoadOp)):
+            if any(touched & K.nested_effects(op).shared_writes for op in body):
                 # the consumers wrote these bytes (an epilogue staged over the once-tile) through the generic
                 # proxy; the next tile's TMA load writes them through the async proxy: order the two
                 release.insert(1, H.FenceProxyAsyncOp(loc=loc))
@@ -341,7 +345,7 @@ class Persistent:
         tile body, else one opens the body; a wgmma reading such a buffer (its reads retire
         asynchronously) is declined."""
         loaded = {x.dst for x in K.walk(roles) if isinstance(x, H.TmaLoadOp)}
-        written = {b for op in body for x in K.walk(op) for b in effects(x)[2]} - loaded
+        written = {b for op in body for b in K.nested_effects(op).shared_writes} - loaded
         if not written:
             return body
         for x in (x for op in body for x in K.walk(op)):
@@ -353,7 +357,7 @@ class Persistent:
         for op in body:
             if isinstance(op, H.NamedBarrierOp) and not op.arrive_only and op.threads == consumers:
                 fenced = set(written)
-            touched = {b for x in K.walk(op) for b in effects(x)[1] | effects(x)[2]} & written
+            touched = _shared_touched(op) & written
             if touched - fenced:
                 return [H.NamedBarrierOp(id=0, threads=consumers, loc=self.kernel.loc), *body]
         return body

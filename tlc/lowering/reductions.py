@@ -22,26 +22,14 @@ from tlc.kir.expr import E
 _ADD, _MUL = E("x0 + x1"), E("x0 * x1")
 
 
-def _writes(op: K.Op) -> list[str]:
-    if isinstance(op, (K.MapOp, K.AllReduceOp, K.RowBroadcastOp, K.Exp2ScaleOp, K.MaskOp, K.ClearOp)):
-        return [op.target]
-    if isinstance(op, K.RowReduceOp):
-        return [op.dst]
-    return list(op.defined_names())
+def _writes(op: K.Op) -> set[str]:
+    """What `op` itself writes in place or defines (the ops inside it are walked by the callers)."""
+    return op.effects().writes | set(op.defined_names())
 
 
-def _reads(op: K.Op) -> set[str]:
-    if isinstance(op, K.MapOp):
-        return set(op.srcs)
-    if isinstance(op, K.RowBroadcastOp):
-        return {op.target, op.vec}
-    if isinstance(op, K.Exp2ScaleOp):
-        return {op.target, op.row_max}
-    if isinstance(op, (K.RowReduceOp,)):
-        return {op.src} | ({op.dst} if op.accumulate else set())
-    if isinstance(op, K.AllReduceOp):
-        return {op.target}
-    return set()
+def _reads(op: K.Op) -> frozenset[str]:
+    """What `op` itself reads."""
+    return op.effects().reads
 
 
 def _uniform(body: tuple[K.Op, ...], outer_uniform: set[str]) -> set[str]:
@@ -64,7 +52,7 @@ def _uniform(body: tuple[K.Op, ...], outer_uniform: set[str]) -> set[str]:
 def _defer_in(loop: K.ForOp, before: list[K.Op]) -> tuple[K.ForOp, list[str]]:
     body = loop.body
     zero_init = {op.name for op in before if isinstance(op, K.RowVectorOp) and op.init == E(0.0)}
-    written_before = {w for op in before for w in _writes(op) if not isinstance(op, K.RowVectorOp)}
+    written_before = {w for op in before if not isinstance(op, K.RowVectorOp) for x in K.walk(op) for w in _writes(x)}
     outer_uniform = {op.name for op in before if isinstance(op, K.RowVectorOp)}
     uni = _uniform(body, outer_uniform)
     deferred: list[str] = []
@@ -76,7 +64,7 @@ def _defer_in(loop: K.ForOp, before: list[K.Op]) -> tuple[K.ForOp, list[str]]:
         red = body[i - 1]
         if not (isinstance(red, K.RowReduceOp) and red.dst == x and red.kind == "sum" and not red.accumulate):
             continue
-        users = [u for u in body if x in _reads(u) and u is not op]
+        users = [u for u in body if x in K.nested_effects(u).reads and u is not op]
         if len(users) != 1 or not isinstance(users[0], K.MapOp) or users[0].fn != _ADD:
             continue
         acc = users[0].target

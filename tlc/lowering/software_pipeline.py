@@ -59,11 +59,11 @@ class Pipeliner:
         writers: dict[str, int] = {}
         readers: dict[str, set[int]] = {}
         for op in K.walk(self.kernel):
-            if isinstance(op, K.AsyncCopyOp) and op.buffer:
-                writers[op.buffer] = writers.get(op.buffer, 0) + 1
+            for b in op.effects().cp_async_writes:
+                writers[b] = writers.get(b, 0) + 1
         inside = {id(x) for x in K.walk(loop)}
         for op in K.walk(self.kernel):
-            for b in getattr(op, "reads", ()):
+            for b in op.effects().shared_reads:
                 readers.setdefault(b, set()).add(id(op) in inside)
         out = []
         for buf, idx in _copies(loop.body).items():

@@ -1,4 +1,4 @@
-"""`insert-sync`: cp.async waits and CTA barriers from the kernel IR's shared-memory effects.
+"""`insert-sync`: cp.async waits and CTA barriers from the shared-memory effects the kernel-IR ops declare.
 
 The lowering emits copies and compute with no synchronization; this pass adds exactly what the
 effects require, walking each region in order with the async groups still in flight:
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
+from tlc.kir.effects import Effect
 
 
 @dataclass
@@ -50,7 +51,8 @@ class _Sync:
         self.span = _extent(kernel)
         self.views = {op.name: op.of for op in K.walk(kernel) if isinstance(op, K.SharedViewOp)}
         # Buffers wgmma reads through the async proxy: cp.async writes to them need a proxy fence.
-        self.async_reads = {b for op in K.walk(kernel) if isinstance(op, H.WgmmaOp) for b in op.reads}
+        self.async_reads = {b for op in K.walk(kernel) if Effect.WGMMA in op.effects().kinds
+                            for b in op.effects().shared_reads}
         self.threads = kernel.threads
         self.named_barrier: int | None = None   # threads of the consumers' named barrier, inside their region
 
@@ -64,25 +66,6 @@ class _Sync:
             if a == b or (lo < bhi and blo < hi):
                 return True
         return False
-
-    @staticmethod
-    def effects(op: K.Op) -> tuple[set[str], set[str], set[str]]:
-        """(async writes, reads, register writes) of `op`, through If bodies."""
-        if isinstance(op, K.AsyncCopyOp):
-            return {op.buffer} if op.buffer else set(), set(), set()
-        if isinstance(op, K.CopyOp):
-            return set(), set(op.reads), set(op.writes)
-        if isinstance(op, H.WgmmaOp):
-            return set(), set(op.reads), set()
-        if isinstance(op, H.TmaStoreOp):
-            return set(), {op.src}, set()
-        if isinstance(op, K.IfOp) or (isinstance(op, K.ForOp) and op.unroll):  # a k-block loop syncs as one op
-            acc: tuple[set[str], set[str], set[str]] = (set(), set(), set())
-            for child in op.body:
-                for mine, theirs in zip(acc, _Sync.effects(child)):
-                    mine |= theirs
-            return acc
-        return set(), set(), set()
 
     def _barrier(self, st: _State, out: list[K.Op], loc) -> None:
         if self.named_barrier is None:
@@ -125,7 +108,9 @@ class _Sync:
                 st.uncommitted = set()
                 out.append(op)
                 continue
-            writes, reads, reg_writes = self.effects(op)
+            # An If and an unrolled k-block loop sync as one op: what the ops inside them do.
+            effects = K.nested_effects(op)
+            writes, reads, reg_writes = effects.cp_async_writes, effects.shared_reads, effects.shared_writes
             touched = reads | reg_writes
             # A wgmma's waits and barriers go before its operand fences and wgmma.fence.
             at = len(out)
@@ -135,7 +120,7 @@ class _Sync:
             if touched:
                 self._wait_for(touched, st, out, op.loc)
             if any(self._hits(r, st.dirty) for r in reads):
-                if any(isinstance(x, H.TmaStoreOp) for x in K.walk(op)):
+                if Effect.TMA in effects.kinds:
                     out.append(H.FenceProxyAsyncOp(loc=op.loc))   # register writes → the TMA store's async proxy
                 self._barrier(st, out, op.loc)
             if any(self._hits(w, st.read) for w in writes | reg_writes):
@@ -146,9 +131,6 @@ class _Sync:
             st.read |= reads
             st.dirty |= reg_writes
         return out
-
-
-effects = _Sync.effects
 
 
 def insert_sync(kernel: K.KernelOp) -> K.KernelOp:

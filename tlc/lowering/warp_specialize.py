@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
+from tlc.kir.effects import Effect
 from tlc.kir.expr import BinOp, Const, Expr, Index, Var, free_names
 from tlc.lowering.software_pipeline import Pipeliner
-from tlc.lowering.sync import effects
 
 WARP_GROUP = H.WARP_GROUP
 PRODUCER_REGS = 24     # the producer only issues TMA: FlashAttention-3's count
@@ -241,13 +241,12 @@ class WarpSpecializer:
         if len(set(buffers)) != len(buffers):
             raise Declined("a shared tile is loaded by more than one copy")
         for op in K.walk(self.kernel):
-            if not isinstance(op, (K.IfOp, K.ForOp)) and set(buffers) & effects(op)[2]:
-                raise Declined(f"registers also write a tile the copies load ({', '.join(set(buffers) & effects(op)[2])})")
+            if written := set(buffers) & op.effects().shared_writes:
+                raise Declined(f"registers also write a tile the copies load ({', '.join(sorted(written))})")
         for loop, lds in loops:
             inside = {id(x) for x in K.walk(loop)}
             for ld in lds:
-                if any(ld.buffer in effects(x)[1] for x in K.walk(self.kernel)
-                       if id(x) not in inside and not isinstance(x, (K.IfOp, K.ForOp))):
+                if any(ld.buffer in x.effects().shared_reads for x in K.walk(self.kernel) if id(x) not in inside):
                     raise Declined(f"{ld.buffer} is loaded in loop {loop.var} and read after it")
         return once, loops
 
@@ -353,8 +352,8 @@ class WarpSpecializer:
 
     def _wgmma_only(self, buffer: str, loops) -> bool:
         """Whether every read of `buffer` is a wgmma (then one thread per warp group releases it)."""
-        readers = [op for lp, _ in loops for op in K.walk(lp) if buffer in effects(op)[1]]
-        return all(isinstance(op, H.WgmmaOp) for op in readers if not isinstance(op, (K.IfOp, K.ForOp)))
+        readers = [op.effects() for lp, _ in loops for op in K.walk(lp) if buffer in op.effects().shared_reads]
+        return all(Effect.WGMMA in e.kinds for e in readers)
 
     def _barriers(self, once: list[Load], ring: list[str], stages: int, consumers: int,
                   per_group: dict[str, bool]) -> tuple[list[K.Op], list[K.Op], int]:
@@ -379,7 +378,7 @@ class WarpSpecializer:
             if _copies(op) or isinstance(op, K.CommitOp):
                 continue                                   # the producer's now
             for b in sorted(loaded):
-                if any(b in effects(x)[1] for x in K.walk(op)):
+                if b in K.nested_effects(op).shared_reads:
                     out.append(H.MbarrierWaitOp(bar=f"full_{b}", stage=Const(0), phase=Const(0), loc=op.loc))
                     loaded.discard(b)
             if isinstance(op, K.ForOp) and id(op) in loop_of:
@@ -394,7 +393,7 @@ class WarpSpecializer:
         body = [self._pipeliner.restage(op, rank, stage) if rank else op for op in body]
         for ld in loads:
             b = ld.buffer
-            readers = [i for i, op in enumerate(body) if b in effects(op)[1]]
+            readers = [i for i, op in enumerate(body) if b in K.nested_effects(op).shared_reads]
             if not readers:
                 raise Declined(f"loop {loop.var} loads {b} but nothing in it reads {b}")
             first, last = readers[0], readers[-1]
