@@ -16,8 +16,8 @@ from typing import Mapping
 
 from tlc.diagnostics import Loc, fail
 from tlc.expr import BinOp, Call, Const, Expr, Var, fold_node, rewrite, subexprs
+from tlc.frontend.names import BUILTINS  # the built-in indices: all >= 0 (group >= 1) in the kernel
 
-BUILTINS = ("block_idx", "head_idx", "batch_idx", "group")  # all >= 0 (group >= 1) in the kernel
 _KERNEL_CALLS = {"cdiv": "ceil_div"}  # TL spelling → the kernel's
 _NON_NEGATIVE_CALLS = ("floor_div", "ceil_div", "floor_mod", "min", "max")  # of non-negative arguments
 
