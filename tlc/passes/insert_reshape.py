@@ -71,9 +71,6 @@ def _region_of(graph: Graph, value: Value) -> tuple[Graph, Op] | None:
     return None
 
 
-def fresh_name(graph: Graph, base: str) -> str:
-    """A new version of `base` (`fresh_value_name`), always numbered: `P` → `P.1` even where `P` is free."""
-    return fresh_value_name(graph, base, bare=False)
 
 
 @dataclass(frozen=True)
@@ -130,7 +127,7 @@ class InsertReshapePass(Pass):
     def insert(ctx: PassContext, graph: Graph, value: Value, uses: list[tuple[Graph, GemmOp]]) -> None:
         first = uses[0][1]
         dtype = program_dtype(graph) or first.operands[1].type.dtype
-        new = Value(fresh_name(graph, value.base), TileType("register", value.type.shape, dtype, "A"), value.base)
+        new = Value(fresh_value_name(graph, value.base, bare=False), TileType("register", value.type.shape, dtype, "A"), value.base)
         reshape = ReshapeOp((new,), (value,), src_modes=SRC_MODES, dst_modes=DST_MODES, dtype=dtype, loc=first.loc)
         where = _region_of(graph, value)
         assert where is not None, f"{value} has no producer"

@@ -30,7 +30,8 @@ from tlc.ir.ops import CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.masked_trips import masked_trip_changes
-from tlc.passes.tile_origin import Origin, fresh_name, origin, row_source
+from tlc.names import fresh_value_name
+from tlc.passes.tile_origin import Origin, origin, row_source
 from tlc.passes.verify_final import global_allocation
 
 
@@ -153,7 +154,7 @@ class _LoopMasks:
             return
         users = [u for u in self.body.ops() if any(v is x for v in u.operands)]
         loc = users[0].loc  # scores always have a reader: the softmax or its row max
-        out = Value(fresh_name(self.root, x.base), x.type, x.base)
+        out = Value(fresh_value_name(self.root, x.base), x.type, x.base)
         first = ((self.loop.var, BinOp("/", limit, cols.tile)),) if walking else ()
         mask = MaskOp((out,), (x,), kind="bounds", limit=limit, from_iteration=first, loc=loc)
         self.body.insert_before(users[0], mask)  # right where the exp2 / row max reads the scores

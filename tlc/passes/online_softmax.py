@@ -27,7 +27,8 @@ from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopO
                         ScalarOp, ScaledExpOp, SoftmaxOp)
 from tlc.ir.types import SCALAR, TileType, Value
 from tlc.passes.base import Pass, PassContext
-from tlc.passes.tile_origin import all_users, extent, fresh_name
+from tlc.names import fresh_value_name
+from tlc.passes.tile_origin import all_users, extent
 
 LOG2E = math.log2(math.e)
 _HOMOGENEOUS_UNARY = frozenset({"neg", "abs", "relu"})   # f(c·x) = c·f(x) for every c > 0
@@ -63,7 +64,7 @@ class _Rewrite:
         self.taken: set[str] = set()
 
     def value(self, base: str, ty: TileType) -> Value:
-        return Value(fresh_name(self.root, base, self.taken), ty, base)
+        return Value(fresh_value_name(self.root, base, self.taken), ty, base)
 
     def add(self, op: Op) -> Value:
         self.region.insert_before(self.sm, op)

@@ -13,7 +13,6 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
                         ScaledExpOp, SoftmaxOp)
 from tlc.ir.types import Value
-from tlc.names import fresh_value_name
 
 _PASS_THROUGH = (ElementwiseOp, MaskOp, ReshapeOp, SoftmaxOp, ScaledExpOp)
 
@@ -153,4 +152,3 @@ def all_users(root: Graph, v: Value) -> list[Op]:
     return out
 
 
-fresh_name = fresh_value_name   # online-softmax and mask name their new values with it

@@ -23,7 +23,8 @@ from tlc.ir.ops import AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp
 from tlc.ir.types import TileType, Value
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.infer_shapes import dims, shape_text
-from tlc.passes.insert_reshape import fresh_name, layout_sources, reshape_role
+from tlc.names import fresh_value_name
+from tlc.passes.insert_reshape import layout_sources, reshape_role
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class VerifyFinalPass(Pass):
                           f"is unknown; add 'Allocate {name} in shared (rows, cols)'", op.loc)
                 continue
             dtype = op.operands[0].type.dtype
-            v = Value(fresh_name(graph, name), TileType("shared", shape, dtype), name)
+            v = Value(fresh_value_name(graph, name, bare=False), TileType("shared", shape, dtype), name)
             alloc = AllocateOp((v,), (), name=name, space="shared", shape=shape, dtype=dtype, loc=op.loc)
             graph.insert_before(_top_level(graph, op), alloc)
             allocated.add(name)
