@@ -1,7 +1,7 @@
 """How evenly a causal grid's order ends, in a model (no GPU): the hardware hands out CTAs in launch order,
 each to the SM that frees first (list scheduling over 132 SMs, one CTA each); a tile costs its ring trips + 1
 (the prologue and epilogue). The tiles' trips and order come from the kernel IR `tlc.attention` builds on
-sm_90a — the hardware's x-fastest order, `l2-sections` and `L2TailOnly` (tlc/lowering/l2_sections.py) —
+sm_90a — the hardware's x-fastest order, `l2-sections` and `L2TailOnly` (tlc/kir/transforms/attention/l2_sections.py) —
 evaluated as the CUDA code computes them. Prints each bar causal grid's makespan over an even spread:
 
     python3 bench/tail_model.py
@@ -24,8 +24,8 @@ from tlc.kir import ops as K  # noqa: E402
 from tlc.kir import ops_sm90 as H  # noqa: E402
 from tlc.kir.evaluate import evaluate  # noqa: E402
 from tlc.kir.expr import Const, free_names  # noqa: E402
+from tlc.kir.transforms.warp_specialize import is_ring_loop  # noqa: E402
 from tlc.lowering.passes import run_lowering  # noqa: E402
-from tlc.lowering.warp_specialize import is_ring_loop  # noqa: E402
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 SMS = 132   # an H100 / H200

@@ -17,9 +17,8 @@ from tlc.kir import ops_sm90 as H
 from tlc.kir.ops_views import (AtomAsyncCopyOp, AtomCopyOp, CoordViewOp, CopyAtomOp, MmaAtomOp, RegisterFragmentOp,
                                RetileViewOp, ThreadViewOp, WgmmaDescriptorFragmentOp, WgmmaRegisterFragmentOp)
 from tlc.kir.text import parse_kir, print_kir
+from tlc.kir.transforms.fold_partitions import FoldPartitionsTransform, fold_partitions
 from tlc.lowering.emit_text import kernel_ir
-from tlc.lowering.fold_partitions import fold_partitions
-from tlc.lowering.passes import FoldPartitionsPass
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 SMALL = {"HeadDim": "32", "BM": "64", "BN": "32"}
@@ -105,11 +104,11 @@ def test_mha_views() -> None:
 
 def test_the_pass_is_on_by_default_and_zero_turns_it_off(monkeypatch) -> None:
     monkeypatch.delenv("TLC_FOLD_PARTITIONS", raising=False)
-    assert FoldPartitionsPass().enable is True
+    assert FoldPartitionsTransform().enable is True
     program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90", SMALL)
     assert any(isinstance(op, ThreadViewOp) for op in K.walk(program))
     monkeypatch.setenv("TLC_FOLD_PARTITIONS", "0")
-    assert FoldPartitionsPass().enable is False
+    assert FoldPartitionsTransform().enable is False
     program = kernel_ir(SPECS / "mha_fwd.tl", "sm_90", SMALL)
     assert not any(isinstance(op, ThreadViewOp) for op in K.walk(program))
 

@@ -20,7 +20,7 @@ from tlc.kir import ops_sm90 as H
 from tlc.kir.evaluate import evaluate
 from tlc.kir.expr import free_names
 from tlc.kir.text import parse_kir, print_kir
-from tlc.lowering.l2_sections import L2_BUDGET
+from tlc.kir.transforms.attention.l2_sections import L2_BUDGET
 from tlc.lowering.passes import run_lowering
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"

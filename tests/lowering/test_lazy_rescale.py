@@ -18,7 +18,7 @@ from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Var
 from tlc.kir.tile_eval import evaluate_program
-from tlc.lowering.lazy_rescale import lazy_rescale
+from tlc.kir.transforms.attention.lazy_rescale import lazy_rescale
 from tlc.lowering.passes import run_lowering
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"

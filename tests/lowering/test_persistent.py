@@ -260,7 +260,7 @@ def test_consumer_shared_writes_not_fenced_in_the_tile_get_a_barrier_at_its_top(
     """The staging tile is written after the epilogue's barrier, so tiles need none of their own;
     without that barrier, a write at the top of tile t+1 could overtake a read at the end of tile t,
     and the tile body opens with a barrier of all consumers."""
-    from tlc.lowering.persistent import make_persistent
+    from tlc.kir.transforms.attention.persistent import make_persistent
 
     def opens_with_barrier(program) -> bool:
         body = _tile_loop(_roles(program.kernels()[0]).consumer).body
@@ -280,7 +280,7 @@ def test_consumer_shared_writes_not_fenced_in_the_tile_get_a_barrier_at_its_top(
 
 
 def test_a_wgmma_reading_what_the_consumers_write_is_declined() -> None:
-    from tlc.lowering.persistent import make_persistent
+    from tlc.kir.transforms.attention.persistent import make_persistent
     import dataclasses
 
     def gemm_reads_staging(ops):

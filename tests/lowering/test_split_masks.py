@@ -18,8 +18,8 @@ from tlc.api import compile_graph
 from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Const, Var
+from tlc.kir.transforms.attention.split_masked_trips import split_masked_trips
 from tlc.lowering.passes import run_lowering
-from tlc.lowering.split_masks import split_masked_trips
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 

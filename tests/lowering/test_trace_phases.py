@@ -14,8 +14,8 @@ from tlc.api import compile_graph
 from tlc.backend_cute.emit import emit_program
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
+from tlc.kir.transforms.trace_phases import BUFFER
 from tlc.lowering.passes import run_lowering
-from tlc.lowering.trace_phases import BUFFER
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 

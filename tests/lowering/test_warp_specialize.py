@@ -17,9 +17,9 @@ from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Const, Var
+from tlc.kir.transforms.warp_specialize import warp_specialize
 from tlc.lowering.passes import run_lowering
 from tlc.lowering.state import start_state
-from tlc.lowering.warp_specialize import warp_specialize
 from tlc.passes.base import PassContext
 from tlc.passes.pipeline import PassManager, parse_pipeline
 
@@ -200,7 +200,7 @@ def test_warp_specialised_kernel_ir_round_trips_as_text(defines: dict) -> None:
 
 def test_overlap_keeps_a_loop_that_reads_o_after_its_gemms() -> None:
     """Rotated, O is short of the trip's own P·V at the trip's end: a loop that reads O there keeps its order."""
-    from tlc.lowering.overlap_gemms import overlap_gemms
+    from tlc.kir.transforms.attention.overlap_gemms import overlap_gemms
 
     graph, _ = compile_graph(SPEC.read_bytes(), str(SPEC))
     ctx = PassContext(arch="sm_90a")

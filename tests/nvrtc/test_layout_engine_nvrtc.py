@@ -12,10 +12,10 @@ import pytest
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.ops_views import CoordViewOp, WgmmaDescriptorFragmentOp, WgmmaRegisterFragmentOp
+from tlc.kir.transforms.fold_partitions import fold_partitions
 from tlc.layout.crosscheck import CheckProgram
 from tlc.layout.crosscheck_views import ViewChecks
 from tlc.lowering.emit_text import kernel_ir
-from tlc.lowering.fold_partitions import fold_partitions
 from tlc.tuning import DEFAULT_TILES
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"

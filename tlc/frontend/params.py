@@ -7,6 +7,7 @@ import re
 from typing import Any, Sequence
 
 from tlc.diagnostics import TlcError, fail
+from tlc.kir.transforms.schedule import SCHEDULE_KNOBS
 from tlc.numbers import problem as number_problem
 from tlc.numbers import read_number, shown
 
@@ -16,13 +17,11 @@ POSITIVE = "a positive integer"
 NUMBER = "a number"
 WORD = "an identifier"
 
-# Schedule knobs the kernel-IR passes read (tlc.lowering.passes): `-D` may set them on a program that does
-# not declare them, like a launch option; the pass that reads one checks its value at the Param (or -D).
-SCHEDULE_PARAMS = {"Stages": POSITIVE, "WarpSpecialize": BOOL, "TmaStore": BOOL, "Overlap": BOOL, "PingPong": BOOL,
-                   "Persistent": BOOL, "SplitMasked": BOOL,
-                   "LazyRescale": BOOL, "Exp2Poly": NUMBER, "PrefetchTma": BOOL, "Trace": BOOL, "TraceTrips": BOOL, "ReduceChains": NUMBER,
-                   "FoldLdmatrix": BOOL, "StaticTiles": BOOL, "SkipMaskedTrips": BOOL, "L2Sections": BOOL,
-                   "L2TailOnly": BOOL, "PrefetchNext": BOOL}
+# Schedule knobs the kernel-IR transforms read (tlc.kir.transforms.schedule, which declares each once): `-D`
+# may set them on a program that does not declare them, like a launch option; the lowering checks each value
+# at its Param (or -D) once, when it parses the schedule.
+SCHEDULE_PARAMS = {name: {"bool": BOOL, "positive": POSITIVE, "number": NUMBER}[knob.define]
+                   for name, knob in SCHEDULE_KNOBS.items()}
 
 
 def define_items(items: Sequence[str] | None) -> dict[str, str]:

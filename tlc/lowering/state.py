@@ -1,6 +1,6 @@
 """`LoweringState`: what the lowering passes (lower-tile-ops → … → check-resources) accumulate
 on the `PassContext` while the TL graph stays as the TL passes left it: the kernel IR, the
-launch ABI, the schedule's decisions and the resource report.
+launch ABI, the schedule knobs and the facts the transforms read, their notes and the resource report.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 from tlc.arch import ArchInfo, arch_info
 from tlc.diagnostics import Loc
 from tlc.kir.ops import ProgramOp
+from tlc.kir.transforms.base import Facts
+from tlc.kir.transforms.schedule import Schedule
 
 # What `tlc build` assumes without --arch; `tlc show` uses it when no target is named.
 DEFAULT_ARCH = "sm_90"
@@ -55,7 +57,9 @@ class LoweringState:
     loc: Loc | None = None       # the first GEMM: where program-wide problems are reported
     tl_allocs: dict[str, tuple[str, Loc | None]] = field(default_factory=dict)  # shared buffer → (statement, loc)
     layout_notes: list[str] = field(default_factory=list)
-    schedule: list[str] = field(default_factory=list)
+    knobs: Schedule = field(default_factory=Schedule)   # parsed from the Params by lower-tile-ops
+    facts: Facts | None = None                          # what the TL graph proves (lower-tile-ops)
+    schedule: list[str] = field(default_factory=list)   # the transforms' notes, in pipeline order
     partial_copies: list[tuple[str, str, Loc | None]] = field(default_factory=list)  # tile_ops.partial_copies
     stages: int = 0
     resources: ResourceReport | None = None

@@ -27,6 +27,8 @@ DEFAULT_PIPELINE = [
 ]
 
 # After DEFAULT_PIPELINE, on the same graph; state accumulates on the PassContext (tlc.lowering.passes).
+# lower-tile-ops, infer-layouts and check-resources need the TL graph; every other entry is a kernel-IR
+# transform (tlc/kir/transforms/<name>.py, attention/ for the attention-shaped ones) that `tlc opt` runs too.
 LOWERING_PIPELINE = [
     "lower-tile-ops",     # needs the repaired graph (majorness, Reshape, online softmax, masks): one rule per op
     "infer-layouts",      # needs the kernel IR's tiles and their readers: swizzles

@@ -1,11 +1,14 @@
 """Pass registry: name → lazy factory, plus passes other packages register through the
-`tlc.passes` entry point group (value: `module:Class`)."""
+`tlc.passes` entry point group (value: `module:Class`). The TL passes and the lowering driver's are
+listed here; every kernel-IR transform (tlc.kir.transforms.registry, found from its module) joins as
+the lowering pass that runs it (tlc.lowering.passes.transform_pass)."""
 from __future__ import annotations
 
 import importlib
 from importlib import metadata
 from typing import Callable
 
+from tlc.kir.transforms.registry import TRANSFORMS
 from tlc.passes.base import Pass
 
 
@@ -27,25 +30,21 @@ REGISTRY: dict[str, Callable[[], type[Pass]]] = {
     "verify-final": _lazy("tlc.passes.verify_final:VerifyFinalPass"),
     "lower-tile-ops": _lazy("tlc.lowering.passes:LowerTileOpsPass"),
     "infer-layouts": _lazy("tlc.lowering.passes:InferLayoutsPass"),
-    "warp-specialize": _lazy("tlc.lowering.passes:WarpSpecializePass"),
-    "overlap-gemms": _lazy("tlc.lowering.passes:OverlapGemmsPass"),
-    "persistent": _lazy("tlc.lowering.passes:PersistentPass"),
-    "l2-sections": _lazy("tlc.lowering.passes:L2SectionsPass"),
-    "prefetch-next-tile": _lazy("tlc.lowering.passes:PrefetchNextTilePass"),
-    "split-masked-trips": _lazy("tlc.lowering.passes:SplitMaskedTripsPass"),
-    "skip-masked-trips": _lazy("tlc.lowering.passes:SkipMaskedTripsPass"),
-    "lazy-rescale": _lazy("tlc.lowering.passes:LazyRescalePass"),
-    "reduction-chains": _lazy("tlc.lowering.passes:ReductionChainsPass"),
-    "prefetch-tma-descriptors": _lazy("tlc.lowering.passes:PrefetchTmaPass"),
-    "trace-phases": _lazy("tlc.lowering.passes:TracePhasesPass"),
-    "emulate-exp2": _lazy("tlc.lowering.passes:EmulateExp2Pass"),
-    "insert-sync": _lazy("tlc.lowering.passes:InsertSyncPass"),
-    "pipeline": _lazy("tlc.lowering.passes:PipelinePass"),
-    "prefetch-operands": _lazy("tlc.lowering.passes:PrefetchOperandsPass"),
-    "defer-reductions": _lazy("tlc.lowering.passes:DeferReductionsPass"),
-    "check-resources": _lazy("tlc.lowering.passes:CheckResourcesPass"),
-    "fold-partitions": _lazy("tlc.lowering.passes:FoldPartitionsPass"),
+    "check-resources": _lazy("tlc.lowering.check_resources:CheckResourcesPass"),
 }
+
+
+def _transform(name: str) -> Callable[[], type[Pass]]:
+    def load() -> type[Pass]:
+        from tlc.kir.transforms.registry import lookup as transform
+        from tlc.lowering.passes import transform_pass
+
+        return transform_pass(transform(name))  # type: ignore[arg-type]
+
+    return load
+
+
+REGISTRY.update({name: _transform(name) for name in TRANSFORMS})
 
 
 def register(name: str, factory: Callable[[], type[Pass]]) -> None:

@@ -9,9 +9,13 @@ overlaps that setup.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import Schedule
 
 
 def prefetch_descriptors(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
@@ -24,3 +28,16 @@ def prefetch_descriptors(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     prefetch = tuple(H.TmaPrefetchOp(desc=d) for d in descs)
     body = (*kernel.body[:init], dataclasses.replace(block, body=prefetch + block.body), *kernel.body[init + 1:])
     return dataclasses.replace(kernel, body=body), [f"prefetch-tma-descriptors: {', '.join(descs)}"]
+
+
+@dataclass(frozen=True)
+class PrefetchTmaDescriptorsTransform(KernelTransform):
+    """`Param PrefetchTma = true` (schedule.prefetch_tma): the descriptors fetched while the mbarriers are
+    set up; off by default."""
+
+    name: ClassVar[str] = "prefetch-tma-descriptors"
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        if not schedule.prefetch_tma:
+            return kernel, []
+        return prefetch_descriptors(kernel)

@@ -11,9 +11,13 @@ that guard the whole loop, and after the shared tile they read was last written.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Const, Var
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import Schedule
 
 
 def _prefetched(loop: K.ForOp) -> list[K.Op]:
@@ -47,3 +51,13 @@ def prefetch_operands(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     kernel = dataclasses.replace(kernel, body=_region(kernel.body, counted))
     notes = [f"{counted[0]} GEMM(s): each k-block's shared operands loaded during the previous k-block's MMAs"]
     return kernel, notes if counted[0] else []
+
+
+@dataclass(frozen=True)
+class PrefetchOperandsTransform(KernelTransform):
+    """Each GEMM's shared→register loads one k-block ahead of its MMAs; no schedule knob."""
+
+    name: ClassVar[str] = "prefetch-operands"
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        return prefetch_operands(kernel)

@@ -31,13 +31,17 @@ in the schedule notes.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.base import substitute_names
 from tlc.kir.expr import BinOp, Call, Const, Expr, Var, free_names
+from tlc.kir.transforms.base import Facts, Notes, Transform
+from tlc.kir.transforms.schedule import Schedule
+from tlc.kir.transforms.warp_specialize import _live
 from tlc.lowering.resources import shared_buffers
-from tlc.lowering.warp_specialize import _live
 
 GRID_NAMES = {f"{g}.{a}" for g in ("blockIdx", "gridDim") for a in "xyz"}
 RESIDENT_CTAS = "launch.ctas"      # filled by the launcher: SMs × the occupancy of this kernel
@@ -393,3 +397,17 @@ def make_persistent(program: K.ProgramOp, smem_limit: int, static: bool = False)
     out = dataclasses.replace(program, body=body)
     out.verify()
     return out, notes
+
+
+@dataclass(frozen=True)
+class PersistentTransform(Transform):
+    """`Param Persistent = true` (schedule.persistent; off by default) turns it on; `Param StaticTiles =
+    true` (schedule.static_tiles) hands each CTA the tiles blockIdx.x + k·gridDim.x instead of a dynamic
+    scheduler's (the producer's TMA coordinates then stay uniform: no register→uniform moves per load)."""
+
+    name: ClassVar[str] = "persistent"
+
+    def apply(self, program: K.ProgramOp, schedule: Schedule, facts: Facts) -> tuple[K.ProgramOp, Notes]:
+        if not schedule.persistent:
+            return program, []
+        return make_persistent(program, facts.arch.smem_per_block, schedule.static_tiles)

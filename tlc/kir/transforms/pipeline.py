@@ -16,10 +16,15 @@ shared memory keep one stage (the reason is reported).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
+from tlc.diagnostics import fail
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Const, Expr, Index, Var, substitute
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import CP_ASYNC_STAGES, Schedule
 
 ALL = Var("_")
 _LAYOUTS = (K.SmemLayoutOp, K.SmemTransposeLayoutOp, H.GmmaSmemLayoutOp)
@@ -235,3 +240,21 @@ class Pipeliner:
 def pipeline_kernel(kernel: K.KernelOp, stages: int, smem_limit: int) -> tuple[K.KernelOp, list[str]]:
     p = Pipeliner(kernel, stages, smem_limit)
     return p.run(), p.reports
+
+
+@dataclass(frozen=True)
+class PipelineTransform(KernelTransform):
+    """Multi-stage cp.async copies of each loop. Stages: the `stages` option, else the schedule's (`Param
+    Stages`, 2 by default; one where two do not fit the target's shared memory). A warp-specialised kernel
+    is left as it is: its TMA ring already holds the stages."""
+
+    name: ClassVar[str] = "pipeline"
+    stages: int = 0
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        if any(isinstance(op, H.WarpSpecializeOp) for op in K.walk(kernel)):
+            return kernel, []
+        stages = self.stages or schedule.stages
+        if not self.stages and stages > 2:   # the schedule allowed a TMA ring, which warp-specialize declined
+            raise fail(f"Param Stages = {stages!r}: {CP_ASYNC_STAGES}", schedule.loc("Stages"))
+        return pipeline_kernel(kernel, stages, facts.arch.smem_per_block)

@@ -24,11 +24,15 @@ no barrier is left half-arrived.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.base import substitute_op
 from tlc.kir.expr import BinOp, Const, Expr, Var, substitute
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import Schedule
 
 _ISSUE = (H.WgmmaFenceOperandOp, H.WgmmaArriveOp)
 
@@ -218,3 +222,16 @@ class Overlapper:
 def overlap_gemms(kernel: K.KernelOp, pingpong: bool = True) -> tuple[K.KernelOp, list[str]]:
     o = Overlapper(kernel, pingpong)
     return o.run(), o.notes
+
+
+@dataclass(frozen=True)
+class OverlapGemmsTransform(KernelTransform):
+    """`Param Overlap = false` (schedule.overlap) keeps each trip's order; `Param PingPong = false`
+    (schedule.pingpong) lets the consumer warp groups issue freely instead of taking turns."""
+
+    name: ClassVar[str] = "overlap-gemms"
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        if not schedule.overlap:
+            return kernel, []
+        return overlap_gemms(kernel, schedule.pingpong)

@@ -25,6 +25,8 @@ except under TLC_FOLD_PARTITIONS=no-wgmma. On by default; TLC_FOLD_PARTITIONS=0 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from pycute import Layout
 
@@ -35,12 +37,15 @@ from tlc.kir.ops_sm90 import ELEMENT_BYTES
 from tlc.kir.ops_views import (CoordViewOp, CopyAtomOp, GlobalTileViewOp, MmaAtomOp,
                                RegisterFragmentOp, RetileViewOp, StaticSmemLayoutOp, StaticTransposeLayoutOp,
                                ThreadViewOp, WgmmaDescriptorFragmentOp, WgmmaRegisterFragmentOp, refine)
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import Schedule
 from tlc.layout.algebra import modes
 from tlc.layout.gmma import descriptor_fields, descriptor_layout, gmma_layout
 from tlc.layout.kir_atoms import atom_calls
 from tlc.layout.kir_tensors import TileLayout, TileLayouts, engine_copy, engine_mma, smem_layout, transpose_layout
 from tlc.layout.kir_views import coord_fields, global_strides, nested, offset_expr, swizzled_strides
 from tlc.layout.swizzle import decay
+from tlc.lowering.switches import fold_partitions_enabled, fold_wgmma_enabled
 
 
 class _Folder:
@@ -274,3 +279,20 @@ def _whole_tile(op: K.GlobalTileOp, tensor: K.Op | None) -> bool:
     """A (rows, cols) tile of a row-major global tensor with both tile indices kept (`(_, _)`)."""
     return (isinstance(tensor, K.GlobalTensorOp) and tensor.cols > 0 and len(op.tile) == 2
             and all(isinstance(c, Var) and c.name == "_" for c in op.coord))
+
+
+@dataclass(frozen=True)
+class FoldPartitionsTransform(KernelTransform):
+    """Partitions, fragments and tiled copies as flat layouts. `enable` (TLC_FOLD_PARTITIONS=0: off) and
+    `wgmma` (TLC_FOLD_PARTITIONS=no-wgmma: off) come from the environment unless given as options;
+    `Param FoldLdmatrix = false` (schedule.fold_ldmatrix) keeps the ldmatrix sources CuTe's partitions
+    (slower to compile, faster at d = 64 on an H200: tlc.tuning binds it there)."""
+
+    name: ClassVar[str] = "fold-partitions"
+    enable: bool = field(default_factory=fold_partitions_enabled)
+    wgmma: bool = field(default_factory=fold_wgmma_enabled)
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        if not self.enable:
+            return kernel, []
+        return fold_partitions(kernel, wgmma=self.wgmma, ldsm=schedule.fold_ldmatrix)

@@ -31,12 +31,16 @@ bf16 columns each would be a 16 TiB Q.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.expr.rewrite import substitute
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Expr, Var, free_names
-from tlc.lowering.warp_specialize import is_ring_loop
+from tlc.kir.transforms.base import Facts, Notes, Transform
+from tlc.kir.transforms.schedule import Schedule
+from tlc.kir.transforms.warp_specialize import is_ring_loop
 
 NEXT, NEXT_X, NEXT_Y, NEXT_Z = "next_cta", "next_x", "next_y", "next_z"
 _GRID = {f"{g}.{a}" for g in ("blockIdx", "gridDim") for a in "xyz"}
@@ -150,3 +154,16 @@ def _prefetches(once: list[H.TmaLoadOp], scope: list[K.LetOp], defined: set[str]
            for load in once]
     total = BinOp("*", gx, BinOp("*", gy, gz))
     return [*decode, K.IfOp(cond=BinOp("<", Var(NEXT), total), body=(*copies, *ops), loc=loc)]
+
+
+@dataclass(frozen=True)
+class PrefetchNextTileTransform(Transform):
+    """`Param PrefetchNext = true` (schedule.prefetch_next; off by default, and tlc.tuning sets it for every
+    one-tile kernel tlc.attention builds, tlc/tuning.py SM90A_ONE_TILE_SCHEDULE) turns it on."""
+
+    name: ClassVar[str] = "prefetch-next-tile"
+
+    def apply(self, program: K.ProgramOp, schedule: Schedule, facts: Facts) -> tuple[K.ProgramOp, Notes]:
+        if not schedule.prefetch_next:
+            return program, []
+        return prefetch_next_tile(program)

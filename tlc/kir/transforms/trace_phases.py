@@ -19,11 +19,15 @@ persistent kernel the stamps inside the loop over tiles go to one unit per turn 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Const, Expr, Var
-from tlc.lowering.persistent import ITER
+from tlc.kir.transforms.attention.persistent import ITER
+from tlc.kir.transforms.base import Facts, Notes, Transform
+from tlc.kir.transforms.schedule import Schedule
 
 BUFFER = "tlc_trace"
 ENTRIES = 1 << 22   # 32 MB: 4M stamps, e.g. 16k CTAs × 4 warp groups × 64 slots
@@ -149,3 +153,16 @@ def trace_phases(program: K.ProgramOp, trips: bool = False) -> tuple[K.ProgramOp
         first = next(i for i, op in enumerate(body) if isinstance(op, K.KernelOp))
         body.insert(first, K.TraceBufferOp(name=BUFFER, entries=ENTRIES))
     return dataclasses.replace(program, body=tuple(body)), notes
+
+
+@dataclass(frozen=True)
+class TracePhasesTransform(Transform):
+    """`Param Trace = true` (schedule.trace): the phase stamps and their buffer; `Param TraceTrips = true`
+    (schedule.trace_trips, which implies Trace) also the first trips of each loop. Off by default."""
+
+    name: ClassVar[str] = "trace-phases"
+
+    def apply(self, program: K.ProgramOp, schedule: Schedule, facts: Facts) -> tuple[K.ProgramOp, Notes]:
+        if not (schedule.trace or schedule.trace_trips):
+            return program, []
+        return trace_phases(program, schedule.trace_trips)

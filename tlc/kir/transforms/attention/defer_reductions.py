@@ -14,10 +14,14 @@ two forms, and `α` is lane-uniform (computed from all-reduced values only).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import E
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import Schedule
 
 _ADD, _MUL = E("x0 + x1"), E("x0 * x1")
 
@@ -110,3 +114,13 @@ def _defer_body(body: tuple[K.Op, ...]) -> tuple[tuple[K.Op, ...], list[str]]:
             continue
         out.append(op)
     return tuple(out), notes
+
+
+@dataclass(frozen=True)
+class DeferReductionsTransform(KernelTransform):
+    """Running row sums `l = l·a + x` stay per lane in the loop; one cross-lane sum after; no schedule knob."""
+
+    name: ClassVar[str] = "defer-reductions"
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        return defer_reductions(kernel)

@@ -21,9 +21,14 @@ rows included. A block of another shape is left as it was. `Param LazyRescale = 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Call, Const, Var, parse_expr, substitute
+from tlc.kir.ops_sm90 import WarpSpecializeOp
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import Schedule
 from tlc.names import FreshNames
 
 THRESHOLD = 8.0   # log2 of the largest exp2 a stale max allows (FA4's rescaling threshold)
@@ -69,3 +74,24 @@ def lazy_rescale(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     notes: list[str] = []
     names = FreshNames(K.names_defined((kernel,)), first=2)
     return dataclasses.replace(kernel, body=_block(kernel.body, notes, names)), notes
+
+
+@dataclass(frozen=True)
+class LazyRescaleTransform(KernelTransform):
+    """On by default in warp-specialised kernels; `Param LazyRescale = true` (schedule.lazy_rescale) asks
+    for it elsewhere, `false` turns it off everywhere. Precondition (facts.stale_max, proved on the TL
+    graph by tlc.lowering.stale_max): a running max that lags the true one leaves the result unchanged;
+    where it would not, the kernel is kept and the note says why."""
+
+    name: ClassVar[str] = "lazy-rescale"
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        wanted = schedule.lazy_rescale
+        specialised = any(isinstance(op, WarpSpecializeOp) for op in K.walk(kernel))
+        if wanted is False or (wanted is None and not specialised):
+            return kernel, []
+        if facts.stale_max is not None:
+            return kernel, [f"lazy-rescale: not applied: {facts.stale_max} (a stale running max would change the "
+                            "result)"]
+        kernel, notes = lazy_rescale(kernel)
+        return kernel, list(dict.fromkeys(notes))

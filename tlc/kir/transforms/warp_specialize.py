@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.effects import Effect
 from tlc.kir.expr import BinOp, Const, Expr, Index, Var, free_names
-from tlc.lowering.software_pipeline import Pipeliner
+from tlc.kir.transforms.base import Facts, Notes, Transform
+from tlc.kir.transforms.pipeline import Pipeliner
+from tlc.kir.transforms.schedule import Schedule
 
 WARP_GROUP = H.WARP_GROUP
 PRODUCER_REGS = 24     # the producer only issues TMA: FlashAttention-3's count
@@ -481,3 +484,24 @@ def warp_specialize(program: K.ProgramOp, stages: int, smem_limit: int,
         return WarpSpecializer(program, stages, smem_limit, tma_store).run()
     except Declined as why:
         return program, [f"warp-specialize: kept the cp.async schedule: {why}"]
+
+
+@dataclass(frozen=True)
+class WarpSpecializeTransform(Transform):
+    """Where the target family's copies may become TMA boxes (rules.FAMILIES) and `Param WarpSpecialize`
+    is not false: TMA loads into an mbarrier ring of `stages` (this option, else the schedule's), a
+    producer warp group and consumer warp groups; `Param TmaStore = true` also stores the epilogue's tile
+    with TMA (a fifth less NVRTC time, 1-2 % slower on short sequences on an H200: off by default,
+    docs/hopper.md). Other targets and programs it does not cover keep the cp.async schedule."""
+
+    name: ClassVar[str] = "warp-specialize"
+    stages: int = 0
+
+    def apply(self, program: K.ProgramOp, schedule: Schedule, facts: Facts) -> tuple[K.ProgramOp, Notes]:
+        from tlc.lowering.rules import FAMILIES
+
+        family = FAMILIES.get(facts.arch.mma_path)
+        if not schedule.warp_specialize or family is None or not family.tma_copies:
+            return program, []
+        return warp_specialize(program, self.stages or schedule.stages, facts.arch.smem_per_block,
+                               tma_store=schedule.tma_store)

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.effects import Effect
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import Schedule
 
 
 @dataclass
@@ -135,3 +138,13 @@ class _Sync:
 
 def insert_sync(kernel: K.KernelOp) -> K.KernelOp:
     return dataclasses.replace(kernel, body=tuple(_Sync(kernel).region(kernel.body, _State())))
+
+
+@dataclass(frozen=True)
+class InsertSyncTransform(KernelTransform):
+    """cp.async waits and barriers from the shared-memory effects; no schedule knob."""
+
+    name: ClassVar[str] = "insert-sync"
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        return insert_sync(kernel), []

@@ -24,9 +24,14 @@ counters are untouched. Covered: a guard is an `IfOp` directly in the loop body 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Call, Expr, Var, free_names, print_expr
+from tlc.kir.ops_sm90 import WarpSpecializeOp
+from tlc.kir.transforms.base import Facts, KernelTransform, Notes
+from tlc.kir.transforms.schedule import Schedule
 from tlc.names import FreshNames
 
 
@@ -85,3 +90,22 @@ def split_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     splitter = _Splitter(kernel)
     body = splitter.block(kernel.body)
     return dataclasses.replace(kernel, body=body), splitter.notes
+
+
+@dataclass(frozen=True)
+class SplitMaskedTripsTransform(KernelTransform):
+    """On by default in warp-specialised kernels, whose consumers have registers to spare; the sm_80-family
+    kernels run at the register limit, where the second loop cost spills and 2-9 % on an H200, so they
+    keep one loop unless `Param SplitMasked = true` (schedule.split_masked). `false` keeps one loop
+    everywhere."""
+
+    name: ClassVar[str] = "split-masked-trips"
+
+    def rewrite(self, kernel: K.KernelOp, schedule: Schedule, facts: Facts) -> tuple[K.KernelOp, Notes]:
+        wanted = schedule.split_masked
+        if wanted is None and not any(isinstance(op, WarpSpecializeOp) for op in K.walk(kernel)):
+            return kernel, ["split-masked-trips: not warp-specialised, one loop (the second costs registers at the "
+                            "limit; Param SplitMasked = true splits)"]
+        if wanted is False:
+            return kernel, []
+        return split_masked_trips(kernel)
