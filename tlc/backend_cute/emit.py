@@ -16,8 +16,8 @@ from tlc.backend_cute.cpp import (CPP_DTYPE, CPP_PARAM, CPP_SCALAR, cpp_expr, pr
                                   static_shape, static_stride)
 from tlc.backend_cute.writer import Writer
 from tlc.diagnostics import fail
-from tlc.kir.expr import Expr, Var
-from tlc.kir.ops_exec import kblock_slice
+from tlc.kir.expr import Expr, Var, free_names
+from tlc.kir.ops_exec import POSITIONS, kblock_slice
 from tlc.kir.ops_sm90 import WgmmaTiledMmaOp
 from tlc.kir.scopes import check_scopes
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
@@ -321,6 +321,9 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
     @emit.register
     def _(self, op: MaskOp) -> None:
         self._at(op)
+        if op.predicate is not None:
+            self._predicate_mask(op)
+            return
         conds = []
         if op.bounds:
             conds.append("col >= sk_")
@@ -339,6 +342,21 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
                 if not op.causal:
                     self.w.line("(void)row;")
                 self.w.line(f"if ({' || '.join(conds) or 'false'}) {{ {op.target}(i) = -INFINITY; }}")
+
+    def _predicate_mask(self, op: MaskOp) -> None:
+        """`if (predicate) x = -INFINITY` per element, q_idx and kv_idx its global row and column."""
+        assert op.predicate is not None
+        used = free_names(op.predicate)
+        with self.w.block(""):
+            self.w.line(f"const int row0_ = {_ix(op.row0)}, col0_ = {_ix(op.col0)};")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int i = 0; i < size({op.target}); ++i)"):
+                self.w.line(f"const int q_idx = row0_ + get<0>({op.coord}(i));")
+                self.w.line(f"const int kv_idx = col0_ + get<1>({op.coord}(i));")
+                unused = [n for n in POSITIONS if n not in used]
+                if unused:
+                    self.w.line(" ".join(f"(void){n};" for n in unused))
+                self.w.line(f"if ({_ix(op.predicate)}) {{ {op.target}(i) = -INFINITY; }}")
 
     def _rows(self, name: str) -> None:
         self.w.line(f"Tensor {name}_rc = make_tensor({name}.data(), tlc::rowcol({name}.layout()));")

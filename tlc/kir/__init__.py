@@ -29,7 +29,7 @@ Memory effects (what pipeline decides: tokens make the order explicit)
   CommitOp(name, tokens)   WaitOp(pending, groups)   BarrierOp()   CopyOp(copy, src, dst, pred, row_limit, kblock)
 Fragment math
   ClearOp(target)   MmaOp(mma, acc, a, b, kblock)   one k-block of a GEMM (operands loaded by CopyOp ... kblock)
-  MaskOp(target, coord, row0, col0, sq, sk, causal, alignment=top_left|bottom_right, bounds)
+  MaskOp(target, coord, row0, col0, sq, sk, causal, alignment=top_left|bottom_right, bounds, predicate(q_idx, kv_idx))
   RowReduceOp(dst, src, kind=max|sum, accumulate)   AllReduceOp(target, kind, width)
   Exp2ScaleOp(target, row_max, scale_log2)          x = exp2(x·s − m·s), −inf rows → 0
   RowBroadcastOp(target, vec, fn(x, r))   MapOp(target, srcs, fn(x0, x1, ...))   e.g. softcap, ReLU

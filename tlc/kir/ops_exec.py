@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from tlc.kir.base import DTYPES, Op
 from tlc.diagnostics import fail
@@ -11,6 +12,7 @@ from tlc.kir.effects import PURE, Effect, EffectDecl, Effects
 from tlc.kir.expr import Expr, Index, Var, check_ident
 
 _ALL = Var("_")
+POSITIONS = ("q_idx", "kv_idx")   # a predicate MaskOp's per-element names: the score's global row and column
 
 
 # ----------------------------------------------------------------------------- async copies and sync
@@ -143,7 +145,8 @@ class MmaOp(Op):
 class MaskOp(Op):
     """Set masked scores to -inf. Element (r, c) of `target` has coordinate `coord` + (row0, col0);
     masked iff bounds and c ≥ sk, or causal and c > r + diag, diag = 0 (top_left) or sk - sq
-    (bottom_right)."""
+    (bottom_right), or — a predicate mask, neither bounds nor causal — where `predicate` is true with
+    `q_idx` = r and `kv_idx` = c bound per element (its other names are the kernel's)."""
 
     target: str
     coord: str
@@ -154,12 +157,20 @@ class MaskOp(Op):
     causal: bool
     alignment: str
     bounds: bool
+    predicate: Expr | None = None
     declared_effects = EffectDecl(reads=("target", "coord"), writes=("target",))
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("predicate",)   # the text leaves `predicate=none` out
+    binds: ClassVar[dict[str, tuple[str, ...]]] = {"predicate": POSITIONS}   # names the op itself defines there
+
+    def used_names(self) -> set[str]:
+        return super().used_names() - set(POSITIONS)
 
     def check(self) -> None:
         check_ident(self.target, "fragment")
         check_ident(self.coord, "coordinates")
         self._need(self.alignment in ("top_left", "bottom_right"), f"alignment {self.alignment!r}")
+        self._need(self.predicate is None or not (self.causal or self.bounds),
+                   "with a predicate is neither causal nor bounds")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,7 +33,7 @@ def _uses(op: Op) -> set[str]:
         values = value if isinstance(value, tuple) else (value,)
         for v in values:
             if isinstance(v, Expr):
-                found = free_names(v)
+                found = free_names(v) - set(getattr(op, "binds", {}).get(f.name, ()))   # a MaskOp's q_idx, kv_idx
                 names |= found - _FN_LOCALS if f.name == "fn" else found
             elif isinstance(v, str) and v:
                 names.add(v)

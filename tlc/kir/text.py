@@ -1,6 +1,7 @@
 """Canonical text form of the kernel IR: `print_kir` and `parse_kir` (print → parse → print is stable).
 
-One op per line: `OpName(field=value, ...) @"file.tl":line:col`. Values: ints, floats, `true`/`false`,
+One op per line: `OpName(field=value, ...) @"file.tl":line:col`; a field its class names in `quiet_defaults`
+is left out while it holds its default (a MaskOp's `predicate=none`). Values: ints, floats, `true`/`false`,
 `none`, bare identifiers or "quoted strings", `(tuples)`, `` `expressions` ``, and `[ops]` regions.
 The reader is the LALR grammar in `kir.lark`; expressions go to `tlc.kir.expr.parse_expr`.
 """
@@ -45,10 +46,13 @@ def _value(v, depth: int) -> str:
 
 def _op(op: Op, depth: int) -> str:
     parts = []
+    quiet = getattr(op, "quiet_defaults", ())   # fields left out while they hold their default
     for f in fields(op):
         if f.name == "loc":
             continue
         value = getattr(op, f.name)
+        if f.name in quiet and value == f.default:
+            continue
         if f.name in op.regions and not value:
             parts.append(f"{f.name}=[]")
         else:

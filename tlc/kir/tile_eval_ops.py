@@ -188,6 +188,11 @@ def _mask(blk: Block, op: K.MaskOp) -> None:
     if op.causal:
         diag = sk - blk.integer(op.sq) if op.alignment == "bottom_right" else 0
         masked |= cols > rows + diag
+    if op.predicate is not None:   # q_idx, kv_idx per element; the kernel's scalars for the other names
+        where = eval_tensor_expr(op.predicate, {"q_idx": rows, "kv_idx": cols}, blk.scalars)
+        if where.dtype != torch.bool:
+            raise TileFault(f"the predicate `{op.predicate}` is not a condition")
+        masked |= where
     x.data.masked_fill_(masked, NEG_INF)
 
 
