@@ -117,14 +117,17 @@ class SoftmaxStmt(Stmt):
 
 @dataclass(frozen=True)
 class MaskStmt(Stmt):
-    """`Compute Mask S causal top_left [and get new S]`."""
+    """`Compute Mask S causal top_left [and get new S]`, or `Compute Mask S where kv_idx > q_idx [and get
+    new S]`: a predicate over the score's positions, true where the score is masked (`alignment` None)."""
 
     x: str
-    alignment: str
+    alignment: str | None
     out: str | None
     new: bool = False
     x_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
     alignment_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
+    predicate: Expr | None = None
+    predicate_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
 
 
 @dataclass(frozen=True)

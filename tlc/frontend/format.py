@@ -61,7 +61,8 @@ def _stmt(s: A.Stmt) -> str:
         stats = f" with max {s.max_name}, sum {s.sum_name}" if s.max_name else ""
         return f"Compute Softmax {s.x}{stats}{_result(s.out, s.new)}"
     if isinstance(s, A.MaskStmt):
-        return f"Compute Mask {s.x} causal {s.alignment}{_result(s.out, s.new)}"
+        how = f"where {s.predicate}" if s.predicate is not None else f"causal {s.alignment}"
+        return f"Compute Mask {s.x} {how}{_result(s.out, s.new)}"
     if isinstance(s, A.ComputeStmt):
         return f"Compute {s.op} {', '.join(str(a) for a in s.args)}{_result(s.out, s.new)}"
     if isinstance(s, A.ReshapeStmt):

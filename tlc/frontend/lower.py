@@ -14,11 +14,12 @@ from typing import Any
 
 from tlc.diagnostics import DiagnosticSink, Loc, Note
 from tlc.frontend import ast as A
-from tlc.frontend.names import BUILTINS, identifier_problem, unknown_operation
+from tlc.frontend.lower_mask import lower_mask
+from tlc.frontend.names import BUILTINS, MASK_POSITIONS, identifier_problem, unknown_operation
 from tlc.frontend.params import SCHEDULE_PARAMS, bind_define, bind_schedule_define
 from tlc.ir.graph import Graph
-from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
-                        ScalarOp, SoftmaxOp)
+from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, Op, ReshapeOp, ScalarOp,
+                        SoftmaxOp)
 from tlc.ir.types import (MEMORY_DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Value, canonical_dtype,
                           dtype_spellings)
 from tlc.expr import subexprs
@@ -26,7 +27,6 @@ from tlc.frontend.lower_scopes import assigned_names, sketch_prelude, drop_dead_
 from tlc.names import FreshNames
 
 COORD_KEYS = {"L": 0, "C": 1}
-ALIGNMENTS = ("top_left", "bottom_right")
 
 
 @dataclass
@@ -114,6 +114,9 @@ class Lowerer:
                 continue
             self.err(f"undefined name '{n}' in {what}{self.suggest(n, self.scalar_names())}; "
                      "declare it with 'Param' or 'Input'", loc)
+        self.check_divisors(e, loc, what)
+
+    def check_divisors(self, e: A.Expr, loc: Loc, what: str) -> None:
         for x in subexprs(e):  # calls and operators were checked by the parser, at their column
             divisor = x.rhs if isinstance(x, A.BinOp) and x.op in "/%" else (
                 x.args[1] if isinstance(x, A.Call) and x.fn == "cdiv" and len(x.args) == 2 else None)
@@ -194,8 +197,9 @@ class Lowerer:
             self.err(f"parameter '{s.name}' is defined twice", s.loc,
                      Note("first defined here", self.param_locs[s.name]))
             return
-        if s.name in BUILTINS:
-            self.err(f"'{s.name}' is a built-in runtime index; choose another parameter name", s.loc)
+        if s.name in BUILTINS or s.name in MASK_POSITIONS:
+            self.err(f"'{s.name}' is a built-in {'runtime index' if s.name in BUILTINS else 'mask position'}; "
+                     "choose another parameter name", s.loc)
             return
         value = self.define_value(s) if s.name in self.defines else s.value
         if isinstance(value, str) and value.lower() in ("true", "false"):
@@ -256,7 +260,7 @@ class Lowerer:
         for n in s.names:
             if not self.check_ident(n, s.loc):
                 continue
-            if n in self.graph.inputs or n in self.graph.params or n in BUILTINS:
+            if n in self.graph.inputs or n in self.graph.params or n in BUILTINS or n in MASK_POSITIONS:
                 self.err(f"'{n}' is already declared", s.loc)
                 continue
             self.graph.inputs[n] = s.kind
@@ -470,19 +474,7 @@ class Lowerer:
             self.scopes[-1].exports[n] = _Def(v, s.loc)
 
     def stmt_MaskStmt(self, s: A.MaskStmt) -> None:
-        if s.alignment in self.graph.params:  # `causal Align` with `Param Align = top_left`
-            s = replace(s, alignment=str(self.graph.params[s.alignment]))
-        if s.alignment not in ALIGNMENTS:
-            self.err(f"causal alignment must be top_left (as SDPA) or bottom_right (as FlashAttention >= 2.1), "
-                     f"not '{s.alignment}'", s.alignment_loc)
-            return
-        x = self.operand(s.x, s.x_loc, "the Mask input")
-        name = self.result_name(s.out, s.new, s.x, s.loc)
-        if x is None or name is None:
-            return
-        v = self.fresh(name, TileType("register", None, x.type.dtype))
-        self.emit(MaskOp((v,), (x,), kind="causal", alignment=s.alignment, loc=s.loc))
-        self.define(name, "register", v, s.loc)
+        lower_mask(self, s)
 
     def stmt_ReshapeStmt(self, s: A.ReshapeStmt) -> None:
         ok = True
@@ -502,7 +494,7 @@ class Lowerer:
     def stmt_ForStmt(self, s: A.ForStmt) -> None:
         if not self.check_ident(s.var, s.loc):
             return
-        if s.var in self.scalar_names():
+        if s.var in self.scalar_names() or s.var in MASK_POSITIONS:
             self.err(f"loop variable '{s.var}' shadows a parameter, input or enclosing loop variable", s.loc)
             return
         self.check_expr(s.start, s.loc, "the loop start")

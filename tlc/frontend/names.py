@@ -14,6 +14,12 @@ BUILTINS = {
     "batch_idx": "batch index",
     "group": "query heads per KV head (num_heads / num_kv_heads)",
 }
+# Positions a mask predicate reads per score (`Compute Mask S where kv_idx > q_idx`); no other
+# expression has them, and no Param, Input or loop variable may take their names.
+MASK_POSITIONS = {
+    "q_idx": "the global query row of a score",
+    "kv_idx": "the global key column of a score",
+}
 
 CPP_KEYWORDS = frozenset("""
 alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class

@@ -12,13 +12,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import UnexpectedEOF, UnexpectedInput, VisitError
 
 from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, DiagnosticSink, Loc, Note, TlcError, error
 from tlc.expr import ARITHMETIC, ExprBuilder
-from tlc.expr.parse import OPERATORS, load_with_expr, merge_builder
+from tlc.expr.parse import load_with_expr, merge_builder
 from tlc.frontend import ast as A
-from tlc.frontend.names import identifier_problem, unknown_operation
+from tlc.frontend.names import MASK_POSITIONS, identifier_problem
+from tlc.frontend.parse_hints import hint, unknown_operation_at
+from tlc.frontend.predicate import operand_problem, predicate_problem
 from tlc.lark_errors import visit_position
 from tlc.numbers import problem, read_number, shown
 
@@ -30,23 +32,6 @@ MAX_LOOP_DEPTH = 64  # deeper nesting is never a real kernel; the lowering and p
 # recurse on, so bounding them here keeps every later layer far from Python's stack limit.
 # A real kernel line has fewer than ten.
 MAX_EXPR_OPERATORS = 64
-STATEMENT_WORDS = ("Param", "Input", "Allocate", "Copy", "Compute", "Reshape", "for", "end")
-
-_TERMINAL_WORDS = {
-    "NAME": "a name", "IDENT": "a name", "NUMBER": "a number", "COMMA": "','", "LPAR": "'('", "RPAR": "')'",
-    "EQUAL": "'='", "COLON": "':'", "LSQB": "'['", "RSQB": "']'", "PLUS": "'+'", "MINUS": "'-'",
-    "STAR": "'*'", "SLASH": "'/'", "PERCENT": "'%'", "$END": "the end of the line",
-    "TRANSPOSE": "'.T'", "GEMM_MODE": "'get' or 'accumulate'", "NEW": "'new'",
-}
-
-
-def _word(terminal: str) -> str:
-    if terminal in _TERMINAL_WORDS:
-        return _TERMINAL_WORDS[terminal]
-    if terminal.startswith("_") and terminal[1:].isalpha():
-        return f"'{terminal[1:].lower()}'"
-    return terminal.lower()
-
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
@@ -71,7 +56,13 @@ def _literal(tok) -> int | float:
 
 class _TLExprs(ExprBuilder):
     """The TL subset of the expression language: `+ - * / %`, `cdiv`, `min`, `max` and names a
-    TL program can declare. Whatever else the shared grammar reads is refused at its column."""
+    TL program can declare. Whatever else the shared grammar reads is refused at its column. In a mask
+    predicate (`predicate`) comparisons, `&&`, `||` and the positions `q_idx`, `kv_idx` are allowed too,
+    each operator checked for numbers and conditions where it takes them (tlc.frontend.predicate)."""
+
+    def __init__(self, predicate: bool = False):
+        super().__init__()
+        self.predicate = predicate
 
     def number(self, items):
         return A.Num(_literal(items[0]))
@@ -86,36 +77,51 @@ class _TLExprs(ExprBuilder):
         problem = "'_' stands for a whole mode in the kernel IR; rename it" if name == "_" else identifier_problem(name)
         if problem:
             raise _LineError(problem, tok)
+        if name in MASK_POSITIONS and not self.predicate:
+            raise _LineError(f"'{name}' is {MASK_POSITIONS[name]}: it has a value only in a mask predicate, "
+                             f"'Compute Mask S where …'", tok)
         return super().var(items)
 
     def binop(self, items):
         op = items[1]
-        if str(op) not in ARITHMETIC:
-            raise _LineError(f"'{op}' is not a TL operator; TL expressions use +, -, *, / and %", op)
+        if str(op) not in ARITHMETIC and not self.predicate:
+            raise _LineError(f"'{op}' is not a TL operator; TL expressions use +, -, *, / and % (comparisons, && "
+                             "and || only in a mask predicate, 'Compute Mask S where …')", op)
+        self._operands(str(op), (items[0], items[2]), op)
         return super().binop(items)
+
+    def neg(self, items):
+        self._operands("-", (items[-1],), items[0])
+        return super().neg(items)
 
     def call(self, items):
         problem = A.call_problem(str(items[0]), len(items) - 1)
         if problem:
             raise _LineError(problem, items[0])
+        self._operands(str(items[0]), tuple(items[1:]), items[0])
         return super().call(items)
+
+    def _operands(self, op: str, operands: tuple, token) -> None:
+        problem = operand_problem(op, operands) if self.predicate else None
+        if problem:
+            raise _LineError(problem, token)
 
     def index(self, items):
         raise _LineError(f"'{items[0]}[…]' indexes a tile, which a TL expression cannot do; "
                          "name a tile's position with 'in coordinate [L = …]'", items[0])
 
 
-def _transformer(file: str, lineno: int) -> Transformer:
-    return merge_builder(_ToAst(file, lineno), _TLExprs())
+def _transformer(file: str, lineno: int, line: str = "", predicate: bool = False) -> Transformer:
+    return merge_builder(_ToAst(file, lineno, line), _TLExprs(predicate))
 
 
 class _ToAst(Transformer):
     """lark tree of one line → one `ast.Stmt`; positions become `Loc`s on `lineno`. Expressions
     are built by `_TLExprs`, merged in by `_transformer`."""
 
-    def __init__(self, file: str, lineno: int):
+    def __init__(self, file: str, lineno: int, line: str = ""):
         super().__init__()
-        self.file, self.lineno = file, lineno
+        self.file, self.lineno, self.line = file, lineno, line
 
     def _loc(self, meta_or_tok) -> Loc:
         col = getattr(meta_or_tok, "column", 0) or 0
@@ -229,6 +235,20 @@ class _ToAst(Transformer):
                           loc=self._loc(meta))
 
     @v_args(meta=True)
+    def mask_where(self, meta, items):
+        x, where, predicate = items[0], items[1], items[2]
+        out, new = (items[3][1], items[3][2]) if len(items) > 3 else (None, False)
+        rest = self.line[where.end_pos:]
+        col = where.end_column + len(rest) - len(rest.lstrip())
+        result = _RESULT.search(self.line, where.end_pos)
+        end = result.start() + 1 if result else len(self.line.rstrip()) + 1
+        problem = predicate_problem(predicate)
+        if problem:
+            raise _LineError(problem, where, col=col, end=end)
+        return A.MaskStmt(str(x), None, out, new, predicate=predicate, x_loc=self._loc(x),
+                          predicate_loc=Loc(self.file, self.lineno, col, end), loc=self._loc(meta))
+
+    @v_args(meta=True)
     def compute(self, meta, items):
         op = items[0]
         args = tuple(items[1:-1])
@@ -267,7 +287,9 @@ class _ToAst(Transformer):
         return stmt
 
 
-_EXPR_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|([-+*/%(])")
+_EXPR_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?"
+                         r"|([-+*/%(]|&&|\|\||[<>]=?|[!=]=)")
+_RESULT = re.compile(r"\s+and\s+get\b", re.IGNORECASE)   # where a mask predicate ends
 
 
 def _too_long(text: str) -> tuple[str, int] | None:
@@ -299,68 +321,9 @@ def parse_expr(text: str) -> A.Expr:
 
 
 def _parse_line(text: str, file: str, lineno: int):
-    return _transformer(file, lineno).transform(_lark().parse(text, start="start"))
-
-
-# ------------------------------------------------------------------ friendly errors
-
-
-def _hint(text: str, exc: UnexpectedInput) -> str:
-    first = text.split()[0] if text.split() else ""
-    col = getattr(exc, "column", 1) or 1
-    bad = text[col - 1 : col + 12].split()[0] if text[col - 1 :].strip() else ""
-    if first and col <= len(text) - len(text.lstrip()) + 1 and first.lower() not in {w.lower() for w in STATEMENT_WORDS}:
-        return f"unknown statement '{first}'; a statement starts with " + ", ".join(STATEMENT_WORDS)
-    if bad.startswith("^") or bad.startswith("'"):
-        return "write a transpose as '.T' after the name, e.g. 'Compute GEMM Q, K.T and get S'"
-    if bad.startswith(".") and not bad.startswith(".T"):
-        return f"unexpected '{bad}': only '.T' (transpose) may follow a name"
-    if isinstance(exc, UnexpectedCharacters):
-        return f"unexpected character {text[col - 1]!r}"
-    if isinstance(exc, (UnexpectedToken, UnexpectedEOF)):
-        expected = _expected_words(exc.expected)
-        got = "the end of the line" if isinstance(exc, UnexpectedEOF) or getattr(exc.token, "type", "") == "$END" else f"'{exc.token}'"
-        lead = first.lower()
-        shape_hint = {
-            "copy": " (form: Copy X [(tile)] [in coordinate [L = expr [from end]]] from SPACE to SPACE)",
-            "allocate": " (form: Allocate X in SPACE (dims) [as dtype] [with offset expr])",
-            "reshape": " (form: Reshape X from (MMA_C, ...) to (MMA_A, ...) [as dtype])",
-            "for": " (form: 'for n = 0:N' … 'end', or 'for n in 0:N:' with an indented body)",
-            "param": " (form: Param NAME = value)",
-        }.get(lead, "")
-        second = text.split()[1].lower() if len(text.split()) > 1 else ""
-        if lead == "compute" and ("'get' or 'accumulate'" in expected or second == "gemm"):
-            shape_hint = " (form: Compute GEMM A, B[.T] and get|accumulate C)"
-        elif lead == "compute" and "'and'" in expected:
-            shape_hint = " (an elementwise Compute ends with 'and get [new] NAME')"
-        return f"expected {_join(expected)} but found {got}{shape_hint}"
-    return "syntax error"
-
-
-def _expected_words(terminals) -> list[str]:
-    """lark's expected terminals in words; the binary operators, where one may come, are named
-    together as 'an operator' ('-' alone, where an operand must come, is the unary minus)."""
-    names = {t for t in terminals if not t.startswith("__")}
-    if names & OPERATORS - {"MINUS"}:
-        names = names - OPERATORS | {"an operator"}
-    return sorted({n if n == "an operator" else _word(n) for n in names})
-
-
-_COMPUTE_OP = re.compile(r"(\s*compute\s+)([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
-
-
-def _unknown_operation(line: str, file: str, lineno: int) -> tuple[str, Loc] | None:
-    m = _COMPUTE_OP.match(line)
-    message = unknown_operation(m.group(2)) if m else None
-    if m is None or message is None:
-        return None
-    return message, Loc(file, lineno, m.start(2) + 1, m.end(2) + 1)
-
-
-def _join(words: list[str]) -> str:
-    if len(words) <= 1:
-        return "".join(words)
-    return ", ".join(words[:-1]) + " or " + words[-1]
+    tree = _lark().parse(text, start="start")
+    predicate = getattr(tree.children[0], "data", None) == "mask_where"  # its one expression is the predicate
+    return _transformer(file, lineno, text, predicate).transform(tree)
 
 
 # ------------------------------------------------------------------ blocks
@@ -506,21 +469,21 @@ def parse_text(data: bytes | str, file: str = "<input>", layout: Layout | None =
         try:
             item = _parse_line(line, file, lineno)
         except UnexpectedInput as exc:
-            unknown = _unknown_operation(line, file, lineno)
+            unknown = unknown_operation_at(line, file, lineno)
             if unknown is not None:  # `Compute Sofmax S`: name the word, not the grammar's wish list
                 sink.error(*unknown)
                 continue
             col = getattr(exc, "column", 0) or 0
             if isinstance(exc, UnexpectedEOF) or col <= 0:
                 col = len(line) + 1
-            sink.error(_hint(line, exc), Loc(file, lineno, col, col + 1))
+            sink.error(hint(line, exc), Loc(file, lineno, col, col + 1))
             if line.strip().lower().startswith("for") and line.rstrip().endswith(":"):
                 stack.append(_Block("?", A.Num(0), A.Num(0), True, indent, Loc(file, lineno, 1), broken=True,
                                     indent_chars=set(lead)))
             continue
         except VisitError as exc:
             orig = exc.orig_exc
-            unknown = _unknown_operation(line, file, lineno)
+            unknown = unknown_operation_at(line, file, lineno)
             if unknown is not None:  # `Compute GEM Q, K.T`: the word, not what follows it
                 sink.error(*unknown)
             elif isinstance(orig, _LineError):

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import torch
 
 from tlc.expr import ExprError, eval_expr
+from tlc.expr.evaluate_tensor import evaluate_tensor
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
@@ -262,14 +263,28 @@ class Interpreter:
         x: Tile = args[0]
         if any(int(env[var]) < self.eval(e, env, op) for var, e in op.from_iteration):
             return x  # an interior tile: the mask pass proved there is nothing to mask
-        if x.cols is None or (op.kind == "causal" and x.rows is None):
+        if x.cols is None or (op.kind != "bounds" and x.rows is None):
             raise InterpError("mask needs a tile whose rows and columns come from sequence positions", op)
         if op.kind == "causal":
             shift = 0 if op.alignment == "top_left" else int(env["seqlen_k"]) - int(env["seqlen_q"])
             masked = x.cols[None, :] > x.rows[:, None] + shift
+        elif op.kind == "predicate":
+            masked = self.predicate(op, x, env)
         else:
             masked = (x.cols >= int(self.eval(op.limit, env, op)))[None, :].expand(x.data.shape)
         return replace(x, data=torch.where(masked, torch.full_like(x.data, NEG_INF), x.data))
+
+    def predicate(self, op: MaskOp, x: Tile, env) -> torch.Tensor:
+        """Where a predicate mask's condition holds, per element: q_idx is each row's global query row,
+        kv_idx each column's global key column (an absent element's too; it stays absent)."""
+        assert op.predicate is not None and x.rows is not None and x.cols is not None
+        try:
+            masked = evaluate_tensor(op.predicate, dict(env, q_idx=x.rows[:, None], kv_idx=x.cols[None, :]))
+        except ExprError as exc:
+            raise InterpError(str(exc), op) from None
+        if masked.dtype != torch.bool:
+            raise InterpError(f"the mask predicate '{op.predicate}' is a number, not a condition", op)
+        return masked.expand(x.data.shape)
 
     def op_ReshapeOp(self, op: ReshapeOp, args, vals, env):
         x: Tile = args[0]

@@ -184,10 +184,12 @@ class SoftmaxOp(Op):
 
 @dataclass(frozen=True, eq=False)
 class MaskOp(Op):
-    """`Compute Mask S causal top_left` — sets masked scores to -inf.
+    """`Compute Mask S causal top_left` or `Compute Mask S where kv_idx > q_idx` — sets masked scores to -inf.
 
     kind `causal`: key col > query row (+ seqlen_k - seqlen_q when bottom_right).
     kind `bounds`: col >= `limit` (explicit form of absent elements, from the mask pass).
+    kind `predicate`: where `predicate` is true, with q_idx the score's global query row and kv_idx its
+    global key column; applied in every trip (no pass bounds it yet).
     `from_iteration` `[n = e]` (set by the mask pass): the mask applies only in trips with
     n >= e (floor division); earlier tiles are known to have nothing to mask."""
 
@@ -195,15 +197,27 @@ class MaskOp(Op):
     alignment: str = "top_left"
     limit: Expr | None = None
     from_iteration: tuple[tuple[str, Expr], ...] = ()
+    predicate: Expr | None = None
     mnemonic: ClassVar[str] = "mask"
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("predicate",)
     n_operands: ClassVar[tuple[int, ...] | None] = (1,)
+
+    def attrs(self) -> dict[str, Any]:
+        """A predicate mask prints its kind and predicate (and a `from_iteration` if one is set) only."""
+        out = super().attrs()
+        if self.kind == "predicate":
+            for name in ("alignment", "limit") + (() if self.from_iteration else ("from_iteration",)):
+                out.pop(name)
+        return out
 
     def verify(self) -> list[str]:
         msgs = super().verify()
-        if self.kind not in ("causal", "bounds"):
+        if self.kind not in ("causal", "bounds", "predicate"):
             msgs.append(f"unknown mask kind '{self.kind}'")
         if self.kind == "causal" and self.alignment not in ("top_left", "bottom_right"):
             msgs.append(f"causal alignment must be top_left or bottom_right, not '{self.alignment}'")
+        if (self.kind == "predicate") != (self.predicate is not None):
+            msgs.append("a predicate mask (and only it) has a predicate")
         return msgs
 
 

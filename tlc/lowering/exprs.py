@@ -17,6 +17,7 @@ from typing import Mapping
 from tlc.diagnostics import Loc, fail
 from tlc.expr import BinOp, Call, Const, Expr, Var, fold_node, rewrite, subexprs
 from tlc.frontend.names import BUILTINS  # the built-in indices: all >= 0 (group >= 1) in the kernel
+from tlc.frontend.names import MASK_POSITIONS
 
 _KERNEL_CALLS = {"cdiv": "ceil_div"}  # TL spelling → the kernel's
 _NON_NEGATIVE_CALLS = ("floor_div", "ceil_div", "floor_mod", "min", "max")  # of non-negative arguments
@@ -39,11 +40,13 @@ class ExprLowering:
         if is_float:
             self.float_names.add(kir_name)
 
-    def lower(self, e: Expr, loc: Loc | None, *, ceil: bool = False) -> Expr:
-        """`e` as the kernel computes it; `ceil`: an integer `/` rounds up (loop bounds)."""
+    def lower(self, e: Expr, loc: Loc | None, *, ceil: bool = False, positions: bool = False) -> Expr:
+        """`e` as the kernel computes it; `ceil`: an integer `/` rounds up (loop bounds); `positions`: a mask
+        predicate, whose `q_idx` and `kv_idx` the kernel's MaskOp binds per element (integers that may be
+        negative, before a tile counted from the end)."""
         def rule(x: Expr) -> Expr:
             if isinstance(x, Var):
-                return self._name(x.name, loc)
+                return x if positions and x.name in MASK_POSITIONS else self._name(x.name, loc)
             if isinstance(x, Call):
                 x = self._call(x, loc)
             elif isinstance(x, BinOp) and x.op == "/" and self._is_int(x.lhs) and self._is_int(x.rhs):

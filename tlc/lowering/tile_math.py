@@ -98,6 +98,11 @@ def lower_mask(cx: TileOpLowering, op: MaskOp, region: Graph, out: list[K.Op]) -
     if op.kind == "bounds":
         mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=Const(0),
                         sk=cx.x.lower(op.limit, op.loc), causal=False, alignment="top_left", bounds=True, loc=op.loc)
+    elif op.kind == "predicate":   # every trip, each element: no pass bounds a predicate's tiles yet
+        assert op.predicate is not None
+        mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=Const(0), sk=Const(0), causal=False,
+                        alignment="top_left", bounds=False, predicate=cx.x.lower(op.predicate, op.loc, positions=True),
+                        loc=op.loc)
     else:
         if rows_o.extent is None or cols_o.extent is None:
             raise fail("tlc build: a causal mask needs the lengths of both sequences", op.loc)
