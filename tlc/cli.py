@@ -1,4 +1,4 @@
-"""`tlc` command line: check, fmt, show, interp, test, build, gen.
+"""`tlc` command line: check, fmt, show, opt, interp, test, build, gen.
 
 Every failure is a diagnostic on stderr and exit status 1; a Python traceback only
 with TLC_DEBUG=1. `tlc gen` lives in the optional LLM package and is reached through
@@ -192,6 +192,19 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_opt(args) -> int:
+    """Kernel-IR transforms on kernel-IR text (tlc.kir.transforms.opt); FILE '-' reads stdin."""
+    from tlc.kir.transforms.opt import run_opt
+
+    data = sys.stdin.buffer.read() if args.file == "-" else _read(args.file)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TlcError(_err(f"{args.file}: not UTF-8 text (byte {exc.start})")) from None
+    sys.stdout.write(run_opt(text, args.file, args.passes, args.schedule or [], args.arch, args.fact or []))
+    return 0
+
+
 DEFAULT_INTERP_SIZES = ((17, 33), (1, 1), (70, 9), (1, 65))  # odd, unequal, single-row and ragged tails
 
 
@@ -361,6 +374,18 @@ def make_parser() -> argparse.ArgumentParser:
                     help="what to print: the TL graph (default), the kernel IR after the lowering passes, or the "
                     "CuTe C++ (no NVRTC; --no-locs drops the #line directives)")
     sp.set_defaults(fn=cmd_show)
+
+    sp = sub.add_parser("opt", help="run kernel-IR transforms on kernel-IR text and print the result")
+    sp.add_argument("file", metavar="FILE", help="kernel-IR text (tlc show --emit kir, --print-after); - for stdin")
+    sp.add_argument("--pass", dest="passes", required=True, metavar="PASSES",
+                    help="comma-separated transforms with options, e.g. 'insert-sync,pipeline{stages=1}'")
+    sp.add_argument("--schedule", action="append", metavar="NAME=VALUE",
+                    help="a schedule knob by its Param name, e.g. Stages=3 (repeatable)")
+    sp.add_argument("--arch", help="the target (default: sm_90a for an Sm90KernelOp, else sm_90)")
+    sp.add_argument("--fact", action="append", metavar="NAME=WHY",
+                    help="a precondition the TL graph would disprove (stale-max, masked-trips) and why; "
+                    "not given, it holds")
+    sp.set_defaults(fn=cmd_opt)
 
     sp = common(sub.add_parser("interp", help="run on random inputs at a few sizes against the program's float64 reference"))
     sp.add_argument("file", metavar="FILE")

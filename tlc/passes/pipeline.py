@@ -6,7 +6,7 @@ import dataclasses
 import re
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from tlc.diagnostics import TlcError, error, escape_controls
 from tlc.numbers import INT32_MAX, parse_int
@@ -72,9 +72,10 @@ def _option(cls: type[Pass], key: str, raw: str) -> Any:
     return raw.strip()
 
 
-def parse_pipeline(text: str) -> list[Pass]:
-    """`"verify,insert-reshape{strict=true}"` → pass instances."""
-    passes: list[Pass] = []
+def parse_entries(text: str, lookup: Callable[[str], type | None], unknown: Callable[[str], str]) -> list[Any]:
+    """`"a,b{opt=value}"` → an instance of the class `lookup(name)` gives for each entry, its options as
+    keyword arguments checked against the class's fields; `unknown(name)` says why a name is refused."""
+    entries: list[Any] = []
     pos = 0
     text = text.strip()
     while pos < len(text):
@@ -85,14 +86,19 @@ def parse_pipeline(text: str) -> list[Pass]:
         name, opts = m.group(1), m.group(2)
         cls = lookup(name)
         if cls is None:
-            raise TlcError(error(f"unknown pass '{name}'; known: {', '.join(sorted(REGISTRY))}"))
+            raise TlcError(error(unknown(name)))
         kwargs = {}
         for item in filter(None, (o.strip() for o in (opts or "").split(","))):
             key, _, raw = item.partition("=")
             kwargs[key.strip()] = _option(cls, key.strip(), raw)
-        passes.append(cls(**kwargs))
+        entries.append(cls(**kwargs))
         pos = m.end()
-    return passes
+    return entries
+
+
+def parse_pipeline(text: str) -> list[Pass]:
+    """`"verify,insert-reshape{strict=true}"` → pass instances."""
+    return parse_entries(text, lookup, lambda name: f"unknown pass '{name}'; known: {', '.join(sorted(REGISTRY))}")
 
 
 @dataclasses.dataclass
