@@ -10,6 +10,7 @@ import pytest
 from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.ops import ReshapeOp
+from tests.frontend.window_reference import window_reference
 from tlc.testing import Shapes, check_interpreter, program_info
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,7 +18,10 @@ SPECS = sorted((ROOT / "specs").glob("*.tl"))
 NAMES = [p.name for p in SPECS]
 
 # Small, odd parameter values: every spec must take them through -D.
-SMALL = {"HeadDim": "5", "DQK": "7", "DV": "3", "K1": "5", "N2": "3", "BM": "3", "BN": "4"}
+SMALL = {"HeadDim": "5", "DQK": "7", "DV": "3", "K1": "5", "N2": "3", "BM": "3", "BN": "4", "Window": "5"}
+# Specs no reference of tlc's covers, so they have no Variant (and no Causal switch): each is compared with
+# a float64 reference of the test's own.
+OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.params["Window"])}
 
 # (batch, heads, kv_heads, seqlen_q, seqlen_k): 1, exact tiles, ragged tails, q != k, GQA groups.
 SIZES = [(1, 1, 1, 1, 1), (1, 2, 1, 3, 8), (2, 4, 2, 7, 9), (1, 2, 2, 10, 3), (1, 3, 1, 1, 13)]
@@ -42,19 +46,25 @@ def test_specs_exist() -> None:
 @pytest.mark.parametrize("path", SPECS, ids=NAMES)
 def test_spec_lowers_with_defaults_and_has_a_sketch(path: Path) -> None:
     graph = lower_program(parse_file(path))
-    assert {"Variant", "Causal", "Align"} <= set(graph.params)
+    if path.name in OWN_REFERENCE:
+        assert "Variant" not in graph.params
+    else:
+        assert {"Variant", "Causal", "Align"} <= set(graph.params)
     assert "Sketch:" in path.read_text()
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
 @pytest.mark.parametrize("path", SPECS, ids=NAMES)
 def test_spec_interprets_equal_to_reference(path: Path, causal: bool) -> None:
-    defines = dict(small_defines(path), Causal=str(causal).lower())
+    if path.name in OWN_REFERENCE and causal:
+        pytest.skip("no Causal switch: the program says which keys each row sees")
+    defines = small_defines(path) if path.name in OWN_REFERENCE else dict(small_defines(path), Causal=str(causal).lower())
     graph = lower_program(parse_file(path), defines)
-    if graph.params["Variant"] != "attention" and causal:
+    if graph.params.get("Variant") != "attention" and causal:
         pytest.skip("no causal form of this variant")
+    reference = OWN_REFERENCE[path.name](graph) if path.name in OWN_REFERENCE else None
     for i, size in enumerate(SIZES):
-        result = check_interpreter(graph, shapes_for(graph, *size), seed=i)
+        result = check_interpreter(graph, shapes_for(graph, *size), seed=i, reference=reference)
         assert result.ok, f"{path.name} {size}: {result.describe()}"
 
 
@@ -64,8 +74,9 @@ def test_spec_without_reshape_still_interprets(path: Path) -> None:
                    if not line.lstrip().startswith("Reshape"))
     graph = lower_program(parse_text(text, path.name), small_defines(path))
     assert not any(isinstance(op, ReshapeOp) for _, op in graph.walk())
+    reference = OWN_REFERENCE[path.name](graph) if path.name in OWN_REFERENCE else None
     for i, size in enumerate(SIZES[:3]):
-        result = check_interpreter(graph, shapes_for(graph, *size), seed=i, check_layouts=False)
+        result = check_interpreter(graph, shapes_for(graph, *size), seed=i, check_layouts=False, reference=reference)
         assert result.ok, f"{path.name} {size}: {result.describe()}"
 
 

@@ -103,8 +103,9 @@ def test_fully_masked_rows_are_zero_not_nan(sq: int, sk: int) -> None:
 
 def test_idempotent_on_every_spec() -> None:
     for spec in sorted((ROOT / "specs").glob("*.tl")):
-        for causal in ("true", "false"):
-            g = lower(spec.read_text(), {"Causal": causal})
+        switched = "\nParam Causal" in spec.read_text()   # sliding_window_fwd.tl says which keys a row sees itself
+        for defines in ({"Causal": "true"}, {"Causal": "false"}) if switched else ({},):
+            g = lower(spec.read_text(), defines)
             ctx = PassContext()
             ONLINE.apply(ctx, g)
             MASK.apply(ctx, g)

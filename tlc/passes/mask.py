@@ -18,6 +18,8 @@ A query tile counted from the end (`[L = block_idx from end]`, tile_origin.Origi
 loop bound come from those. `from_iteration` divisions round down (only loop bounds round up). A trip cut off by the
 diagonal has every score masked, so it adds nothing once the softmax is online; with a
 domain softmax still in the loop the cut is left out (its statistics need a trip per row).
+A predicate mask (`Compute Mask S where …`) is left as written, in every trip: nothing here bounds
+the tiles it masks, and a causal mask beside it is cut and placed as above.
 """
 from __future__ import annotations
 
