@@ -310,7 +310,7 @@ def _build(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) -> tu
     return meta, [d for d in remarks if d.severity == "warning"]
 
 
-REGISTER_ESTIMATE = "registers: about "   # check-resources' warning (tlc.lowering.passes)
+REGISTER_ESTIMATE = "registers: about "   # check-resources' warning (tlc.lowering.check_resources)
 
 
 def spill_warning(state, ptxas: Mapping[str, Any]) -> Diagnostic | None:
