@@ -1,4 +1,4 @@
-"""Kernel-IR views that `fold-partitions` (tlc/lowering/fold_partitions.py) leaves in place of
+"""Kernel-IR views that `fold-partitions` (tlc/kir/transforms/fold_partitions.py) leaves in place of
 CuTe's partitioning calls: each thread's share of a tile as a flat layout tlc computed
 (tlc/layout), so NVRTC instantiates one small layout type instead of CuTe's layout algebra.
 
