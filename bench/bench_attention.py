@@ -32,8 +32,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tlc  # noqa: E402
 from bench import require_cuda, watchdog  # noqa: E402
-from tlc.runtime import attention_spec  # noqa: E402
-from tlc.tuning import default_tiles  # noqa: E402
+from tlc.attention.kernels import attention_spec  # noqa: E402
+from tlc.attention.tuning import default_tiles  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
 
 ROWS = [  # B = 4, S = 4096, H = 16 at d = 128, H = 32 at d = 64
@@ -66,7 +66,7 @@ BAR_ROWS = [
     *(_row(f"MHA d=128 S={k}k" + (" causal" if c else ""), 128, 16, c, B=16 // k, S=1024 * k)
       for k in (1, 16) for c in (False, True)),
 ]
-# Short key sequences (--short; report rows beside the bar, B·S = 16k): where tlc.tuning.short_keys gives the
+# Short key sequences (--short; report rows beside the bar, B·S = 16k): where tlc.attention.tuning.short_keys gives the
 # sm_90a kernels their persistent schedule (non-causal up to 4k keys, causal up to 1k); each row against the
 # one-tile-per-CTA kernel with TLC_BENCH_DEFINES="Persistent=false;StaticTiles=false".
 SHORT_ROWS = [
@@ -107,7 +107,7 @@ class DefaultTiles(dict):
 
 
 def row_tiles(row, arch: str | None = None) -> DefaultTiles:
-    """The tiles a row runs with: tlc.attention's table for the target (tlc/tuning.py)."""
+    """The tiles a row runs with: tlc.attention's table for the target (tlc/attention/tuning.py)."""
     return DefaultTiles(default_tiles(row["d"], row.get("d_v", row["d"]), arch or ARCH))
 
 

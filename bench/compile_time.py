@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 def kernels() -> dict[str, tuple[str, dict]]:
     """name → (spec path, -D bindings): the README's `tlc build specs/mha_fwd.tl` kernel, and the
-    specializations `tlc.attention` builds for d=64 and causal d=128 (tlc.runtime.attention_spec) on the
+    specializations `tlc.attention` builds for d=64 and causal d=128 (tlc.attention.kernels.attention_spec) on the
     sm_80 family, and for d=128 on Hopper (attn_d128_sm90a: sm_90a, wgmma, its own tiles)."""
-    from tlc.runtime import attention_spec
+    from tlc.attention.kernels import attention_spec
 
     out = {"mha_d128": (str(ROOT / "specs" / "mha_fwd.tl"), {})}
     for name, (d, causal) in {"attn_d64": (64, False), "attn_d128_causal": (128, True),

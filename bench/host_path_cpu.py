@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from bench import median_block_us  # noqa: E402
 from bench.launch_stand_ins import lowered_kernel, no_gpu, record  # noqa: E402
-from tlc import runtime  # noqa: E402
+from tlc.attention import kernels, sdpa  # noqa: E402
 
 KERNELS = {"one tile + prefetch": "one_tile", "dynamic persistent": "dynamic"}   # bench/launch_stand_ins.py's
 
@@ -38,13 +38,13 @@ def main() -> int:
         us = median_block_us(lambda: kernel(q, k, v), a.calls)
         print(f"{name:<22} {us:6.1f} us per Kernel.__call__ (tlc's Python only; B=1 H=1 S=128 d=128, CPU tensors)")
         # the same kernel under tlc.attention: its checks, layout and kernel lookup, or a kept call plan
-        runtime._on_cuda = lambda t: True
-        runtime.attention_target = lambda device=None: "sm_90a"
-        runtime._ATTENTION.clear()
-        runtime._CALLS.clear()
-        runtime.build_attention = lambda *args, kernel=kernel: kernel
+        sdpa._on_cuda = lambda t: True
+        kernels.attention_target = lambda device=None: "sm_90a"
+        kernels._ATTENTION.clear()
+        sdpa._CALLS.clear()
+        kernels.build_attention = lambda *args, kernel=kernel: kernel
         causal = stand_in == "dynamic"
-        us = median_block_us(lambda: runtime.attention(q, k, v, is_causal=causal), a.calls)
+        us = median_block_us(lambda: sdpa.attention(q, k, v, is_causal=causal), a.calls)
         print(f"{'':<22} {us:6.1f} us per tlc.attention call")
     return 0
 

@@ -48,7 +48,7 @@ def per_call_us(fn, calls: int) -> tuple[float, float]:
 def pieces(q, calls: int) -> dict[str, float]:
     """The CUDA-side calls one planned launch makes (each alone, same timing), to see where the host time goes
     beyond tlc's own Python (bench/host_path_cpu.py times that part on a CPU)."""
-    from tlc.runtime import _CALLS, attention
+    from tlc.attention.sdpa import _CALLS, attention
     attention(q, q, q)
     kernel, plan = _CALLS.recent(next(reversed(_CALLS)))
     dev, idx = plan.device, plan.device.index or 0
@@ -96,7 +96,8 @@ def main() -> int:
         os.environ["TLC_ATTENTION_ARCH"] = target
         rows[f"tlc.attention ({target})"] = per_call_us(lambda: tlc.attention(q, k, v), a.calls)
         # The layers under tlc.attention: the op's implementation (no torch.library dispatch), the Kernel.
-        from tlc.runtime import attention_kernel, run_attention
+        from tlc.attention.kernels import attention_kernel
+        from tlc.attention.sdpa import run_attention
         rows[f"  run_attention ({target})"] = per_call_us(lambda: run_attention(q, k, v, False, None), a.calls)
         kernel = attention_kernel(q, 128, False, k.shape[2])   # the kernel tlc.attention runs for these keys
         rows[f"  Kernel.__call__ ({target})"] = per_call_us(lambda: kernel(q, k, v), a.calls)

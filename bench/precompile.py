@@ -46,10 +46,10 @@ def gpu_test_builds() -> list[Job]:
 
 
 def hopper_attention_builds() -> list[Job]:
-    """What `tlc.attention` builds on an H100/H200 (sm_90a, tlc.runtime.attention_target) for the head
-    dims the GPU API tests call, for long and short key sequences (tlc.tuning.short_keys); a refused head
+    """What `tlc.attention` builds on an H100/H200 (sm_90a, tlc.attention.kernels.attention_target) for the head
+    dims the GPU API tests call, for long and short key sequences (tlc.attention.tuning.short_keys); a refused head
     dim builds its sm_90 fallback, listed by gpu_test_builds."""
-    from tlc.runtime import attention_spec
+    from tlc.attention.kernels import attention_spec
 
     out: list[Job] = []
     widths = {"bf16": ((40, 40), (64, 64), (80, 80), (96, 96), (112, 112), (128, 128), (160, 160), (192, 128),

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 import tlc  # noqa: E402
 from bench import require_cuda  # noqa: E402
-from tlc.runtime import attention_spec  # noqa: E402
+from tlc.attention.kernels import attention_spec  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
 
 # (head dim, causal, alignment, stages, B, Hq, Hkv, Sq, Sk): odd lengths, GQA, both alignments, 1 and 2 stages, padding
@@ -40,7 +40,7 @@ DEFINES = dict(d.split("=", 1) for d in _D)
 
 def defines_of(case) -> tuple:
     """The spec and -D bindings tlc.attention builds for the case's head dim and key length (short keys:
-    persistent on sm_90a, tlc.tuning.short_keys), with its alignment, stages and the -D bindings."""
+    persistent on sm_90a, tlc.attention.tuning.short_keys), with its alignment, stages and the -D bindings."""
     d, causal, align, stages, *_, sk = case
     spec, defines = attention_spec("bf16", d, d, causal, arch=ARCH, seq_k=sk)
     return spec, dict(defines, Align=align, Stages=stages, **DEFINES)

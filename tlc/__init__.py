@@ -12,6 +12,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+# The attention runtime is the package tlc.attention; importing it here, before `def attention` below binds
+# the name to the function, keeps `tlc.attention` the function: a package's first import binds its name in
+# the parent, later imports of its modules do not. The package itself imports nothing.
+from tlc import attention as _attention_runtime  # noqa: E402,F401  # isort: skip
+
 
 def build(path_or_text, *, arch=None, defines=None, lse=False):
     """The kernel of a TL program, callable on torch tensors. `path_or_text`: a `pathlib.Path`, a str that
@@ -29,14 +34,14 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     `attn_mask` must be None: a mask is refused (pass `is_causal=True` for a causal one; other masks are not
     supported yet). `dropout_p` must be 0 (a number; dropout is refused, as are values SDPA refuses).
     `is_causal` and `enable_gqa` are bools (as SDPA's), `scale` a number or None. A bad argument is a one-line
-    TlcError naming it (tlc.runtime.check_mask_and_dropout, tlc.runtime.check_attention)."""
+    TlcError naming it (tlc.attention.sdpa.check_mask_and_dropout, tlc.attention.sdpa.check_attention)."""
+    from tlc.attention.sdpa import attention as _attention
+    from tlc.attention.sdpa import refuse
     from tlc.numbers import a_kind
-    from tlc.runtime import _refuse
-    from tlc.runtime import attention as _attention
 
     for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
         if not _is_bool(flag):
-            raise _refuse(f"{name} must be True or False, not {a_kind(flag)}")
+            raise refuse(f"{name} must be True or False, not {a_kind(flag)}")
     return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
@@ -53,10 +58,10 @@ def precompile(calls, *, arch=None, jobs=0):
     bf16/fp16, `causal`, and the checked but kernel-neutral `b`, `hq`, `hkv`, `sq`, `sk`), e.g.
     `[{"b": 4, "hq": 32, "hkv": 8, "sq": 4096, "sk": 4096, "d": 128, "causal": True}]`. `arch`: a
     target or a list (default: this GPU's, else sm_90); `jobs`: parallel compiles (0, the default: CPU count).
-    Returns one `tlc.precompile_jobs.JobResult` per distinct kernel; a bad call or argument raises a
+    Returns one `tlc.attention.precompile.JobResult` per distinct kernel; a bad call or argument raises a
     one-line TlcError naming it.
     """
-    from tlc.precompile_jobs import precompile_calls
+    from tlc.attention.precompile import precompile_calls
 
     return precompile_calls(calls, arch=arch, jobs=jobs)
 

@@ -296,7 +296,7 @@ def cmd_precompile(args) -> int:
     if args.define and not args.files:
         raise TlcError(_err("tlc precompile: -D applies to TL files; a shape list picks tlc.attention's own bindings"))
     from tlc.builder import check_target
-    from tlc.precompile_jobs import Job, default_targets, precompile, read_shape_file
+    from tlc.attention.precompile import Job, default_targets, precompile, read_shape_file
 
     for arch in args.arch or []:
         check_target(arch)
@@ -423,7 +423,8 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("files", nargs="*", metavar="FILE")
     sp.add_argument("--shapes", action="append", metavar="LIST",
                     help="a file of tlc.attention call shapes, one per line, e.g. "
-                    "'b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16' (repeatable; see tlc/precompile_jobs.py)")
+                    "'b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16' (repeatable; see "
+                    "tlc/attention/shapes.py)")
     sp.add_argument("--arch", action="append", help="repeatable; default: sm_90 for TL files (as tlc build), "
                     "the targets tlc.attention picks on this machine for --shapes (sm_90a on an H100/H200)")
     sp.add_argument("-j", "--jobs", type=int_option(maximum=MAX_JOBS), default=0,

@@ -47,10 +47,10 @@ def test_attention_mirrors_sdpa(dtype, hq, hkv) -> None:
 @pytest.mark.parametrize("d, causal, b, hq, hkv, s", [(128, False, 4, 32, 8, 1000), (64, False, 1, 16, 16, 4096),
                                                       (128, True, 4, 32, 8, 1000), (64, True, 4, 16, 4, 999)])
 def test_short_keys_take_the_persistent_kernel_over_many_tiles(d, causal, b, hq, hkv, s) -> None:
-    """Short key sequences run persistent on Hopper (tlc.tuning.short_keys): hundreds of tiles for 132 SMs,
+    """Short key sequences run persistent on Hopper (tlc.attention.tuning.short_keys): hundreds of tiles for 132 SMs,
     so CTAs loop over several; every head of the output is checked, not a slice."""
-    from tlc.runtime import attention_target
-    from tlc.tuning import short_keys
+    from tlc.attention.kernels import attention_target
+    from tlc.attention.tuning import short_keys
 
     assert attention_target() != "sm_90a" or short_keys("sm_90a", d, d, causal, s)
     q, k, v = _inputs(b, hq, hkv, s, s, d, torch.bfloat16)
@@ -69,7 +69,7 @@ def test_attention_refuses_mismatched_heads() -> None:
 
 def builds() -> list[tuple[Path, dict]]:
     """Every (spec, -D bindings) these tests build, for bench/precompile.py and --precompile (no GPU)."""
-    from tlc.runtime import attention_spec
+    from tlc.attention.kernels import attention_spec
 
     out = [(SPECS / "mha_fwd.tl", dict(MHA64, Causal=causal)) for causal in (False, True)]
     return out + [attention_spec(dtype, 128, 128, True) for dtype in ("bf16", "fp16")]

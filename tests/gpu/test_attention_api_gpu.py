@@ -81,8 +81,8 @@ def test_head_dims_that_are_multiples_of_8(d, sq, sk) -> None:
 
 @pytest.mark.parametrize("d", [40, 96, 160, 224])
 def test_head_dims_that_are_multiples_of_8_over_long_keys(d) -> None:
-    """Past every short-keys limit (tlc.tuning.short_keys): the one-tile kernels with the next-wave prefetch at
-    the padded widths, 448 to 1344 CTAs for the GPU's 132 SMs."""
+    """Past every short-keys limit (tlc.attention.tuning.short_keys): the one-tile kernels with the next-wave
+    prefetch at the padded widths, 448 to 1344 CTAs for the GPU's 132 SMs."""
     q, k, v = _qkv(b=8, hq=8, hkv=2, sq=1333, sk=4100, d=d)
     for causal in (False, True):
         out = tlc.attention(q, k, v, is_causal=causal, enable_gqa=True)

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
-# BM x BN x Warps x Stages at d = 128 besides the tuned default (tlc/tuning.py); 192 rows on 4 warps
+# BM x BN x Warps x Stages at d = 128 besides the tuned default (tlc/attention/tuning.py); 192 rows on 4 warps
 # (the old template spilled there) is refused by check-resources now
 TILE_VARIANTS = [(128, 64, 4, 1), (128, 32, 4, 2), (64, 64, 4, 2), (64, 32, 2, 2), (128, 64, 8, 2)]
 
 
 def builds() -> list[tuple[Path, dict]]:
     """Every (spec, -D bindings) this file builds, for bench/precompile.py (no GPU needed)."""
-    from tlc.runtime import attention_spec
+    from tlc.attention.kernels import attention_spec
 
     out = [attention_spec(dt, d, d, c) for dt in ("bf16", "fp16") for d in (64, 128) for c in (False, True)]
     out += [attention_spec("bf16", 192, 128, True), attention_spec("bf16", 256, 256, False)]
@@ -40,7 +40,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 import tlc  # noqa: E402
-from tlc.runtime import attention_spec  # noqa: E402
+from tlc.attention.kernels import attention_spec  # noqa: E402
 from tlc.testing_tolerance import check_attention  # noqa: E402
 
 SEQLENS = [1, 17, 128, 1000, 1024, 4096]

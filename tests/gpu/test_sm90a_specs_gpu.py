@@ -181,7 +181,7 @@ def test_sm90a_default_tiles_sass(d: int, causal: bool) -> None:
     """tlc.attention's sm_90a kernels: wgmma (HGMMA), TMA loads (UTMALDG), register reallocation, no local memory."""
     import tlc
     from bench.sass import sass_summary
-    from tlc.runtime import attention_spec
+    from tlc.attention.kernels import attention_spec
 
     if shutil.which("cuobjdump") is None and not Path("/usr/local/cuda/bin/cuobjdump").exists():
         pytest.skip("cuobjdump is not on the PATH")

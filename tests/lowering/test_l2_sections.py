@@ -73,7 +73,7 @@ def test_a_refinement_without_its_knob_is_refused_at_its_param_line(tmp_path, kn
 
 
 def test_tlc_attention_asks_for_it_at_d_256_causal_only() -> None:
-    from tlc.runtime import attention_spec
+    from tlc.attention.kernels import attention_spec
 
     for d, dv in ((64, 64), (128, 128), (256, 256), (224, 224), (192, 128)):
         for causal in (False, True):

@@ -177,7 +177,7 @@ def test_the_launcher_fills_the_fields_its_ops_read_and_leaves_a_users_input_of_
 def test_tlc_attention_kernels_prefetch_exactly_when_they_run_one_tile_per_cta(causal, seq_k) -> None:
     """What tlc.attention builds at d = 128 on sm_90a: one tile per CTA with the prefetch (S = 4k), or a
     persistent kernel without it (short keys) — lowered from the shipped spec with attention_spec's bindings."""
-    from tlc.runtime import attention_spec
+    from tlc.attention.kernels import attention_spec
 
     spec, defines = attention_spec("bf16", 128, 128, causal, "sm_90a", seq_k)
     kernel = lower_state(spec.stem, **{k: str(v).lower() if isinstance(v, bool) else str(v)

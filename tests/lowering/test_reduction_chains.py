@@ -1,7 +1,7 @@
 """`reduction-chains` (Param ReduceChains): each row's max / sum in independent partial results
 combined pairwise. The ops it marks, the C++ the emitter writes for them (checked by NVRTC with the
 other sm_90a builds on the GPU machine's precompile, and by tests/gpu at d = 64, where tlc.attention
-uses two chains), the refusal of other counts, and tlc.attention's table (tlc/tuning.py)."""
+uses two chains), the refusal of other counts, and tlc.attention's table (tlc/attention/tuning.py)."""
 from __future__ import annotations
 
 import re
@@ -14,8 +14,8 @@ from tlc.backend_cute.emit import emit_program
 from tlc.diagnostics import TlcError
 from tlc.kir import ops as K
 from tlc.lowering.passes import run_lowering
-from tlc.runtime import attention_spec
-from tlc.tuning import default_schedule
+from tlc.attention.kernels import attention_spec
+from tlc.attention.tuning import default_schedule
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 

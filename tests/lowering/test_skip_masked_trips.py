@@ -20,7 +20,7 @@ from tlc.kir import ops_sm90 as H
 from tlc.kir.evaluate import evaluate
 from tlc.kir.expr import free_names
 from tlc.lowering.passes import run_lowering
-from tlc.runtime import attention_spec
+from tlc.attention.kernels import attention_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 D64 = {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12", "Causal": "true"}

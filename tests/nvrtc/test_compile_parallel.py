@@ -45,7 +45,7 @@ def test_two_processes_one_nvrtc_run(tmp_path) -> None:
 @pytest.mark.slow
 def test_precompile_shapes_in_parallel_then_warm(tmp_path, monkeypatch, capsys) -> None:
     from tlc.cli import main
-    from tlc.precompile_jobs import Job, is_cached, read_shape_file
+    from tlc.attention.precompile import Job, is_cached, read_shape_file
 
     monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path / "cache"))
     shapes = tmp_path / "shapes.txt"

@@ -16,7 +16,7 @@ from tlc.kir.transforms.fold_partitions import fold_partitions
 from tlc.layout.crosscheck import CheckProgram
 from tlc.layout.crosscheck_views import ViewChecks
 from tlc.lowering.emit_text import kernel_ir
-from tlc.tuning import DEFAULT_TILES
+from tlc.attention.tuning import DEFAULT_TILES
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 SMALL = {"HeadDim": "32", "BM": "64", "BN": "32"}

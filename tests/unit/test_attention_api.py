@@ -12,8 +12,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tlc
-import tlc.runtime
-import tlc.torch_op  # noqa: F401  registers torch.ops.tlc.attention
+from tlc import runtime
+from tlc.attention import sdpa
+from tlc.attention import torch_op  # noqa: F401  registers torch.ops.tlc.attention
 from tlc.diagnostics import TlcError
 
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -23,7 +24,7 @@ BF16, FP16 = torch.bfloat16, torch.float16
 def no_build(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("tlc.runtime.build was called for a call that should have been refused")
-    monkeypatch.setattr(tlc.runtime, "build", refuse)
+    monkeypatch.setattr(runtime, "build", refuse)
 
 
 def tensors(q=(1, 4, 8, 64), k=(1, 4, 8, 64), v=None, dtypes=(BF16, BF16, BF16), grad=""):
@@ -81,12 +82,12 @@ def test_bad_calls_are_refused_before_building(args, kwargs, expected) -> None:
 
 
 def test_the_supported_head_dims_are_one_rule() -> None:
-    assert tlc.runtime.head_dim_problem(64, 64) is None and tlc.runtime.head_dim_problem(192, 128) is None
-    assert tlc.runtime.head_dim_problem(59, 59) == ("head dim 59 is not supported; "
+    assert sdpa.head_dim_problem(64, 64) is None and sdpa.head_dim_problem(192, 128) is None
+    assert sdpa.head_dim_problem(59, 59) == ("head dim 59 is not supported; "
                                                     "supported: multiples of 8 from 8 to 256")
     for d in (40, 80, 96, 112, 160, 224):  # FlashAttention's test widths, padded inside the kernel
-        assert tlc.runtime.head_dim_problem(d, d) is None
-    assert "192 with v's 128" in tlc.runtime.head_dim_problem(128, 64)
+        assert sdpa.head_dim_problem(d, d) is None
+    assert "192 with v's 128" in sdpa.head_dim_problem(128, 64)
 
 
 def test_empty_queries_give_an_empty_output_like_sdpa() -> None:
@@ -105,14 +106,14 @@ def test_no_keys_give_zeros_like_sdpa() -> None:
 
 def test_kernel_layout_copies_only_what_the_kernel_cannot_read() -> None:
     t = torch.randn(1, 2, 8, 64, dtype=BF16)
-    assert tlc.runtime.kernel_layout(t) is t
+    assert sdpa.kernel_layout(t) is t
     strided = torch.randn(1, 8, 2, 64, dtype=BF16).transpose(1, 2)  # (B, S, H, D) storage, as many models keep it
-    assert tlc.runtime.kernel_layout(strided) is strided
+    assert sdpa.kernel_layout(strided) is strided
     transposed = torch.randn(1, 2, 64, 8, dtype=BF16).transpose(2, 3)
-    fixed = tlc.runtime.kernel_layout(transposed)
+    fixed = sdpa.kernel_layout(transposed)
     assert fixed.is_contiguous() and torch.equal(fixed, transposed)
     misaligned = torch.randn(1 * 2 * 8 * 64 + 1, dtype=BF16)[1:].view(1, 2, 8, 64)
-    assert tlc.runtime.kernel_layout(misaligned).data_ptr() % 16 == 0
+    assert sdpa.kernel_layout(misaligned).data_ptr() % 16 == 0
 
 
 # ------------------------------------------------------------------ (16) torch.compile sees one op
@@ -189,11 +190,11 @@ def test_a_build_error_names_no_spec_line(monkeypatch) -> None:
     def failing_build(spec, **kwargs):
         raise TlcError(error("too many registers", Loc(str(spec), 51, 3), Note("to fit: lower BM")))
 
-    monkeypatch.setattr(tlc.runtime, "build", failing_build)
-    monkeypatch.setattr(tlc.runtime, "device_arch", lambda device=None: "sm_90")
+    monkeypatch.setattr(runtime, "build", failing_build)
+    monkeypatch.setattr(runtime, "device_arch", lambda device=None: "sm_90")
     q = torch.zeros(1, 2, 4, 64, dtype=BF16)
     with pytest.raises(TlcError) as info:
-        tlc.runtime.run_attention(q, q, q, False, None)
+        sdpa.run_attention(q, q, q, False, None)
     assert str(info.value) == "error: tlc.attention: too many registers\nnote: to fit: lower BM"
 
 
@@ -202,7 +203,7 @@ def test_eager_calls_skip_the_op_dispatch_and_traced_calls_keep_it() -> None:
     tracing modes must see the op, so make_fx and torch.compile record it (tests above)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from tlc.runtime import _eager
+    from tlc.attention.sdpa import _eager
 
     plain = torch.zeros(1, 1, 1, 8)
     assert _eager(plain, plain, plain)
@@ -217,7 +218,7 @@ SDPA_PARAMETERS = [("query", inspect.Parameter.empty), ("key", inspect.Parameter
                    ("is_causal", False), ("scale", None), ("enable_gqa", False)]
 
 
-@pytest.mark.parametrize("function", [tlc.attention, tlc.runtime.attention], ids=["tlc", "runtime"])
+@pytest.mark.parametrize("function", [tlc.attention, sdpa.attention], ids=["tlc", "sdpa"])
 def test_the_signature_is_sdpas_names_order_and_defaults(function) -> None:
     documented = " ".join(torch.nn.functional.scaled_dot_product_attention.__doc__.split("->")[0].split())
     assert documented == ("scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, "

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tlc
-import tlc.runtime as rt
 from bench.launch_stand_ins import lowered_kernel, no_gpu, record
+from tlc.attention import kernels, sdpa
 from tlc.backend_cute import launch
 from tlc.diagnostics import TlcError
 from tlc.kir.ops_sm90 import TILE_COUNTER
@@ -28,17 +28,17 @@ class _Calls:
         no_gpu(monkeypatch.setattr)
         self.name, self.checks = name, 0
         self.driver = record(monkeypatch.setattr, ctypes.sizeof(lowered_kernel(name)._struct))
-        monkeypatch.setattr(rt, "_on_cuda", lambda t: True)
-        monkeypatch.setattr(rt, "attention_target", lambda device=None: "sm_90a")
-        monkeypatch.setattr(rt, "build_attention", lambda *args: lowered_kernel(name))
-        monkeypatch.setattr(rt, "_ATTENTION", {})
-        monkeypatch.setattr(rt, "_CALLS", Recent(256))
-        check = rt.check_attention
+        monkeypatch.setattr(sdpa, "_on_cuda", lambda t: True)
+        monkeypatch.setattr(kernels, "attention_target", lambda device=None: "sm_90a")
+        monkeypatch.setattr(kernels, "build_attention", lambda *args: lowered_kernel(name))
+        monkeypatch.setattr(kernels, "_ATTENTION", {})
+        monkeypatch.setattr(sdpa, "_CALLS", Recent(256))
+        check = sdpa.check_attention
 
         def counted(*args):
             self.checks += 1
             return check(*args)
-        monkeypatch.setattr(rt, "check_attention", counted)
+        monkeypatch.setattr(sdpa, "check_attention", counted)
 
     @property
     def causal(self) -> bool:
@@ -86,7 +86,7 @@ def test_a_repeated_call_skips_the_checks_and_launches_what_a_fresh_kernel_launc
     call()
     assert calls.checks == 1
     (q, k, v), out = call()
-    assert calls.checks == 1 and len(rt._CALLS) == 1 and len(calls.driver.launches) == 2
+    assert calls.checks == 1 and len(sdpa._CALLS) == 1 and len(calls.driver.launches) == 2
     assert out.shape == (b, hq, sq, 128)
     got = calls.driver.launches[-1]
     want = calls.fresh_launch(monkeypatch, q, k, v, None if scale is None else float(scale))
@@ -152,13 +152,13 @@ def test_a_planned_geometry_copies_a_misaligned_tensor_as_the_checked_call_would
 def test_calls_no_geometry_describes_take_the_checked_path(monkeypatch) -> None:
     _Calls(monkeypatch, "one_tile")
     q = _tensor(1, 2, 64, False)
-    assert rt._call_key(q, q, q, False, torch.tensor(0.5), False) is None   # a tensor scale
-    assert rt._call_key(q, q, q, False, True, False) is None                 # a bool is refused as a scale
+    assert sdpa._call_key(q, q, q, False, torch.tensor(0.5), False) is None   # a tensor scale
+    assert sdpa._call_key(q, q, q, False, True, False) is None                 # a bool is refused as a scale
 
     class Sub(torch.Tensor):
         pass
-    assert rt._call_key(q.as_subclass(Sub), q, q, False, None, False) is None   # traced or wrapped tensors
-    assert rt._call_key(q, q, q, False, None, False) is not None
+    assert sdpa._call_key(q.as_subclass(Sub), q, q, False, None, False) is None   # traced or wrapped tensors
+    assert sdpa._call_key(q, q, q, False, None, False) is not None
 
 
 def test_a_launch_error_on_a_planned_call_speaks_for_tlc_attention(monkeypatch) -> None:
@@ -194,23 +194,23 @@ def test_what_else_the_key_holds_is_checked_again(monkeypatch) -> None:
 def test_traced_or_odd_calls_take_the_checked_path(monkeypatch) -> None:
     _Calls(monkeypatch, "one_tile")
     q = _tensor(1, 2, 64, False)
-    assert rt._call_key(q, q, q, False, 0.5, False) is not None
+    assert sdpa._call_key(q, q, q, False, 0.5, False) is not None
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    assert rt._call_key(q, q, q, False, 0.5, False) is None
+    assert sdpa._call_key(q, q, q, False, 0.5, False) is None
     monkeypatch.undo()
     _Calls(monkeypatch, "one_tile")
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
-        assert rt._call_key(q, q, q, False, 0.5, False) is None
+        assert sdpa._call_key(q, q, q, False, 0.5, False) is None
     import torch.autograd.forward_ad as fwad
     with fwad.dual_level():
-        assert rt._call_key(q, q, q, False, 0.5, False) is None
+        assert sdpa._call_key(q, q, q, False, 0.5, False) is None
         dual = fwad.make_dual(q, torch.ones_like(q))
         with pytest.raises(TlcError, match="q carries a forward-mode AD tangent"):
             tlc.attention(dual, q, q)
-    assert rt._call_key(torch._neg_view(q), q, q, False, None, False) is None
-    assert rt._call_key(q, q, q, False, float("nan"), False) is None   # never found again: not kept
-    assert rt._call_key(q, q, q, False, 10 ** 400, False) is None
+    assert sdpa._call_key(torch._neg_view(q), q, q, False, None, False) is None
+    assert sdpa._call_key(q, q, q, False, float("nan"), False) is None   # never found again: not kept
+    assert sdpa._call_key(q, q, q, False, 10 ** 400, False) is None
     with pytest.raises(TlcError, match=r"scale is past a float's range \(an int of 1329 bits\)"):
         tlc.attention(q, q, q, scale=10 ** 400)
 
@@ -254,7 +254,7 @@ def test_a_refused_mask_or_dropout_is_never_served_from_a_plan(monkeypatch) -> N
         with pytest.raises(TlcError, match=words):
             tlc.attention(*args, **kwargs)
         with pytest.raises(TlcError, match=words):
-            rt.attention(*args, **kwargs)
+            sdpa.attention(*args, **kwargs)
     assert calls.checks == 1 and len(calls.driver.launches) == 1
 
 
@@ -262,11 +262,11 @@ def test_sdpas_positional_call_is_causal_and_shares_the_keyword_calls_plan(monke
     calls = _Calls(monkeypatch, "dynamic")
     q, k, v = (_tensor(1, 2, 64, False) for _ in range(3))
     tlc.attention(q, k, v, None, 0.0, True)
-    ((_, _, _, causal, *_),) = rt._ATTENTION   # the kernel's key: (dtype, d_qk, d_v, causal, …)
+    ((_, _, _, causal, *_),) = kernels._ATTENTION   # the kernel's key: (dtype, d_qk, d_v, causal, …)
     assert causal is True
     tlc.attention(q, k, v, is_causal=True)
     tlc.attention(query=q, key=k, value=v, attn_mask=None, dropout_p=0, is_causal=True)
-    assert calls.checks == 1 and len(calls.driver.launches) == 3 and len(rt._CALLS) == 1
+    assert calls.checks == 1 and len(calls.driver.launches) == 3 and len(sdpa._CALLS) == 1
 
 
 def test_a_positional_scale_and_gqa_flag_mean_the_keywords(monkeypatch) -> None:
@@ -274,7 +274,7 @@ def test_a_positional_scale_and_gqa_flag_mean_the_keywords(monkeypatch) -> None:
     q, k = _tensor(1, 4, 64, False), _tensor(1, 2, 64, False)
     tlc.attention(q, k, k, None, 0.0, False, 0.5, True)
     tlc.attention(q, k, k, scale=0.5, enable_gqa=True)
-    assert calls.checks == 1 and len(rt._CALLS) == 1
+    assert calls.checks == 1 and len(sdpa._CALLS) == 1
     assert lowered_kernel("one_tile")._struct.from_buffer_copy(calls.driver.launches[0][4]).scale == 0.5
     with pytest.raises(TlcError, match="pass enable_gqa=True"):
         tlc.attention(q, k, k, None, 0.0, False, 0.5)

@@ -49,7 +49,7 @@ def test_bar_rows_are_the_issue_table() -> None:
 def _kernels(arch: str, rows: list[dict] = BAR_ROWS) -> dict[tuple, tuple]:
     """The distinct (spec, -D bindings) the --bar rows build on `arch` (GQA, MQA and the S = 16k rows share
     the d=128 MHA kernel: the group and the lengths are runtime inputs; on sm_90a the S = 1k rows take
-    the short-sequence schedule, tlc.tuning.short_keys)."""
+    the short-sequence schedule, tlc.attention.tuning.short_keys)."""
     return {_build_key(*row_build(r, row_tiles(r, arch), arch)): row_build(r, row_tiles(r, arch), arch)
             for r in rows}
 
@@ -79,7 +79,7 @@ def test_each_row_builds_what_tlc_attention_builds_for_its_call(arch, monkeypatc
     Stages, as d = 64 causal's 3 on sm_90a, is not replaced by the tile table's); a swept variant with the
     same values binds its own Stages."""
     from bench import bench_attention
-    from tlc.runtime import attention_spec
+    from tlc.attention.kernels import attention_spec
 
     monkeypatch.setattr(bench_attention, "EXTRA_DEFINES", {})   # TLC_BENCH_DEFINES is not what this is about
 

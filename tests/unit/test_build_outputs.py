@@ -54,8 +54,8 @@ def test_three_inputs_with_one_stem_name_every_path(tmp_path, capsys, monkeypatc
 
 
 def test_precompile_does_not_claim_every_kernel_compiles(tmp_path, capsys, monkeypatch) -> None:
-    import tlc.precompile_jobs
-    monkeypatch.setattr(tlc.precompile_jobs, "cached_job", lambda job: job)  # never NVRTC here
+    from tlc.attention import precompile
+    monkeypatch.setattr(precompile, "cached_job", lambda job: job)  # never NVRTC here
     (tmp_path / "x.tl").write_text(MHA)
     assert main(["precompile", str(tmp_path / "x.tl"), "--arch", "sm_80", "--arch", "sm_90", "-j", "1"]) == 0
     captured = capsys.readouterr()

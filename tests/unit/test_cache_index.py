@@ -19,7 +19,8 @@ from tlc.builder import lower_to_kernel_ir
 from tlc.diagnostics import TlcError
 from tlc.expr.nodes import Const
 from tlc.names import kernel_name
-from tlc.runtime import attention_spec, compile_spec, normal_defines
+from tlc.attention.kernels import attention_spec
+from tlc.runtime import compile_spec, normal_defines
 
 SPECS = sorted((Path(__file__).resolve().parents[2] / "specs").glob("*.tl"))
 MHA = SPECS[[s.name for s in SPECS].index("mha_fwd.tl")]

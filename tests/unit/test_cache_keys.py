@@ -87,8 +87,8 @@ DEFINES = st.dictionaries(TRICKY, TRICKY, max_size=3)
 @example({"BM": "64\0HeadDim=64"}, {"BM": "64", "HeadDim": "64"}, b"", b"", "x.tl", "x.tl")
 @example({}, {}, b"P\0x.tl", b"P", "x.tl", "x.tl\0x.tl")  # a part's tail read as the next part
 def test_different_build_inputs_get_different_index_keys(defs_a, defs_b, tl_a, tl_b, name_a, name_b) -> None:
-    key_a = runtime._build_inputs_key(tl_a, name_a, defs_a, "sm_90", False)
-    key_b = runtime._build_inputs_key(tl_b, name_b, defs_b, "sm_90", False)
+    key_a = runtime.build_inputs_key(tl_a, name_a, defs_a, "sm_90", False)
+    key_b = runtime.build_inputs_key(tl_b, name_b, defs_b, "sm_90", False)
     assert (key_a == key_b) == ((defs_a, tl_a, name_a) == (defs_b, tl_b, name_b))
 
 

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-import tlc.runtime
+from tlc import runtime
+from tlc.attention import precompile as pj
+from tlc.attention.kernels import attention_spec
+from tlc.attention.precompile import Job, attention_jobs, compile_jobs, read_shape_file
+from tlc.attention.shapes import parse_shapes
 from tlc.cli import main
 from tlc.diagnostics import TlcError, fail
-from tlc.precompile_jobs import Job, attention_jobs, compile_jobs, parse_shapes, read_shape_file
-from tlc.runtime import attention_spec
 
 SHAPES = """\
 # a model's attention calls
@@ -61,14 +63,14 @@ def test_a_target_means_what_it_means_to_tlc_build(monkeypatch) -> None:
 def test_without_a_target_precompile_builds_what_tlc_attention_picks(monkeypatch) -> None:
     """No GPU here: the kernels tlc.attention builds on an H100 (sm_90a), or sm_90 where TLC_ATTENTION_ARCH
     keeps a Hopper GPU on the mma.sync kernels."""
-    from tlc.precompile_jobs import default_targets
+    from tlc.attention.precompile import default_targets
 
-    monkeypatch.setattr(tlc.runtime, "device_arch", lambda device=None: (_ for _ in ()).throw(fail("no GPU")))
+    monkeypatch.setattr(runtime, "device_arch", lambda device=None: (_ for _ in ()).throw(fail("no GPU")))
     monkeypatch.delenv("TLC_ATTENTION_ARCH", raising=False)
     assert default_targets() == ["sm_90a"]
     monkeypatch.setenv("TLC_ATTENTION_ARCH", "sm_90")
     assert default_targets() == ["sm_90"]
-    monkeypatch.setattr(tlc.runtime, "device_arch", lambda device=None: "sm_86")
+    monkeypatch.setattr(runtime, "device_arch", lambda device=None: "sm_86")
     assert default_targets() == ["sm_86"]
 
 
@@ -81,7 +83,7 @@ def test_cli_precompile_sm_90_builds_the_kernels_tlc_build_sm_90_builds(tmp_path
         from tlc.backend_cute.compile import CompiledKernel
         archs.append(arch)
         return CompiledKernel(None, arch, "", b"", {"ptxas": {"registers": 200}}, 0.0, False), None
-    monkeypatch.setattr(tlc.runtime, "compile_spec", fake_compile_spec)
+    monkeypatch.setattr(runtime, "compile_spec", fake_compile_spec)
     shapes = tmp_path / "shapes.txt"
     shapes.write_text("d=64\n")
     assert main(["precompile", "--shapes", str(shapes), "--arch", "sm_90", "-j", "1"]) == 0
@@ -91,9 +93,6 @@ def test_cli_precompile_sm_90_builds_the_kernels_tlc_build_sm_90_builds(tmp_path
 
 
 def test_a_refused_target_builds_the_fallback(monkeypatch) -> None:
-    import tlc.precompile_jobs as pj
-    import tlc.runtime
-
     built = []
 
     def fake_compile_spec(spec, *, arch, defines):
@@ -104,7 +103,7 @@ def test_a_refused_target_builds_the_fallback(monkeypatch) -> None:
         class Compiled:
             cached, metadata = False, {"ptxas": {"registers": 99}}
         return Compiled(), None
-    monkeypatch.setattr(tlc.runtime, "compile_spec", fake_compile_spec)
+    monkeypatch.setattr(runtime, "compile_spec", fake_compile_spec)
     result = pj._compile(hopper_job("bf16", 128, 128, False))
     assert result.ok and built == ["sm_90"] and result.job.arch == "sm_90"
     assert "sm_90a refused (no wgmma here): built sm_90" in pj.report_line(result)
@@ -143,7 +142,7 @@ def test_cli_precompile_from_shapes(tmp_path, monkeypatch, capsys) -> None:
         from tlc.backend_cute.compile import CompiledKernel
         calls.append((Path(spec).name, arch, tuple(sorted(defines.items()))))
         return CompiledKernel(None, arch, "", b"", {"ptxas": {"registers": 200}}, 0.0, False), None
-    monkeypatch.setattr(tlc.runtime, "compile_spec", fake_compile_spec)
+    monkeypatch.setattr(runtime, "compile_spec", fake_compile_spec)
     shapes = tmp_path / "shapes.txt"
     shapes.write_text(SHAPES)
     assert main(["precompile", "--shapes", str(shapes), "-j", "1"]) == 0
@@ -151,7 +150,7 @@ def test_cli_precompile_from_shapes(tmp_path, monkeypatch, capsys) -> None:
     assert len(calls) == 3 and {c[0] for c in calls} == {"gqa_fwd.tl", "mla_prefill_fwd.tl"}
     # no --arch: a shape list warms what tlc.attention builds on this machine (sm_90a for an H100/H200,
     # also when no GPU is visible), not tlc build's sm_90 default for TL files
-    from tlc.precompile_jobs import default_targets
+    from tlc.attention.precompile import default_targets
     assert {c[1] for c in calls} == set(default_targets()) == {"sm_90a"}
     assert out.count("compiled in") == 3 and "(200 registers)" in out
     assert "3 compiled, 0 already cached, 0 failed" in err
@@ -188,9 +187,8 @@ def test_read_shape_file(tmp_path) -> None:
 
 def test_python_api_maps_calls_to_kernels(monkeypatch) -> None:
     import tlc
-    import tlc.precompile_jobs
 
-    monkeypatch.setattr(tlc.precompile_jobs, "cached_job", lambda job: job)  # never NVRTC here
+    monkeypatch.setattr(pj, "cached_job", lambda job: job)  # never NVRTC here
     results = tlc.precompile([{"b": 4, "hq": 32, "hkv": 8, "d": 128, "causal": True},
                               {"d": 128, "causal": True, "sq": 1}, {"d": 64, "dtype": "fp16"}], arch="sm_80")
     assert len(results) == 2 and all(r.ok and r.cached for r in results)
@@ -220,8 +218,6 @@ def test_python_dash_m_tlc_runs_the_cli(tmp_path) -> None:
 
 
 def test_a_refused_target_counts_as_cached_through_its_fallback(monkeypatch) -> None:
-    import tlc.precompile_jobs as pj
-
     job = hopper_job("bf16", 96, 96, False)
     monkeypatch.setattr(pj, "_cached", lambda j: j.arch == "sm_90")
     monkeypatch.setattr(pj, "_refused", lambda j: j.arch == "sm_90a")   # e.g. a register budget it cannot meet

@@ -13,7 +13,7 @@ register tensor with CuTe's layout, and a TiledCopy (TiledMMA) all of whose part
 What the engine does not model stays as it was (notes name it). The ldmatrix sources (shared→register
 partitions of an MMA operand copy) fold with their decayed strides spelled as CuTe spells them, a select of
 two constants on one bit of the thread's offset (an arithmetic `d − 2d·bit` cost registers and up to 6 %);
-`Param FoldLdmatrix = false` keeps CuTe's partitions, which tlc.tuning binds at d = 64, where the folded
+`Param FoldLdmatrix = false` keeps CuTe's partitions, which tlc.attention.tuning binds at d = 64, where the folded
 kernels ran 3 % slower on an H200 (docs/compile_time.md). In the sm_90a (wgmma) kernels the
 engine models the epilogue's store (a thread-layout copy of the staged tile) and, with CuTe's GMMA layouts
 (checked by NVRTC), the wgmma accumulators (register tensors of partition_fragment_C's layout), their
@@ -286,7 +286,7 @@ class FoldPartitionsTransform(KernelTransform):
     """Partitions, fragments and tiled copies as flat layouts. `enable` (TLC_FOLD_PARTITIONS=0: off) and
     `wgmma` (TLC_FOLD_PARTITIONS=no-wgmma: off) come from the environment unless given as options;
     `Param FoldLdmatrix = false` (schedule.fold_ldmatrix) keeps the ldmatrix sources CuTe's partitions
-    (slower to compile, faster at d = 64 on an H200: tlc.tuning binds it there)."""
+    (slower to compile, faster at d = 64 on an H200: tlc.attention.tuning binds it there)."""
 
     name: ClassVar[str] = "fold-partitions"
     enable: bool = field(default_factory=fold_partitions_enabled)

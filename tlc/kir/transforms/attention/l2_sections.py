@@ -28,7 +28,7 @@ bench/results/2026-11-27-h200-s13-l2-sections-ab.txt) d = 256 causal ran
 1.056x / 1.042x, but d = 64 0.977x / 0.979x, d = 128 0.982x / 0.978x, GQA, MQA and MLA prefill 0.988-0.995x,
 S = 16k 0.975-0.978x: the model's tail is real only where it is largest (d = 256: 14 % in the model, eight
 heads per section), and elsewhere the x-fastest order's L2 reuse (every running tile of one head) is worth
-more. tlc.tuning sets it for d = 256 causal.
+more. tlc.attention.tuning sets it for d = 256 causal.
 """
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def _inline(e: Expr, lets: dict[str, Expr]) -> Expr:
 @dataclass(frozen=True)
 class L2SectionsTransform(KernelTransform):
     """`Param L2Sections = true` (schedule.l2_sections; off by default: on an H200 it ran 1.04-1.06x at
-    d = 256 causal but 0.975-0.995x on the other causal rows, and tlc.tuning sets it at d = 256):
+    d = 256 causal but 0.975-0.995x on the other causal rows, and tlc.attention.tuning sets it at d = 256):
     the grid's tiles in L2-sized sections of heads, each section's query tiles longest first.
     `Param L2TailOnly = true` reorders only the last section's heads (the grid's tail)."""
 

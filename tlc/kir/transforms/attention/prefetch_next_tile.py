@@ -24,9 +24,9 @@ the producer thread spill (ptxas: 268 B stored, 296 B loaded, 72 B of stack, in 
 -D L2Sections=true -D PrefetchNext=true` at 8e7a106, NVRTC 13.0, 2026-11-27; no spills since): the
 block-index lets the coordinates read are now re-declared once each (`<name>_next`) and keep the kernel's
 i32 arithmetic; timed again at 9c8834e (H200, 2026-11-27, bench/results/2026-11-27-h200-s15-prefetch-next-ab.txt):
-1.000-1.011x on every bar row it applies to, d = 256 causal 1.000x. Off by default; tlc.tuning sets it for every
-one-tile kernel tlc.attention builds (SM90A_ONE_TILE_SCHEDULE). `next` fits an i32: 2^31 CTAs of at least 64 rows of 64
-bf16 columns each would be a 16 TiB Q.
+1.000-1.011x on every bar row it applies to, d = 256 causal 1.000x. Off by default; tlc.attention.tuning sets it
+for every one-tile kernel tlc.attention builds (SM90A_ONE_TILE_SCHEDULE). `next` fits an i32: 2^31 CTAs of at
+least 64 rows of 64 bf16 columns each would be a 16 TiB Q.
 """
 from __future__ import annotations
 
@@ -158,8 +158,8 @@ def _prefetches(once: list[H.TmaLoadOp], scope: list[K.LetOp], defined: set[str]
 
 @dataclass(frozen=True)
 class PrefetchNextTileTransform(Transform):
-    """`Param PrefetchNext = true` (schedule.prefetch_next; off by default, and tlc.tuning sets it for every
-    one-tile kernel tlc.attention builds, tlc/tuning.py SM90A_ONE_TILE_SCHEDULE) turns it on."""
+    """`Param PrefetchNext = true` (schedule.prefetch_next; off by default, and tlc.attention.tuning sets it for every
+    one-tile kernel tlc.attention builds, tlc/attention/tuning.py SM90A_ONE_TILE_SCHEDULE) turns it on."""
 
     name: ClassVar[str] = "prefetch-next-tile"
 

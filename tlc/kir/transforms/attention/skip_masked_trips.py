@@ -27,7 +27,7 @@ skipped by no group. Another shape keeps its trips, with the reason in the sched
 
 A wgmma under a branch costs: ptxas waits for the GEMMs around it (C7517, "wgmma.wait_group is
 injected"), 0.4-2.3 % on the causal rows where little or nothing is skipped (d = 128, 256, MLA). So it
-is off unless `Param SkipMaskedTrips = true`; `tlc.tuning` sets it for the sm_90a d = 64 causal kernels
+is off unless `Param SkipMaskedTrips = true`; `tlc.attention.tuning` sets it for the sm_90a d = 64 causal kernels
 (192-row tiles), where the skipped trips outweigh that (H200, docs/hopper.md).
 """
 from __future__ import annotations
@@ -202,7 +202,7 @@ def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
 @dataclass(frozen=True)
 class SkipMaskedTripsTransform(KernelTransform):
     """`Param SkipMaskedTrips = true` (schedule.skip_masked_trips; off by default: its guarded wgmma cost
-    0.4-2.3 % where little or nothing is skipped, and tlc.tuning sets it for the sm_90a d = 64 causal
+    0.4-2.3 % where little or nothing is skipped, and tlc.attention.tuning sets it for the sm_90a d = 64 causal
     kernels) turns it on. Precondition (facts.masked_trips, proved on the TL graph by
     tlc.passes.masked_trips): a trip whose scores are all masked changes nothing the loop carries; where
     it would, every group runs every trip and the note says why."""

@@ -1,6 +1,6 @@
 """`tlc::attention`, the torch.library custom op that `tlc.attention` runs, so torch.compile
 (fullgraph too) traces a call as one graph node: the fake implementation gives the output's
-shape without a GPU, the real one (tlc.runtime.run_attention) builds on first use and launches.
+shape without a GPU, the real one (tlc.attention.sdpa.run_attention) builds on first use and launches.
 Its schema is SDPA's (`aten::scaled_dot_product_attention`, with `scale` and `enable_gqa` positional too).
 
 Importing this module registers the op; `tlc.attention` imports it on its first call.
@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from tlc.diagnostics import fail
-from tlc.runtime import _check_heads, check_mask_and_dropout, run_attention
+from tlc.attention.sdpa import check_heads, check_mask_and_dropout, run_attention
 
 
 @torch.library.custom_op("tlc::attention", mutates_args=())
@@ -37,7 +37,7 @@ def _check_op_call(query, key, value, attn_mask, dropout_p: float, enable_gqa: b
     """A mask, dropout, or query heads that differ from the key heads without `enable_gqa`: the kernel takes
     none of these arguments, so it would run the call without the mask, the dropout or SDPA's refusal."""
     check_mask_and_dropout(attn_mask, dropout_p)
-    _check_heads(query.shape[1], key.shape[1], value.shape[1], enable_gqa)
+    check_heads(query.shape[1], key.shape[1], value.shape[1], enable_gqa)
 
 
 def _setup_context(ctx, inputs, output) -> None:

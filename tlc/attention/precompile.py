@@ -1,18 +1,9 @@
-"""`tlc precompile`: fill the kernel cache ahead of time, compiling the missing specializations in
-parallel processes (processes, not threads: NVRTC runs long C++ work that gains nothing from sharing one).
+"""`tlc precompile` and `tlc.precompile`: fill the kernel cache ahead of time, compiling the missing
+specializations in parallel processes (processes, not threads: NVRTC runs long C++ work that gains nothing
+from sharing one).
 
-Jobs come from TL files (`tlc precompile FILE…`) or from a shape list (`--shapes FILE`) mapped to
-the specializations `tlc.attention` builds (tlc.runtime.attention_spec). A shape list has one call
-per line: `key=value` words and the bare word `causal`; `#` starts a comment:
-
-    b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16
-    hq=16 d=192 dv=128 causal            # MLA prefill
-
-`d` is required; `dv` defaults to `d`, `dtype` to bf16 (or fp16), `causal` to false (`causal=true`
-works too), `hkv` to `hq`, `sk` to `sq`. `b`, `hq`, `hkv` are checked as tlc.attention checks them but
-do not choose the kernel; dtype, d, dv, causal and the key length do (`sk`: short sequences take a
-persistent kernel on Hopper, tlc.tuning.short_keys; a line without `sk` or `sq` gets the long-sequence one). A file whose first character is `[` is JSON: a
-list of objects with the same keys (`"causal": true`).
+Jobs come from TL files (`tlc precompile FILE…`) or from a shape list (`--shapes FILE`, tlc.attention.shapes
+says its format) mapped to the specializations `tlc.attention` builds (tlc.attention.kernels.attention_spec).
 
 A target means what it means to `tlc build`: sm_90 is the sm_80-family kernel compiled for Hopper, sm_90a
 the wgmma/TMA kernel, built as `tlc.attention` builds it (the sm_90 kernel where the sm_90a lowering refuses
@@ -21,7 +12,6 @@ H100/H200 sm_90a, or TLC_ATTENTION_ARCH), or on an H100 when none is visible.
 """
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import sys
@@ -31,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from tlc.attention.shapes import parse_shapes, shape_of
 from tlc.diagnostics import GLOBAL_SOURCES, Loc, TlcError, escape_controls, fail
-from tlc.numbers import INT32_MAX, a_kind, check_int, parse_int, problem, shown
+from tlc.numbers import a_kind, check_int
 
 
 @dataclass(frozen=True)
@@ -67,96 +58,12 @@ class JobResult:
     ptxas: dict = field(default_factory=dict)
 
 
-# ---------------------------------------------------------------------- shape lists
-_INT_KEYS = ("b", "hq", "hkv", "sq", "sk", "d", "dv")
-_KEYS = (*_INT_KEYS, "dtype", "causal")
-
-
-def _shape_error(path: str, line: int, col: int, message: str) -> TlcError:
-    return fail(f"{message}; a line reads like `b=4 hq=32 hkv=8 sq=4096 sk=4096 d=128 causal dtype=bf16`",
-                Loc(path, line, col))
-
-
-def _parse_word(word: str, path: str, line: int, col: int, shape: dict[str, Any]) -> None:
-    key, eq, value = word.partition("=")
-    if not eq:
-        value = "true" if key == "causal" else ""
-        if key != "causal":
-            raise _shape_error(path, line, col, f"'{shown(word)}' is not key=value")
-    if key not in _KEYS:
-        raise _shape_error(path, line, col, f"unknown key '{shown(key)}' (keys: {', '.join(_KEYS)})")
-    if key in shape:
-        raise _shape_error(path, line, col, f"'{key}' given twice")
-    if key in _INT_KEYS:
-        if not (value.isascii() and value.isdigit()):
-            raise _shape_error(path, line, col, f"{key} must be a non-negative integer, got '{shown(value)}'")
-        try:
-            shape[key] = parse_int(value, key, minimum=0, maximum=INT32_MAX)
-        except TlcError as exc:
-            raise _shape_error(path, line, col, problem(exc)) from None
-    elif key == "causal":
-        if value.lower() not in ("true", "false", "1", "0"):
-            raise _shape_error(path, line, col, f"causal must be true or false, got '{shown(value)}'")
-        shape[key] = value.lower() in ("true", "1")
-    else:
-        shape[key] = value
-
-
-def parse_shapes(text: str, path: str = "<shapes>") -> list[tuple[int, dict[str, Any]]]:
-    """(line number, shape) for each call in a shape list (text or JSON); TlcError with the line."""
-    GLOBAL_SOURCES.add(path, text)
-    if text.lstrip().startswith("["):
-        return _parse_json_shapes(text, path)
-    shapes = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        body = raw.split("#", 1)[0]
-        shape: dict[str, Any] = {}
-        col = 1
-        for word in body.split():
-            col = body.index(word, col - 1) + 1
-            _parse_word(word, path, number, col, shape)
-            col += len(word)
-        if shape:
-            shapes.append((number, shape))
-    return shapes
-
-
-def _parse_json_shapes(text: str, path: str) -> list[tuple[int, dict[str, Any]]]:
-    try:
-        # Integers stay text until checked (tlc.numbers): Python refuses to read one of thousands of digits.
-        items = json.loads(text, parse_int=lambda digits: digits if len(digits) > 20 else int(digits))
-    except json.JSONDecodeError as exc:
-        raise fail(f"not valid JSON: {exc.msg}", Loc(path, exc.lineno, exc.colno)) from None
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise fail("a JSON shape list is a list of objects such as {\"d\": 128, \"causal\": true}", Loc(path, 1, 1))
-    return [(0, _shape_of(item, f"item {n}", path)) for n, item in enumerate(items, 1)]  # errors name the file only
-
-
-def _shape_of(item: Mapping[str, Any], what: str, path: str) -> dict[str, Any]:
-    """One call given as a mapping (a JSON object, a tlc.precompile dict), checked as a shape line is."""
-    shape: dict[str, Any] = {}
-    for key, value in item.items():
-        if not isinstance(key, str):
-            raise fail(f"{what}: a key is {a_kind(key)}; keys are strings such as 'd' or 'causal'",
-                       Loc(path, 0, 0))
-        if isinstance(value, int) and not isinstance(value, bool):
-            try:
-                check_int(value, f"{what}: {shown(key)}", minimum=-INT32_MAX, maximum=INT32_MAX)
-            except TlcError as exc:  # before str(): Python refuses to print an int of thousands of digits
-                raise fail(problem(exc), Loc(path, 0, 0)) from None
-        value = str(value).lower() if isinstance(value, bool) else value
-        try:
-            _parse_word(f"{key}={value}", path, 0, 0, shape)
-        except TlcError as exc:
-            raise fail(f"{what}: {exc.diagnostics[0].message}", Loc(path, 0, 0)) from None
-    return shape
-
-
 def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str], path: str = "<shapes>") -> list[Job]:
     """The specializations `tlc.attention` builds for these calls on each target of `archs`, checked as it
     checks them. A target is taken as `tlc build --arch` takes it: sm_90 builds the sm_80-family kernel,
     sm_90a the Hopper one with the sm_90 kernel as its fallback (`default_targets` maps a GPU to targets)."""
-    from tlc.runtime import _check_heads, attention_fallback, attention_spec, head_dim_problem
+    from tlc.attention.kernels import attention_fallback, attention_spec
+    from tlc.attention.sdpa import check_heads, head_dim_problem
 
     jobs = []
     for line, shape in shapes:
@@ -169,7 +76,7 @@ def attention_jobs(shapes: Iterable[tuple[int, dict[str, Any]]], archs: list[str
         problem = head_dim_problem(d, dv)
         hq = shape.get("hq", 1)
         try:
-            _check_heads(hq, shape.get("hkv", hq), shape.get("hkv", hq), enable_gqa=True)
+            check_heads(hq, shape.get("hkv", hq), shape.get("hkv", hq), enable_gqa=True)
         except TlcError as exc:
             problem = problem or exc.diagnostics[0].message
         if problem:
@@ -237,19 +144,19 @@ def cached_job(job: Job) -> Job | None:
 
 def _cached(job: Job) -> bool:
     from tlc.backend_cute import cache
-    from tlc.runtime import _build_inputs_key, _read
+    from tlc.builder import read_program
+    from tlc.runtime import build_inputs_key
 
-    data, name = _read(job.spec if "\n" in job.spec else Path(job.spec))
-    record = cache.lookup_build(_build_inputs_key(data, name, dict(job.defines), job.arch, False))
+    data, name = read_program(job.spec if "\n" in job.spec else Path(job.spec))
+    record = cache.lookup_build(build_inputs_key(data, name, dict(job.defines), job.arch, False))
     return record is not None and cache.lookup(record["cubin_key"]) is not None
 
 
 def _refused(job: Job) -> bool:
-    from tlc.builder import lower_to_kernel_ir
+    from tlc.builder import lower_to_kernel_ir, read_program
     from tlc.names import kernel_name
-    from tlc.runtime import _read
 
-    data, name = _read(job.spec if "\n" in job.spec else Path(job.spec))
+    data, name = read_program(job.spec if "\n" in job.spec else Path(job.spec))
     try:
         lower_to_kernel_ir(data, name, job.arch, dict(job.defines), name=kernel_name(name))
     except TlcError:
@@ -305,7 +212,7 @@ def precompile_calls(calls: Iterable[Mapping[str, Any]], *, arch: str | list[str
         if not isinstance(call, Mapping):
             raise fail(f"tlc.precompile: call {n} is a {type(call).__name__}; each call is a dict such as "
                        "{'d': 128, 'causal': True}")
-        shapes.append((0, _shape_of(call, f"tlc.precompile: call {n}", "<tlc.precompile>")))
+        shapes.append((0, shape_of(call, f"tlc.precompile: call {n}", "<tlc.precompile>")))
     results = compile_jobs(attention_jobs(shapes, archs, "<tlc.precompile>"), jobs)
     failed = [r for r in results if not r.ok]
     if failed:
@@ -314,12 +221,13 @@ def precompile_calls(calls: Iterable[Mapping[str, Any]], *, arch: str | list[str
 
 
 def default_targets() -> list[str]:
-    """What `tlc.attention` builds for on the visible GPU (tlc.runtime.attention_target_for: sm_90a on an
+    """What `tlc.attention` builds for on the visible GPU (tlc.attention.kernels.attention_target_for: sm_90a on an
     H100/H200 unless TLC_ATTENTION_ARCH says sm_90), or on an H100 when no GPU is visible."""
-    from tlc.runtime import attention_target_for, device_arch
+    from tlc import runtime
+    from tlc.attention.kernels import attention_target_for
 
     try:
-        gpu = device_arch()
+        gpu = runtime.device_arch()
     except TlcError:
         gpu = "sm_90"
     return [attention_target_for(gpu)]
@@ -371,5 +279,5 @@ def _cache_dir() -> Path:
     return cache_dir()
 
 
-__all__ = ["Job", "JobResult", "attention_jobs", "compile_jobs", "default_targets", "parse_shapes", "precompile",
+__all__ = ["Job", "JobResult", "attention_jobs", "compile_jobs", "default_targets", "precompile",
            "precompile_calls", "read_shape_file"]
