@@ -117,7 +117,7 @@ def row_build(row, tiles, arch: str) -> tuple:
     d, dv = row["d"], row.get("d_v", row["d"])
     spec, defines = attention_spec(row.get("dtype", "bf16"), d, dv, row["causal"], arch, row["S"])
     if not isinstance(tiles, DefaultTiles):   # swept tiles replace attention_spec's; the defaults keep its
-        defines.update(_tile_defines(spec, tiles))   # schedule's own Stages (d = 64 causal on sm_90a: 3)
+        defines.update(_tile_defines(tiles))   # schedule's own Stages (d = 64 causal on sm_90a: 3)
     defines.update(EXTRA_DEFINES)
     return spec, defines
 
@@ -303,12 +303,9 @@ def _build_key(spec, defines) -> tuple:
     return str(spec), tuple(sorted(normal_defines(defines).items()))
 
 
-def _tile_defines(spec, tiles) -> dict:
-    """-D bindings for the tiles: BM and BN, and Warps/Stages where the spec declares them."""
-    text = spec.read_text()
-    out = dict(BM=tiles["bm"], BN=tiles["bn"])
-    out.update({p: tiles[k] for p, k in (("Warps", "warps"), ("Stages", "stages")) if f"Param {p} " in text})
-    return out
+def _tile_defines(tiles) -> dict:
+    """-D bindings for the tiles: BM and BN, and the Warps and Stages schedule options (any spec takes them)."""
+    return dict(BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"], Stages=tiles["stages"])
 
 
 def _warm(args) -> str:

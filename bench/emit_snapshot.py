@@ -39,7 +39,12 @@ def jobs() -> list[tuple[str, str, str, dict]]:
             text, name = source.read_text(), source.name
         else:
             text, name = str(source), "kernel.tl"
-        out.append((f"{name} {arch} {sorted(defines.items())}", text, name, defines, arch))
+        # TL text carries its own label (a GPU test's case): two cases may share their -D bindings
+        if isinstance(source, str) and len(job) > 2 and job[2]:
+            label = f"{job[2]} {arch}"   # where a binding lives (-D or a Param line) is not part of the name
+        else:
+            label = f"{name} {arch} {sorted(defines.items())}"
+        out.append((label, text, name, defines, arch))
     for spec in sorted((ROOT / "specs").glob("*.tl")):
         for arch in ("sm_90", "sm_90a"):
             out.append((f"{spec.name} {arch} defaults", spec.read_text(), spec.name, {}, arch))

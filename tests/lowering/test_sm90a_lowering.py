@@ -87,9 +87,9 @@ REFUSALS = {
     "bm320": ("mha_fwd", {"BM": "320", "HeadDim": "64"}, "mha_fwd.tl:39:3", "BM = 64, 128, 192 or 256"),
     "head_dim_320": ("mha_fwd", {"HeadDim": "320", "BM": "64"}, "mha_fwd.tl:45:3",
                      "N must be a multiple of 8 up to 256"),
-    "warps_disagree": ("gqa_fwd", {}, "gqa_fwd.tl:43:3", "Param Warps = 4, but --arch sm_90a"),
-    "mla_prefill_warps": ("mla_prefill_fwd", {}, "mla_prefill_fwd.tl:46:3", "needs Warps = 8"),
-    "mla_decode": ("mla_decode_fwd", {}, "mla_decode_fwd.tl:50:3", "this GEMM has M = 16"),
+    "warps_disagree": ("gqa_fwd", {"Warps": "4"}, "gqa_fwd.tl:41:3", "Param Warps = 4, but --arch sm_90a"),
+    "mla_prefill_warps": ("mla_prefill_fwd", {"Warps": "4"}, "mla_prefill_fwd.tl:44:3", "needs Warps = 8"),
+    "mla_decode": ("mla_decode_fwd", {}, "mla_decode_fwd.tl:49:3", "this GEMM has M = 16"),
     "k_both_majors": (_sub(PV, "  Compute GEMM P, K and accumulate O"), {}, "gemm_pk.tl:45:3",
                       "reads shared tile 'K' MN-major, an earlier one K-major"),
 }
@@ -118,7 +118,7 @@ def test_cli_show_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.count("warpgroup_arrive();") == 6 and '#line 39 "mha_fwd.tl"' in out
     assert main(["show", str(SPECS / "mla_decode_fwd.tl"), "--arch", "sm_90a", "--emit", "kir"]) == 1
     err = capsys.readouterr().err
-    assert "mla_decode_fwd.tl:50:3: error:" in err and "Traceback" not in err
+    assert "mla_decode_fwd.tl:49:3: error:" in err and "Traceback" not in err
 
 
 # CuTe's wgmma thread-value layouts (cute/atom/mma_traits_sm90_gmma.hpp): (thread, value) → m + 64·col.

@@ -260,7 +260,8 @@ def test_tile_rows_that_are_not_whole_cp_async_passes_build_only_with_tma() -> N
         with pytest.raises(TlcError, match=re.escape("a 80-row tile cannot be copied by 256 threads")) as exc:
             _lower_gqa(arch, HeadDim="256", BN="80", Warps="8", **extra)
         (diag,) = exc.value.diagnostics
-        assert diag.message.endswith(tail) and diag.loc is not None and diag.loc.line == 40
+        k_copy = GQA.read_text().splitlines().index("  Copy K (BN, HeadDim) in coordinate [L = n] from global to shared")
+        assert diag.message.endswith(tail) and diag.loc is not None and diag.loc.line == k_copy + 1
 
 
 def test_the_carried_p_counts_at_its_converted_width() -> None:

@@ -14,7 +14,7 @@ from tlc.diagnostics import TlcError
 
 ROOT = Path(__file__).resolve().parents[2]
 MHA = str(ROOT / "specs" / "mha_fwd.tl")
-GQA = str(ROOT / "specs" / "gqa_fwd.tl")
+DECODE = str(ROOT / "specs" / "mla_decode_fwd.tl")   # 16-row blocks: sm_90a refuses it
 MHA_TEXT = Path(MHA).read_text()
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -178,19 +178,19 @@ def test_check_refuses_a_program_with_params_and_inputs_only(tmp_path, capsys) -
 
 
 def test_check_for_an_arch_refuses_what_its_build_refuses_with_the_same_message(tmp_path, capsys) -> None:
-    assert main(["build", GQA, "--arch", "sm_90a", "-o", str(tmp_path)]) == 1   # refused before NVRTC
+    assert main(["build", DECODE, "--arch", "sm_90a", "-o", str(tmp_path)]) == 1   # refused before NVRTC
     built = capsys.readouterr().err
-    assert main(["check", GQA, "--arch", "sm_90a"]) == 1
+    assert main(["check", DECODE, "--arch", "sm_90a"]) == 1
     checked = capsys.readouterr().err
-    assert built.startswith(f"{GQA}:43:3: error: tlc build (sm_90a): Param Warps = 4")
+    assert built.startswith(f"{DECODE}:49:3: error: tlc build (sm_90a): --arch sm_90a runs one warp group")
     assert f"sm_90a: {built}" in checked
 
 
 def test_check_without_arch_names_the_target_that_refuses(capsys) -> None:
-    assert main(["check", GQA]) == 0   # the sm_80 family builds it
+    assert main(["check", DECODE]) == 0   # the sm_80 family builds it
     out = capsys.readouterr()
-    assert f"sm_90a: {GQA}:43:3: error: tlc build (sm_90a): Param Warps = 4" in out.err
-    assert out.out == f"{GQA}: ok for sm_90; sm_90a refuses it (above)\n"
+    assert f"sm_90a: {DECODE}:49:3: error: tlc build (sm_90a): --arch sm_90a runs one warp group" in out.err
+    assert out.out == f"{DECODE}: ok for sm_90; sm_90a refuses it (above)\n"
 
 
 def test_a_second_store_of_one_tensor_is_refused_at_its_line(tmp_path, capsys) -> None:

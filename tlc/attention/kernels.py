@@ -97,6 +97,6 @@ def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "s
         spec, defines = specs_dir() / "mla_prefill_fwd.tl", {"DQK": d_qk, "DV": d_v, "Align": "top_left"}
     tiles = default_tiles(d_qk, d_v, arch)  # the tuned tiles for this head dim and target (tlc/attention/tuning.py)
     defines.update(dtype=dtype, Causal=causal, BM=tiles["bm"], BN=tiles["bn"], Warps=tiles["warps"],
-                   Stages=tiles["stages"])  # both specs declare Warps and Stages
+                   Stages=tiles["stages"])  # Warps and Stages bind as schedule options (neither spec sets them)
     defines.update(default_schedule(d_qk, d_v, arch, causal, seq_k))   # knobs tuned per head dim, key length
     return spec, defines

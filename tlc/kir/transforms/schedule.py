@@ -1,5 +1,6 @@
-"""`Schedule`: every knob the kernel-IR transforms read, typed, and parsed and checked once from a
-program's Params (or `tlc opt --schedule`); a transform reads `schedule.stages`, never the TL graph.
+"""`Schedule`: every knob the kernel-IR transforms (and lower-tile-ops' warp plan) read, typed, and parsed and
+checked once from a program's Params (or `tlc opt --schedule`); a transform reads `schedule.stages`, never
+the TL graph.
 
 A knob is a field whose metadata is its `Knob`: the Param that sets it, what `-D NAME=` takes for it
 where the program declares no such Param (tlc.frontend.params reads the table from here), and the
@@ -51,6 +52,11 @@ def knob(default: Any, param: str, define: str = "bool", **kw: Any) -> Any:
 class Schedule:
     """The schedule knobs, each with the value it has when no Param sets it."""
 
+    # lower-tile-ops' warp plan (tlc/lowering/warps.py), before any transform: None lets the target choose (4 on
+    # the sm_80 family, one warp group per 64 rows of BM on sm_90a), so a program that leaves it unset builds
+    # for both; a set value the target cannot take is refused there, at its Param
+    warps: int | None = knob(None, "Warps", "positive", ok=lambda v: _is_int(v) and v > 0,
+                             advice="use a positive number of warps")
     # warp-specialize (sm_90a): TMA loads, an mbarrier ring and warp-group roles; TmaStore: the epilogue by TMA
     warp_specialize: bool = knob(True, "WarpSpecialize")
     tma_store: bool = knob(False, "TmaStore")
