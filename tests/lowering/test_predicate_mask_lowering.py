@@ -1,9 +1,10 @@
 """Predicate masks lowered for both targets: the kernel IR's MaskOp carries the predicate over `q_idx` and
 `kv_idx` (bound per element from its row and column) and the kernel's scalars; on sm_90 the tile evaluator
 runs the kernel IR equal to the TL interpreter at odd sizes (planted bugs in the predicate are caught);
-the emitted CuTe masks each element in every trip, on sm_90a in each trip form the schedule makes (the
-peeled first trip, the trips before and from the first partial tile), and the sm_90a protocol checker
-accepts the kernel; the kernel-IR text and the cache codec round-trip it. Not run on a GPU."""
+the emitted CuTe masks each element of the partial trips the mask pass classified (the loop starts and
+stops at the key tiles the window may reach), on sm_90a in each trip form the schedule makes (the peeled
+first trip, the trips before and from the first partial tile), and the sm_90a protocol checker accepts the
+kernel; the kernel-IR text and the cache codec round-trip it. Not run on a GPU."""
 from __future__ import annotations
 
 import dataclasses
@@ -157,6 +158,12 @@ def test_emitted_cute_masks_each_element(arch: str, count: int) -> None:
     assert len(at) == count, source
     for i in at:
         assert lines[i - 3:i + 1] == golden[1:] and lines[i - 5].startswith(golden[0])
+    if arch == "sm_90":   # the window's key tiles only, and the mask only in its partial trips
+        assert ("for (int n = tlc::max(0, tlc::floor_div(tlc::max(block_idx * 64 - 40, 0), 32)); n < tlc::min("
+                "tlc::ceil_div(p.seqlen_k, 32), tlc::ceil_div(tlc::max(tlc::min((block_idx + 1) * 64, p.seqlen_q), "
+                "0), 32)); ++n) {") in lines
+        assert ("if (n >= tlc::floor_div(tlc::max(block_idx * 64 + 1, 0), 32) || n < tlc::ceil_div(tlc::max("
+                "tlc::min((block_idx + 1) * 64, p.seqlen_q) - 1 - 40, 0), 32)) {") in lines
 
 
 def test_emitted_cute_divides_as_the_language_does() -> None:

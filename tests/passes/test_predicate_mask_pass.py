@@ -1,6 +1,8 @@
-"""The `mask` pass and the masked-trip analysis with a predicate mask: the predicate applies in every trip
-(no `from_iteration`), never cuts the loop, and a trip is not taken as all-masked because of it; a causal
-mask beside it still cuts the loop at the diagonal and is applied from its first crossing trip only."""
+"""The `mask` pass and the masked-trip analysis with a predicate mask: a predicate that bounds the keys each
+row sees (tlc/passes/key_window.py) applies only in partial trips and cuts the empty ones off the loop; one it
+cannot read applies in every trip and keeps the loop; a causal mask beside it still cuts at the diagonal.
+What these placements mean is checked against the program as written in
+tests/property/test_predicate_mask_meaning.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,19 +32,51 @@ def masked(extra_masks: str, causal: bool):
     return loop, [op for op in loop.body.ops() if isinstance(op, MaskOp)], ctx
 
 
-def test_a_predicate_mask_alone_stays_in_every_trip_and_keeps_the_loop_bound() -> None:
-    loop, masks, _ = masked(WINDOW, causal=False)
-    assert [(m.kind, m.from_iteration) for m in masks][0] == ("predicate", ())
+def test_a_sliding_window_is_masked_in_partial_trips_and_its_empty_trips_are_cut() -> None:
+    loop, masks, ctx = masked(WINDOW, causal=False)
     assert [m.kind for m in masks] == ["predicate", "bounds"]
-    assert str(loop.stop) == "seqlen_k / BN"
+    window = masks[0]
+    assert str(window.trips()) == ("n >= floor_div(max(block_idx * BM + 1, 0), BN) || "
+                                   "n < cdiv(max(min((block_idx + 1) * BM, seqlen_q) - 1 - 20, 0), BN)")
+    assert str(loop.start) == "max(0, floor_div(max(block_idx * BM - 20, 0), BN))"
+    assert str(loop.stop) == "min(seqlen_k / BN, cdiv(max(min((block_idx + 1) * BM, seqlen_q), 0), BN))"
+    remark = next(d.message for d in ctx.sink.items if "predicate mask" in d.message)
+    assert "full otherwise" in remark and "empty trips cut" in remark
 
 
-def test_a_causal_mask_beside_it_cuts_the_loop_and_the_predicate_stays_whole() -> None:
+def test_a_causal_mask_beside_it_cuts_the_loop_and_the_predicate_is_placed_too() -> None:
     loop, masks, _ = masked(WINDOW, causal=True)
     kinds = {m.kind: m for m in masks}
     assert set(kinds) == {"causal", "predicate", "bounds"}
-    assert kinds["causal"].from_iteration and not kinds["predicate"].from_iteration
-    assert str(loop.stop).startswith("min(seqlen_k / BN, cdiv(")   # the diagonal cut
+    assert kinds["causal"].from_iteration and kinds["predicate"].until_iteration
+    assert str(loop.stop).startswith("min(min(seqlen_k / BN, cdiv(")   # the diagonal cut, then the window's
+    assert str(loop.start).startswith("max(0, floor_div(")
+
+
+def test_a_predicate_it_cannot_read_stays_in_every_trip_and_keeps_the_loop() -> None:
+    loop, masks, ctx = masked("  Compute Mask S where q_idx / 2 != kv_idx / 2 and get new S\n", causal=False)
+    assert masks[0].trips() is None and str(loop.start) == "0" and str(loop.stop) == "seqlen_k / BN"
+    assert any("predicate mask in every trip: no term compares kv_idx" in d.message for d in ctx.sink.items)
+
+
+def test_a_term_it_cannot_read_keeps_the_mask_in_every_trip_but_still_cuts() -> None:
+    loop, masks, ctx = masked("  Compute Mask S where kv_idx > q_idx || q_idx == 3 and get new S\n", causal=False)
+    assert masks[0].trips() is None                      # a tile may look full and still hold row 3
+    assert str(loop.stop).startswith("min(seqlen_k / BN, cdiv(")   # masking more only empties more tiles
+    remark = next(d.message for d in ctx.sink.items if "predicate mask" in d.message)
+    assert "'q_idx == 3': only comparisons" in remark
+
+
+def test_empty_trips_stay_when_a_masked_trip_still_changes_the_carried_values() -> None:
+    halve = "  Compute Multiply O, 0.5 and get new O\n"
+    text = MHA.replace("  Compute Softmax S", WINDOW + "  Compute Softmax S").replace(
+        "\n  Compute GEMM P, V and accumulate O\n", "\n  Compute GEMM P, V and accumulate O\n" + halve)
+    graph = lower_source(text, "pm.tl", defines=dict(DEFINES, Causal="false"))
+    ctx = PassContext()
+    MaskPass().apply(ctx, graph)   # online-softmax refuses the halving; the mask pass alone still decides
+    loop = next(op for _, op in graph.walk() if isinstance(op, LoopOp))
+    assert str(loop.start) == "0"
+    assert any("empty trips kept" in d.message for d in ctx.sink.items)
 
 
 def test_a_predicate_masks_no_trip_whole() -> None:

@@ -2,8 +2,10 @@
 (windows, prefixes, blocks, strides, per head and batch, with or without a causal mask beside it, the query
 tile counted from the end, a loop starting late, GQA) are interpreted as written and after the default
 pipeline, at odd sizes (1, 17, a tile ± 1, several tiles) on NaN-poisoned outputs, and must be equal to
-1e-9 relative, including which output elements are written. After the pipeline a predicate mask still
-applies in every trip (no `from_iteration`), and only a causal mask beside it cuts the loop."""
+1e-9 relative, including which output elements are written. The mask pass classifies key tiles by the keys
+a predicate leaves each row (tlc/passes/key_window.py): a predicate with a key window gets the trips it
+applies in and a cut loop, and planted misclassifications (a full tile one trip early, an empty one cut
+one trip late) are caught by the comparison."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +17,9 @@ from hypothesis import strategies as st
 
 from tlc.api import lower_source
 from tlc.ir.interpreter import InterpError, run_program
+from tlc.expr import parse_expr
 from tlc.ir.ops import LoopOp, MaskOp
+from tlc.passes.key_window import key_window
 from tlc.passes.pipeline import DEFAULT_PIPELINE, run_pipeline
 from tlc.testing.checks import Shapes, make_inputs
 from tlc.testing.structural import output_difference
@@ -33,6 +37,10 @@ PREDICATES = [   # templates over {a} (a small count) and {b} (a positive diviso
     "q_idx >= {a}",                                        # whole rows masked: their output is 0
     "kv_idx * scale > {a}.5 || min(q_idx, kv_idx) == {a}",
     "kv_idx < seqlen_k - {a} && q_idx < seqlen_q - 1",
+    "kv_idx >= q_idx + {a} || q_idx - {b} > kv_idx",       # a window through >= and a flipped comparison
+    "kv_idx < max(q_idx - {a}, {b}) || kv_idx > min(q_idx + {a}, seqlen_k - {b})",   # bidirectional, clamped
+    "kv_idx > q_idx || q_idx == {a}",                      # a window with a term it cannot read: not exact
+    "kv_idx < q_idx - {a}",                                # only a lower bound: masked in early trips only
 ]
 
 
@@ -91,11 +99,13 @@ def check(c: Choice, seed: int) -> None:
     written = lower_source(text, "pm.tl", defines=c.defines())
     built = lower_source(text, "pm.tl", defines=c.defines())
     run_pipeline(built, DEFAULT_PIPELINE)
+    window = key_window(parse_expr(c.predicate))
     for mask in (op for _, op in built.walk() if isinstance(op, MaskOp) and op.kind == "predicate"):
-        assert not mask.from_iteration, text   # a predicate mask applies in every trip
-    if not c.causal:
+        placed = window is not None and window.exact
+        assert (mask.trips() is not None) == placed, text   # placed only by a key window it reads whole
+    if not c.causal and window is None:
         (loop,) = [op for _, op in built.walk() if isinstance(op, LoopOp)]
-        assert "seqlen_k / BN" == str(loop.stop), text   # no loop cut without a causal mask
+        assert "seqlen_k / BN" == str(loop.stop), text   # no loop cut without a causal mask or a key window
     heads, kv_heads = (2, 1) if c.gqa else (2, 2)
     for sq, sk in odd_sizes(c):
         shapes = Shapes(batch=2, heads=heads, kv_heads=kv_heads, ints={"seqlen_q": sq, "seqlen_k": sk},
@@ -140,5 +150,55 @@ def test_the_check_fails_when_a_pass_drops_a_predicate_mask(monkeypatch) -> None
                 self.body.erase(op)
 
     monkeypatch.setattr(mask_mod._LoopMasks, "run", run)
+    with pytest.raises(AssertionError, match="max relative error|written"):
+        check(Choice("kv_idx > q_idx || kv_idx < q_idx - 2", "", False, False, False, False, False, 4, 4, 3), 0)
+
+
+def _misplace(monkeypatch, shift) -> None:
+    """Plant a misclassification: after the mask pass, `shift(mask, loop)` rewrites the placed masks."""
+    import dataclasses
+
+    import tlc.passes.mask as mask_mod
+
+    original = mask_mod._LoopMasks.run
+
+    def run(self) -> None:
+        original(self)
+        shift(self)
+
+    monkeypatch.setattr(mask_mod._LoopMasks, "run", run)
+
+
+def test_the_check_fails_when_a_partial_trip_is_taken_for_full(monkeypatch) -> None:
+    import dataclasses
+
+    import pytest
+    from tlc.expr import BinOp, Const
+
+    def shift(loops) -> None:
+        for op in list(loops.body.ops()):
+            if isinstance(op, MaskOp) and op.kind == "predicate" and op.from_iteration:
+                (var, e), = op.from_iteration
+                loops.body.replace(op, dataclasses.replace(op, from_iteration=((var, BinOp("+", e, Const(1))),)))
+
+    _misplace(monkeypatch, shift)
+    with pytest.raises(AssertionError, match="max relative error|written"):
+        check(Choice("kv_idx > q_idx || kv_idx < q_idx - 2", "", False, False, False, False, False, 4, 4, 3), 0)
+
+
+def test_the_check_fails_when_a_trip_with_visible_keys_is_cut(monkeypatch) -> None:
+    import dataclasses
+
+    import pytest
+    from tlc.expr import BinOp, Call, Const
+
+    def shift(loops) -> None:
+        loop = loops.loop
+        assert loop.start is not None and str(loop.start).startswith("max(")
+        moved = dataclasses.replace(loop, start=BinOp("+", loop.start, Const(1)))
+        loops.region.replace(loop, moved)
+        loops.loop = moved
+
+    _misplace(monkeypatch, shift)
     with pytest.raises(AssertionError, match="max relative error|written"):
         check(Choice("kv_idx > q_idx || kv_idx < q_idx - 2", "", False, False, False, False, False, 4, 4, 3), 0)

@@ -261,8 +261,9 @@ class Interpreter:
 
     def op_MaskOp(self, op: MaskOp, args, vals, env):
         x: Tile = args[0]
-        if any(int(env[var]) < self.eval(e, env, op) for var, e in op.from_iteration):
-            return x  # an interior tile: the mask pass proved there is nothing to mask
+        trips = op.trips()
+        if trips is not None and not self.eval(trips, env, op):
+            return x  # a tile the mask pass proved has nothing to mask
         if x.cols is None or (op.kind != "bounds" and x.rows is None):
             raise InterpError("mask needs a tile whose rows and columns come from sequence positions", op)
         if op.kind == "causal":

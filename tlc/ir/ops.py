@@ -8,10 +8,11 @@ op generically through `attrs()`, so adding an op is adding a class.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from functools import reduce
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tlc.diagnostics import UNKNOWN_LOC, Loc
-from tlc.expr import Expr
+from tlc.expr import BinOp, Expr, Var
 from tlc.ir.types import SPACES, Value
 
 if TYPE_CHECKING:
@@ -189,17 +190,19 @@ class MaskOp(Op):
     kind `causal`: key col > query row (+ seqlen_k - seqlen_q when bottom_right).
     kind `bounds`: col >= `limit` (explicit form of absent elements, from the mask pass).
     kind `predicate`: where `predicate` is true, with q_idx the score's global query row and kv_idx its
-    global key column; applied in every trip (no pass bounds it yet).
-    `from_iteration` `[n = e]` (set by the mask pass): the mask applies only in trips with
-    n >= e (floor division); earlier tiles are known to have nothing to mask."""
+    global key column.
+    The trips it applies in (set by the mask pass, which proved the others have nothing to mask):
+    `from_iteration` `[n = e]`, the trips with n >= e; `until_iteration` `[n = u]`, those with n < u; with
+    both, either; with neither, every trip (`trips()`)."""
 
     kind: str = "causal"
     alignment: str = "top_left"
     limit: Expr | None = None
     from_iteration: tuple[tuple[str, Expr], ...] = ()
     predicate: Expr | None = None
+    until_iteration: tuple[tuple[str, Expr], ...] = ()
     mnemonic: ClassVar[str] = "mask"
-    quiet_defaults: ClassVar[tuple[str, ...]] = ("predicate",)
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("predicate", "until_iteration")
     n_operands: ClassVar[tuple[int, ...] | None] = (1,)
 
     def attrs(self) -> dict[str, Any]:
@@ -209,6 +212,13 @@ class MaskOp(Op):
             for name in ("alignment", "limit") + (() if self.from_iteration else ("from_iteration",)):
                 out.pop(name)
         return out
+
+    def trips(self) -> Expr | None:
+        """The condition on the loop variables under which the mask applies; None: in every trip."""
+        late = [BinOp(">=", Var(v), e) for v, e in self.from_iteration]
+        early = [BinOp("<", Var(v), e) for v, e in self.until_iteration]
+        parts = ([reduce(lambda a, b: BinOp("&&", a, b), late)] if late else []) + early
+        return reduce(lambda a, b: BinOp("||", a, b), parts) if parts else None
 
     def verify(self) -> list[str]:
         msgs = super().verify()

@@ -98,7 +98,7 @@ def lower_mask(cx: TileOpLowering, op: MaskOp, region: Graph, out: list[K.Op]) -
     if op.kind == "bounds":
         mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=Const(0),
                         sk=cx.x.lower(op.limit, op.loc), causal=False, alignment="top_left", bounds=True, loc=op.loc)
-    elif op.kind == "predicate":   # every trip, each element: no pass bounds a predicate's tiles yet
+    elif op.kind == "predicate":   # each element, in the trips the mask pass left it (op.trips())
         assert op.predicate is not None
         mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=Const(0), sk=Const(0), causal=False,
                         alignment="top_left", bounds=False, predicate=cx.x.lower(op.predicate, op.loc, positions=True),
@@ -109,12 +109,12 @@ def lower_mask(cx: TileOpLowering, op: MaskOp, region: Graph, out: list[K.Op]) -
         mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=cx.x.lower(rows_o.extent, op.loc),
                         sk=cx.x.lower(cols_o.extent, op.loc), causal=True, alignment=op.alignment, bounds=False,
                         loc=op.loc)
-    if not op.from_iteration:
+    trips = op.trips()
+    if trips is None:
         out.append(mask)
         return
-    (var, first), = op.from_iteration
-    cond = BinOp(">=", cx.x.lower(A.Name(var), op.loc), cx.x.lower(first, op.loc))
-    out.append(K.IfOp(cond=cond, body=(mask,), loc=op.loc))
+    # `n >= E` alone stays in that form: split-masked-trips reads it as the first masked trip
+    out.append(K.IfOp(cond=cx.x.lower(trips, op.loc), body=(mask,), loc=op.loc))
 
 
 def lower_row_reduce(cx: TileOpLowering, op: RowReduceOp, region: Graph, out: list[K.Op]) -> None:

@@ -18,8 +18,14 @@ A query tile counted from the end (`[L = block_idx from end]`, tile_origin.Origi
 loop bound come from those. `from_iteration` divisions round down (only loop bounds round up). A trip cut off by the
 diagonal has every score masked, so it adds nothing once the softmax is online; with a
 domain softmax still in the loop the cut is left out (its statistics need a trip per row).
-A predicate mask (`Compute Mask S where …`) is left as written, in every trip: nothing here bounds
-the tiles it masks, and a causal mask beside it is cut and placed as above.
+A predicate mask (`Compute Mask S where …`) whose terms bound the keys each row sees
+(tlc/passes/key_window.py) classifies each key tile of the query tile: empty (every score masked: the
+loop's start and stop leave it out, under the same condition as the causal cut), full (no score
+masked: the mask is skipped, `from_iteration` / `until_iteration`) or partial (masked per element).
+
+    for n = 0:seqlen_k / BN                        loop(…) {start = `max(0, floor_div(max(block_idx * BM - Window, 0), BN))`,
+      Compute Mask S where kv_idx > q_idx               stop = `min(seqlen_k / BN, cdiv(max(min(…), 0), BN))`}
+        || kv_idx < q_idx - Window                  mask(%S) {kind = predicate, from_iteration = [n = …], until_iteration = [n = …]}
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
+from tlc.passes.key_window import KeyWindow, key_window
 from tlc.passes.masked_trips import masked_trip_changes
 from tlc.names import fresh_value_name
 from tlc.passes.tile_origin import Origin, origin, row_source
@@ -55,6 +62,18 @@ def _add(a: Expr, b: Expr) -> Expr:
 def _shift(alignment: str) -> Expr:
     """Columns a query row sees beyond its own index (LANGUAGE.md, Compute Mask)."""
     return BinOp("-", Var("seqlen_k"), Var("seqlen_q")) if alignment == "bottom_right" else Const(0)
+
+
+def _plus_1(e: Expr) -> Expr:
+    """e + 1, folding `x - 1 + 1` (the upper bound of `kv_idx >= x`) back to x."""
+    if isinstance(e, BinOp) and e.op == "-" and e.rhs == Const(1):
+        return e.lhs
+    return BinOp("+", e, Const(1))
+
+
+def _at_least_0(e: Expr) -> Expr:
+    """A key position clamped to the first key: a bound before it counts tiles from 0."""
+    return Call("max", (e, Const(0)))
 
 
 def _cdiv(a: Expr, b: Expr) -> Expr:
@@ -130,16 +149,18 @@ class _LoopMasks:
                 continue  # no known key length: nothing can be past it
             walking = cols.coord == self.var
             self.bounds(x, rows, cols, walking)
-            if walking:  # otherwise the causal mask stays as written: every trip
-                for mask in self.causal_masks(x):
+            if walking and not cols.from_end:  # otherwise the masks stay as written: every trip
+                for mask in self.masks_of(x, "causal"):
                     self.causal(mask, rows, cols)
+                for mask in self.masks_of(x, "predicate"):
+                    self.predicate(mask, rows, cols)
 
-    def causal_masks(self, x: Value) -> list[MaskOp]:
-        """Causal masks whose output is the scores themselves (through other masks only)."""
+    def masks_of(self, x: Value, kind: str) -> list[MaskOp]:
+        """Masks of `kind` not placed yet whose output is the scores themselves (through other masks only)."""
         found = []
         op = self.body.producer(x)
         while isinstance(op, MaskOp) and any(op is o for o in self.body.ops()):
-            if op.kind == "causal" and not op.from_iteration:
+            if op.kind == kind and not op.from_iteration and not op.until_iteration:
                 found.append(op)
             op = self.body.producer(op.operands[0])
         return found
@@ -181,6 +202,61 @@ class _LoopMasks:
                 home.replace(rows.copy, replace(rows.copy, oob="zero"))
                 switched.append(rows.copy.operands[0].base)
         return switched
+
+    # ------------------------------------------------------------ predicate
+    def predicate(self, mask: MaskOp, rows: Origin | None, cols: Origin) -> None:
+        """Classify the key tiles of the query tile by the keys the predicate leaves its rows
+        (tlc/passes/key_window.py): the mask applies only in partial trips, and the loop runs only from
+        the first to the last trip that is not empty."""
+        assert mask.predicate is not None
+        window = key_window(mask.predicate)
+        if rows is None or window is None:
+            why = "the scores' rows do not come from a tiled load" if rows is None else \
+                "no term compares kv_idx with a bound"
+            self.ctx.remark(f"predicate mask in every trip: {why}", mask.loc)
+            return
+        var, tile = self.loop.var, cols.tile
+        q0, q_last = rows.start, BinOp("-", rows.end, Const(1))
+        placed, classes = mask, []
+        if window.exact:   # full tiles: every row sees the whole key tile
+            late = window.last_key(q0)
+            early = window.first_key(q_last)
+            placed = replace(mask, from_iteration=() if late is None else (
+                                 (var, Call("floor_div", (_at_least_0(_plus_1(late)), tile))),),
+                             until_iteration=() if early is None else (
+                                 (var, Call("cdiv", (_at_least_0(early), tile))),))
+            self.body.replace(mask, placed)
+            classes.append(f"partial where {placed.trips()}, full otherwise")
+        else:
+            classes.append("partial in every trip it runs (not every term bounds the keys: "
+                           + "; ".join(window.left_out) + ")")
+        cut = self.cut_by_window(placed, window, q0, q_last, tile)
+        self.ctx.remark(f"predicate mask on key tiles of {var}: " + "; ".join(classes + [cut]), mask.loc)
+
+    def cut_by_window(self, mask: MaskOp, window: KeyWindow, q0: Expr, q_last: Expr, tile: Expr) -> str:
+        """Start the loop at the first key tile a row of the query tile may see and stop it after the last,
+        when a trip with every score masked leaves the carried values as they were."""
+        if any(isinstance(o, SoftmaxOp) for o in self.body.ops()):
+            return "empty trips kept (run online-softmax first to cut them)"
+        why = masked_trip_changes(self.loop, lambda m: m is mask)
+        if why:
+            return f"empty trips kept: {why}"
+        first, last = window.first_key(q0), window.last_key(q_last)
+        start, stop = self.loop.start or Const(0), self.loop.stop
+        assert stop is not None
+        said = []
+        if first is not None:
+            skip = Call("floor_div", (_at_least_0(first), tile))
+            start = Call("max", (start, skip))
+            said.append(f"starts at {skip}")
+        if last is not None:
+            end = Call("cdiv", (_at_least_0(_plus_1(last)), tile))
+            stop = Call("min", (stop, end))
+            said.append(f"stops at {end}")
+        new_loop = replace(self.loop, start=start, stop=stop)
+        self.region.replace(self.loop, new_loop)
+        self.loop = new_loop
+        return f"empty trips cut: loop '{self.loop.var}' " + " and ".join(said)
 
     # ------------------------------------------------------------ causal
     def causal(self, mask: MaskOp, rows: Origin | None, cols: Origin) -> None:
