@@ -10,6 +10,7 @@ import pytest
 from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.ops import ReshapeOp
+from tests.frontend.document_reference import document_reference
 from tests.frontend.window_reference import window_reference
 from tlc.testing import Shapes, check_interpreter, program_info
 
@@ -21,7 +22,8 @@ NAMES = [p.name for p in SPECS]
 SMALL = {"HeadDim": "5", "DQK": "7", "DV": "3", "K1": "5", "N2": "3", "BM": "3", "BN": "4", "Window": "5"}
 # Specs no reference of tlc's covers, so they have no Variant (and no Causal switch): each is compared with
 # a float64 reference of the test's own.
-OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.params["Window"])}
+OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.params["Window"]),
+                 "document_mask_fwd.tl": lambda graph: document_reference(graph.params["Causal"], graph.params["Align"])}
 
 # (batch, heads, kv_heads, seqlen_q, seqlen_k): 1, exact tiles, ragged tails, q != k, GQA groups.
 SIZES = [(1, 1, 1, 1, 1), (1, 2, 1, 3, 8), (2, 4, 2, 7, 9), (1, 2, 2, 10, 3), (1, 3, 1, 1, 13)]
@@ -47,7 +49,7 @@ def test_specs_exist() -> None:
 def test_spec_lowers_with_defaults_and_has_a_sketch(path: Path) -> None:
     graph = lower_program(parse_file(path))
     if path.name in OWN_REFERENCE:
-        assert "Variant" not in graph.params
+        assert "Variant" not in graph.params and ("Causal" in graph.params) == (path.name == "document_mask_fwd.tl")
     else:
         assert {"Variant", "Causal", "Align"} <= set(graph.params)
     assert "Sketch:" in path.read_text()
@@ -56,11 +58,12 @@ def test_spec_lowers_with_defaults_and_has_a_sketch(path: Path) -> None:
 @pytest.mark.parametrize("causal", [False, True], ids=["plain", "causal"])
 @pytest.mark.parametrize("path", SPECS, ids=NAMES)
 def test_spec_interprets_equal_to_reference(path: Path, causal: bool) -> None:
-    if path.name in OWN_REFERENCE and causal:
+    switch = "Causal" in lower_program(parse_file(path)).params
+    if not switch and causal:
         pytest.skip("no Causal switch: the program says which keys each row sees")
-    defines = small_defines(path) if path.name in OWN_REFERENCE else dict(small_defines(path), Causal=str(causal).lower())
+    defines = dict(small_defines(path), **({"Causal": str(causal).lower()} if switch else {}))
     graph = lower_program(parse_file(path), defines)
-    if graph.params.get("Variant") != "attention" and causal:
+    if graph.params.get("Variant", "attention") != "attention" and causal:
         pytest.skip("no causal form of this variant")
     reference = OWN_REFERENCE[path.name](graph) if path.name in OWN_REFERENCE else None
     for i, size in enumerate(SIZES):

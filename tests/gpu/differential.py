@@ -45,14 +45,16 @@ def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1,
     scalars = {k: v for k, v in rows.items() if k in graph.inputs}
     if "scale" in graph.inputs:
         scalars["scale"] = 1.0 / math.sqrt(kern.inputs[0].cols)
+    runtime = tensor_inputs(graph, B, H, Hkv or H, rows, gen)
     ref_in = {k: v.double() for k, v in tensors.items()}
     for arg in kern.outputs:
         ref_in[arg.name] = torch.full((B, H, rows.get(arg.rows, 0), arg.cols), float("nan"), dtype=torch.float64)
-    ref = run_program(graph, ref_in, scalars)
+    ref = run_program(graph, ref_in, dict(scalars, **runtime))
     args = [tensors[a.name].cuda() for a in kern.inputs]
     out_name = kern.outputs[0].name
     poisoned = torch.full(ref[out_name].shape, float("nan"), device="cuda", dtype=torch.bfloat16)
     extra = {k: v for k, v in scalars.items() if k not in rows and k != "group"}
+    extra.update({k: v.cuda() for k, v in runtime.items()})
     o = kern(*args, out=poisoned, **extra)
     torch.cuda.synchronize()
     o, r = o.double().cpu(), ref[out_name]
@@ -60,6 +62,31 @@ def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1,
     err = (o - r).abs().max().item() if r.numel() else 0.0
     bound = 2e-2 * max(1.0, r.abs().max().item() if r.numel() else 1.0)
     assert err <= bound, f"{case} {sq}x{sk}: max|kernel - interpreter| = {err:.3e} > {bound:.3e}"
+
+
+def tensor_inputs(graph, B: int, H: int, Hkv: int, rows: dict, gen) -> dict:
+    """Values for the program's tensor Inputs: an int32 tensor with two or more dimensions holds ids that
+    run in sorted blocks along its last one (documents: a row sees a contiguous run of keys), a 1-D one
+    lengths from 0 to past the longest sequence (0 and more than there is included); fp32 ones are normal."""
+    import torch
+
+    from tlc.expr import eval_expr
+    sizes = dict(rows, batch=B, heads=H, kv_heads=Hkv, **{k: v for k, v in graph.params.items()
+                                                           if isinstance(v, int) and not isinstance(v, bool)})
+    longest = max(rows.values())
+    out = {}
+    for name, t in graph.tensor_inputs.items():
+        shape = tuple(int(eval_expr(d, sizes)) for d in t.dims)
+        if t.kind == "float":
+            out[name] = torch.randn(shape, generator=gen)
+        elif len(shape) >= 2:
+            out[name] = torch.sort(torch.randint(0, 4, shape, generator=gen), dim=-1).values.to(torch.int32)
+        else:
+            x = torch.randint(0, longest + 3, shape, generator=gen)
+            if x.numel() >= 2:
+                x[0], x[-1] = 0, longest + 2
+            out[name] = x.to(torch.int32)
+    return out
 
 
 def _precompile(args: tuple[str, Source, str]) -> str:

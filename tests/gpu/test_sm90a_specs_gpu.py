@@ -101,6 +101,8 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "gqa64_bm192_3stage_causal_prefetch_next": ("gqa_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12",
                                                             "Stages": "3", "Causal": "true", "SkipMaskedTrips": "true",
                                                             "PrefetchNext": "true", "ReduceChains": "2"}),
+    "sliding_window128": ("sliding_window_fwd", {"Window": "200"}),
+    "documents128_causal": ("document_mask_fwd", {"Causal": "true"}),
     "gqa256_bn64_causal_l2_prefetch_next": ("gqa_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
                                                         "L2Sections": "true", "PrefetchNext": "true"}),
 }

@@ -43,6 +43,11 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     # reduction-chains on the mma.sync path; trace-phases' stamps change no value
     "mha64_causal_chains2_traced": ("mha_fwd", {"HeadDim": "64", "Causal": "true", "ReduceChains": "2",
                                                 "Trace": "true"}),
+    # predicate masks: the window's key tiles classified (empty cut, full unmasked, partial masked per score)
+    "sliding_window64": ("sliding_window_fwd", {"HeadDim": "64", "Window": "100"}),
+    # tensor Inputs read by element: document ids per row and per key, a key length per sequence
+    "documents64": ("document_mask_fwd", {"HeadDim": "64"}),
+    "documents64_causal_br": ("document_mask_fwd", {"HeadDim": "64", "Causal": "true", "Align": "bottom_right"}),
 }
 
 
@@ -74,9 +79,9 @@ def test_kernel_equals_interpreter(case, sq, sk):
     run_case(case, sq, sk)
 
 
-@pytest.mark.parametrize("case", ["gqa", "mqa_causal"])
+@pytest.mark.parametrize("case", ["gqa", "mqa_causal", "documents64"])
 def test_grouped_heads(case):
-    run_case(case, 77, 333, B=2, H=8, Hkv=2 if case == "gqa" else 1)
+    run_case(case, 77, 333, B=2 if case != "documents64" else 3, H=8, Hkv=2 if case != "mqa_causal" else 1)
 
 
 @pytest.mark.parametrize("sq,sk", [(1, 1000), (2, 4097), (16, 300), (5, 1)])

@@ -1,6 +1,7 @@
 """NVRTC compiles of specs/sliding_window_fwd.tl (a predicate mask) for each target, no launch: the sm_90
 kernel at small tiles and the sm_90a kernel at the spec's defaults build without spills, and their source
-masks each element with the window's predicate. Not run on a GPU."""
+masks each element with the window's predicate; specs/document_mask_fwd.tl (tensor Inputs read by element)
+builds for both. Not run on a GPU."""
 from __future__ import annotations
 
 import json
@@ -29,3 +30,22 @@ def test_sliding_window_compiles(arch: str, tmp_path, monkeypatch) -> None:
     source = (tmp_path / "sliding_window_fwd.cu").read_text()
     assert f"if ({predicate}) {{ acc_S(i) = -INFINITY; }}" in source
     assert json.loads((tmp_path / "sliding_window_fwd.json").read_text())["arch"] == arch
+
+
+DOCUMENTS = SPEC.parent / "document_mask_fwd.tl"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch, defines", [("sm_90", {"HeadDim": "32", "BM": "64", "BN": "32"}),
+                                           ("sm_90a", {"Causal": "true"})])
+def test_document_mask_with_tensor_inputs_compiles(arch: str, defines: dict, tmp_path, monkeypatch) -> None:
+    """specs/document_mask_fwd.tl: tensor Inputs read through int pointers in the loop bound and the predicate."""
+    monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path / "cache"))
+    meta = build_one(str(DOCUMENTS), arch, str(tmp_path), defines)
+    assert meta["arch"] == arch and not meta["cached"] and meta["ptxas"]["registers"] > 0
+    assert (tmp_path / "document_mask_fwd.cubin").read_bytes()[:4] == b"\x7fELF"
+    source = (tmp_path / "document_mask_fwd.cu").read_text()
+    assert "int* kv_lengths_ptr;" in source and "p.doc_k_ptr[batch_idx * p.seqlen_k + kv_idx]" in source
+    struct = json.loads((tmp_path / "document_mask_fwd.json").read_text())["abi"]["document_mask_fwd_params"]
+    assert {"bytes": 8, "name": "kv_lengths_ptr", "type": "ptr<i32>"}.items() <= next(
+        f for f in struct["fields"] if f["name"] == "kv_lengths_ptr").items()

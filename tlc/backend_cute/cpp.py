@@ -30,6 +30,8 @@ def _cpp_call(fn: str, args: list[str]) -> str:
         return f"({args[0]} != {args[0]})"
     if fn == "select":
         return f"({args[0]} ? {args[1]} : {args[2]})"
+    if fn == "load":   # a tensor Input's element, 0 where an index is outside its dimension
+        return f"(({args[2]}) ? {args[0]}[{args[1]}] : 0)"
     if fn in ("min", "max") and len(args) > 2:  # the language's min and max take any number; C++'s two
         return _cpp_call(fn, [_cpp_call(fn, args[:-1]), args[-1]])
     return f"{_FUNCS[fn]}({', '.join(args)})"

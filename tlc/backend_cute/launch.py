@@ -25,6 +25,7 @@ from tlc.kir.expr import free_names
 from tlc.kir.ops import KernelOp, ParamsOp, walk
 from tlc.kir.ops_sm90 import (ELEMENT_BYTES, RESIDENT_CTAS_FIELD, TILE_COUNTER, AtomicAddOp, TmaDescriptorOp, TmaParamsOp,
                               TmaPrefetchTileOp, tma_descriptors)
+from tlc.ir.tensor_inputs import tensor_pointer
 from tlc.lowering.abi import LaunchABI, TensorArg
 from tlc.recent import Recent
 
@@ -357,11 +358,48 @@ class Kernel:
         geometry checks everything and keeps its launch plan; a later call of that geometry checks its data
         pointers' alignment and fills them in (the host time of a launch is most of a short call's)."""
         inputs = {k: v for k, v in inputs.items() if v is not None}
-        key = _geometry(tensors, out, inputs)
+        runtime = self._tensor_inputs(inputs)
+        key = _geometry((*tensors, *runtime.values()), out, inputs)
         if key is None:
-            return self._run(self._plan(tensors, out, inputs), tensors, out)
-        plan = self._plans.recent(key) or self._plans.keep(key, self._plan(tensors, out, inputs))
-        return self._run(plan, tensors, out)
+            return self._run(self._plan(tensors, out, inputs, runtime), tensors, out, runtime)
+        plan = self._plans.recent(key) or self._plans.keep(key, self._plan(tensors, out, inputs, runtime))
+        return self._run(plan, tensors, out, runtime)
+
+    def _tensor_inputs(self, inputs: dict) -> dict:
+        """The call's tensor Inputs (`seqlens=<tensor>`), taken out of `inputs`; each the program declares must
+        be there (their dtype and shape are checked with the call's sizes, in `_check_tensor_inputs`)."""
+        runtime = {}
+        for name, dtype, dims in self.abi.tensor_inputs:
+            if name not in inputs:
+                raise fail(f"this kernel needs the tensor Input '{name}' ({dtype}[{', '.join(dims)}]): pass "
+                           f"{name}=<tensor>")
+            runtime[tensor_pointer(name)] = inputs.pop(name)
+        return runtime
+
+    def _check_tensor_inputs(self, runtime: Mapping, device, env: Mapping, dims: Mapping) -> None:
+        import torch
+        from tlc.frontend.ast import ExprError, eval_expr
+        from tlc.frontend.parser import parse_expr as parse_expr_text
+        sizes = dict(env, batch=dims["batch"], heads=dims["heads"], kv_heads=dims["heads"] // max(dims["group"], 1))
+        for name, dtype, shape in self.abi.tensor_inputs:
+            t = runtime[tensor_pointer(name)]
+            declared = f"{dtype}[{', '.join(shape)}]"
+            if not isinstance(t, torch.Tensor):
+                raise fail(f"tensor Input '{name}' ({declared}) must be a torch.Tensor, got {type(t).__name__}")
+            want_dtype = torch.int32 if dtype == "int32" else torch.float32
+            if t.dtype != want_dtype:
+                raise fail(f"tensor Input '{name}' is {declared}: pass a {want_dtype} tensor, not {t.dtype}")
+            if t.device != device:
+                raise fail(f"tensor Input '{name}' is on {t.device}, the other tensors on {device}")
+            try:
+                want = tuple(int(eval_expr(parse_expr_text(d), sizes)) for d in shape)
+            except ExprError as exc:
+                raise fail(f"cannot size tensor Input '{name}' ({declared}): {exc}") from None
+            if tuple(t.shape) != want:
+                raise fail(f"tensor Input '{name}' is {declared} = {list(want)} for this call, got shape "
+                           f"{list(t.shape)}")
+            if not t.is_contiguous():
+                raise fail(f"tensor Input '{name}' must be contiguous (row-major); call .contiguous()")
 
     def plan_of(self, tensors, inputs: Mapping) -> _Plan | None:
         """The launch plan an earlier call of this geometry (no `out`) left, or None: what a caller that keeps
@@ -374,7 +412,7 @@ class Kernel:
         alignment is checked here): the outputs, as `__call__` returns them."""
         return self._run(plan, tensors, None)
 
-    def _plan(self, tensors, out, inputs: Mapping) -> _Plan:
+    def _plan(self, tensors, out, inputs: Mapping, runtime: Mapping | None = None) -> _Plan:
         """Check a call's tensors and Inputs and work out everything its geometry fixes."""
         import torch
         if len(tensors) != len(self.inputs):
@@ -386,6 +424,8 @@ class Kernel:
             raise fail(f"the tensors are on different devices: {', '.join(str(t.device) for t in tensors)}")
         env, dims = self._bind(tensors, inputs)
         dev, dtype = tensors[0].device, tensors[0].dtype
+        if self.abi.tensor_inputs:
+            self._check_tensor_inputs(runtime or {}, dev, env, dims)
         shapes, strides = [], []
         for i, arg in enumerate(self.outputs):
             rows = int(arg.rows) if arg.rows.isdigit() else env.get(arg.rows)
@@ -404,6 +444,8 @@ class Kernel:
         values = dict(env, **dims)
         if TILE_COUNTER in self._filled:
             values[TILE_COUNTER] = 0   # each launch's own zeroed counter (_run)
+        for ptr in runtime or {}:
+            values[ptr] = 0   # each launch's own tensor Inputs (_run)
         for arg, stride3 in [(a, t.stride()) for a, t in zip(self.inputs, tensors)] + list(zip(self.outputs, strides)):
             values[arg.ptr] = 0   # each launch's own pointers (_run)
             for which, stride in zip(("batch", "head", "row"), stride3[:3]):
@@ -411,8 +453,9 @@ class Kernel:
         params, grid, loaded = self._prepare(values, dev)
         return _Plan(shapes, dtype, dev, bytes(params), grid, loaded)
 
-    def _run(self, plan: _Plan, tensors, out):
-        """Launch a planned call: allocate the outputs, fill in the data pointers and descriptors."""
+    def _run(self, plan: _Plan, tensors, out, runtime: Mapping | None = None):
+        """Launch a planned call: allocate the outputs, fill in the data pointers (the tensor Inputs' too) and
+        descriptors."""
         import torch
         for arg, t in zip(self.inputs, tensors):
             _check_aligned(t, arg)
@@ -420,6 +463,7 @@ class Kernel:
                 for i, shape in enumerate(plan.shapes)]
         if plan.template is not None:
             bound = {arg.ptr: t for arg, t in zip(self.inputs + self.outputs, (*tensors, *outs))}
+            bound.update(runtime or {})
             with torch.cuda.device(plan.device):
                 params = self._struct.from_buffer_copy(self._template(plan, bound))
                 for ptr, t in bound.items():

@@ -102,7 +102,19 @@ _FUNCS: dict[str, Callable[..., Number]] = {
     "floor_mod": _floor_mod_checked, "min": _extremum(min), "max": _extremum(max),
     "select": lambda c, a, b: a if c else b,
     "exp2": lambda x: 2.0 ** x, "exp": math.exp, "sqrt": math.sqrt, "log": math.log, "tanh": math.tanh,
-    "abs": abs, "isnan": math.isnan}
+    "abs": abs, "isnan": math.isnan, "load": lambda ptr, at, inside: _load(ptr, at, inside)}
+
+
+def _load(ptr: object, at: int, inside: bool) -> Number:
+    """The kernel IR's `load(p.x_ptr, i, inside)`: element i of the tensor bound to the pointer, 0 outside."""
+    floating = bool(getattr(ptr, "is_floating_point", lambda: False)())
+    if not inside:
+        return 0.0 if floating else 0
+    flat = ptr.reshape(-1)  # type: ignore[attr-defined]
+    if not 0 <= at < flat.numel():
+        raise ExprError(f"load at {at} of a tensor of {flat.numel()} elements")
+    value = flat[at].item()
+    return float(value) if floating else int(value)
 
 
 def evaluate(e: Expr, env: Mapping[str, Number], rules: Rules = C) -> Number:
@@ -130,8 +142,34 @@ def evaluate(e: Expr, env: Mapping[str, Number], rules: Rules = C) -> Number:
             raise ExprError(problem)
         return _FUNCS[e.fn](*(evaluate(a, env, rules) for a in e.args))
     if isinstance(e, Index):
-        raise ExprError(f"the slice '{e}' has no scalar value")
+        return _element(e, env, rules)
     raise ExprError(f"not an expression: {e!r}")
+
+
+def _element(e: Index, env: Mapping[str, object], rules: Rules) -> Number:
+    """`seqlens[batch_idx]`: one element of a tensor in `env` (anything with `shape` and item indexing, a
+    torch tensor); an index outside its dimension reads 0 (LANGUAGE.md §2, tensor Inputs)."""
+    tensor = env.get(e.base.name)
+    shape = getattr(tensor, "shape", None)
+    if shape is None:
+        raise ExprError(f"the slice '{e}' has no scalar value" if e.base.name not in env else
+                        f"'{e.base.name}' is not a tensor, so '{e}' has no value")
+    if len(e.indices) != len(shape):
+        raise ExprError(f"'{e}' gives {len(e.indices)} index(es) to a tensor of {len(shape)} dimension(s)")
+    at = []
+    for i in e.indices:
+        if isinstance(i, Var) and i.name == "_":
+            raise ExprError(f"the slice '{e}' has no scalar value")
+        v = evaluate(i, env, rules)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ExprError(f"an index of '{e}' is {v!r}, not an integer")
+        at.append(v)
+    floating = bool(getattr(tensor, "is_floating_point", lambda: False)())
+    if any(not 0 <= v < int(n) for v, n in zip(at, shape)):
+        return 0.0 if floating else 0
+    value = tensor[tuple(at)]
+    value = value.item() if hasattr(value, "item") else value
+    return float(value) if floating else int(value)
 
 
 def eval_expr(e: Expr, env: Mapping[str, Number], *, ceil_div: bool = False) -> Number:

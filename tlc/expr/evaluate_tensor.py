@@ -106,5 +106,25 @@ def evaluate_tensor(e: Expr, env: Mapping[str, TensorEnvValue]) -> torch.Tensor:
             raise ExprError(problem)
         return _call(e, [evaluate_tensor(a, env) for a in e.args])
     if isinstance(e, Index):
-        raise ExprError(f"the slice '{e}' has no elementwise value")
+        return _gather(e, env)
     raise ExprError(f"not an expression: {e!r}")
+
+
+def _gather(e: Index, env: Mapping[str, TensorEnvValue]) -> torch.Tensor:
+    """`doc[batch_idx, q_idx]` per element: the tensor in `env` read at each element's indices; an index outside
+    its dimension reads 0 (as tlc.expr.evaluate reads one element)."""
+    tensor = env.get(e.base.name)
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0:
+        raise ExprError(f"'{e.base.name}' is not a tensor, so '{e}' has no value")
+    if len(e.indices) != tensor.dim():
+        raise ExprError(f"'{e}' gives {len(e.indices)} index(es) to a tensor of {tensor.dim()} dimension(s)")
+    at = torch.broadcast_tensors(*(evaluate_tensor(i, env) for i in e.indices))
+    if not all(_is_int(i) for i in at):
+        raise ExprError(f"an index of '{e}' is not an integer")
+    inside = torch.ones(at[0].shape, dtype=torch.bool)
+    for i, n in zip(at, tensor.shape):
+        inside &= (i >= 0) & (i < n)
+    clamped = tuple(torch.where(inside, i, torch.zeros_like(i)).long() for i in at)
+    values = tensor[clamped] if tensor.numel() else torch.zeros(at[0].shape, dtype=tensor.dtype)
+    values = values.double() if tensor.is_floating_point() else values.long()
+    return torch.where(inside, values, torch.zeros_like(values))

@@ -33,7 +33,8 @@ _NEG_PREC = 7
 FUNCTIONS: dict[str, tuple[int, int | None]] = {
     "cdiv": (2, 2), "ceil_div": (2, 2), "floor_div": (2, 2), "floor_mod": (2, 2), "min": (2, None), "max": (2, None),
     "select": (3, 3), "exp2": (1, 1), "exp": (1, 1), "log": (1, 1), "tanh": (1, 1), "abs": (1, 1),
-    "sqrt": (1, 1), "isnan": (1, 1)}
+    "sqrt": (1, 1), "isnan": (1, 1),
+    "load": (3, 3)}   # kernel IR only: load(p.x_ptr, flat index, inside), a tensor Input's element (0 outside)
 # The words `parse_expr` reads as constants, never as names.
 CONSTANT_WORDS = {"inf": math.inf, "true": True, "false": False}
 

@@ -48,10 +48,12 @@ class ParamStmt(Stmt):
 
 @dataclass(frozen=True)
 class InputStmt(Stmt):
-    """`Input seqlen_q, seqlen_k : int` — runtime scalars bound at launch."""
+    """`Input seqlen_q, seqlen_k : int` — runtime scalars bound at launch; `Input seqlens : int32[batch]`
+    — a runtime tensor (`dims` given) read element by element (tlc/ir/tensor_inputs.py)."""
 
     names: tuple[str, ...]
     kind: str = "int"
+    dims: tuple[Expr, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ def _stmt(s: A.Stmt) -> str:
     if isinstance(s, A.ParamStmt):
         return f"Param {s.name}" + ("" if s.value is None else f" = {_value(s.value)}")
     if isinstance(s, A.InputStmt):
-        return f"Input {', '.join(s.names)} : {s.kind}"
+        dims = "" if s.dims is None else f"[{', '.join(str(d) for d in s.dims)}]"
+        return f"Input {', '.join(s.names)} : {s.kind}{dims}"
     if isinstance(s, A.AllocateStmt):
         text = f"Allocate {s.name} in {s.space} {_shape(s.shape)}"
         if s.dtype:

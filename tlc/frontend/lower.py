@@ -18,6 +18,8 @@ from tlc.frontend.lower_mask import lower_mask
 from tlc.frontend.names import BUILTINS, MASK_POSITIONS, identifier_problem, unknown_operation
 from tlc.frontend.params import SCHEDULE_PARAMS, bind_define, bind_schedule_define
 from tlc.ir.graph import Graph
+from tlc.ir.tensor_inputs import DIM_NAMES, TensorInput, loads, scalar_names
+from tlc.ir.tensor_inputs import DTYPES as TENSOR_DTYPES
 from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, Op, ReshapeOp, ScalarOp,
                         SoftmaxOp)
 from tlc.ir.types import (MEMORY_DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Value, canonical_dtype,
@@ -103,10 +105,14 @@ class Lowerer:
             names |= set(scope.defs)
         return sorted(names)
 
-    def check_expr(self, e: A.Expr, loc: Loc, what: str) -> None:
-        for n in sorted(A.expr_names(e)):
+    def check_expr(self, e: A.Expr, loc: Loc, what: str, *, loads_ok: bool = False) -> None:
+        """Names `e` reads are declared scalars; an indexed read (`seqlens[batch_idx]`) only where `loads_ok`."""
+        self.check_loads(e, loc, what, loads_ok)
+        for n in sorted(scalar_names(e)):
             if n in self.scalar_names():
                 continue
+            if n in self.graph.tensor_inputs:
+                continue   # check_loads said it: a tensor Input read without an index
             if self.sketch:
                 continue
             if self.lookup(n) is not None:
@@ -115,6 +121,36 @@ class Lowerer:
             self.err(f"undefined name '{n}' in {what}{self.suggest(n, self.scalar_names())}; "
                      "declare it with 'Param' or 'Input'", loc)
         self.check_divisors(e, loc, what)
+
+    def check_loads(self, e: A.Expr, loc: Loc, what: str, allowed: bool) -> bool:
+        """Each indexed read names a tensor Input with one index per dimension, where reads are allowed;
+        a tensor Input is never read whole. True when all is well."""
+        ok = True
+        for x in loads(e):
+            name = x.base.name
+            t = self.graph.tensor_inputs.get(name)
+            if t is None and self.sketch:
+                continue
+            if t is None:
+                what_it_is = "a tile" if self.lookup(name) is not None else (
+                    "a scalar" if name in self.scalar_names() else "not declared")
+                self.err(f"'{x}' indexes '{name}', which is {what_it_is}: a TL expression indexes only tensor "
+                         f"Inputs ('Input {name} : int32[…]'); name a tile's position with 'in coordinate [L = …]'",
+                         loc)
+            elif len(x.indices) != len(t.dims):
+                self.err(f"'{x}' gives {len(x.indices)} index(es), but '{name}' is {t.text()}: one index per "
+                         "dimension", loc)
+            elif not allowed:
+                self.err(f"{what} cannot read a tensor Input ('{x}'): indexed reads are allowed in loop bounds and "
+                         "mask predicates", loc)
+            else:
+                continue
+            ok = False
+        for n in sorted(scalar_names(e) & set(self.graph.tensor_inputs)):
+            self.err(f"'{n}' is a tensor Input ({self.graph.tensor_inputs[n].text()}): read one element, "
+                     f"'{n}[…]'", loc)
+            ok = False
+        return ok
 
     def check_divisors(self, e: A.Expr, loc: Loc, what: str) -> None:
         for x in subexprs(e):  # calls and operators were checked by the parser, at their column
@@ -255,15 +291,42 @@ class Lowerer:
 
     # ------------------------------------------------------------ statements
     def stmt_InputStmt(self, s: A.InputStmt) -> None:
-        if s.kind not in ("int", "float"):
-            self.err(f"input type must be int or float, not '{s.kind}'", s.loc)
+        tensor = s.dims is not None
+        if tensor and s.kind not in TENSOR_DTYPES:
+            self.err(f"a tensor Input's element type must be {' or '.join(TENSOR_DTYPES)}, not '{s.kind}'", s.loc)
+            return
+        if not tensor and s.kind not in ("int", "float"):
+            hint = f" (a tensor: '{s.kind}[…]' with its dimensions)" if s.kind in TENSOR_DTYPES else ""
+            self.err(f"input type must be int or float, not '{s.kind}'{hint}", s.loc)
+        if tensor and not self.input_dims_ok(s.dims or (), s.loc):
+            return
         for n in s.names:
             if not self.check_ident(n, s.loc):
                 continue
-            if n in self.graph.inputs or n in self.graph.params or n in BUILTINS or n in MASK_POSITIONS:
-                self.err(f"'{n}' is already declared", s.loc)
+            if (n in self.graph.inputs or n in self.graph.tensor_inputs or n in self.graph.params or n in BUILTINS
+                    or n in MASK_POSITIONS or n in DIM_NAMES):
+                self.err(f"'{n}' is already declared" if n not in DIM_NAMES else
+                         f"'{n}' is {DIM_NAMES[n]} in a tensor Input's dimensions; rename the Input", s.loc)
                 continue
-            self.graph.inputs[n] = s.kind
+            if tensor:
+                self.graph.tensor_inputs[n] = TensorInput(s.kind, tuple(s.dims or ()))
+            else:
+                self.graph.inputs[n] = s.kind
+
+    def input_dims_ok(self, dims: tuple[A.Expr, ...], loc: Loc) -> bool:
+        """A dimension is a number, a numeric Param, an int Input or a launch size (batch, heads, kv_heads)."""
+        ok = True
+        for d in dims:
+            for n in sorted(A.expr_names(d)):
+                value = self.graph.params.get(n)
+                if n in DIM_NAMES or self.graph.inputs.get(n) == "int" or (
+                        isinstance(value, int) and not isinstance(value, bool)) or (n in self.graph.params and self.sketch):
+                    continue
+                self.err(f"'{n}' cannot size a tensor Input: a dimension is a number, a Param, an int Input or "
+                         f"one of {', '.join(DIM_NAMES)}{self.suggest(n, [*DIM_NAMES, *self.graph.inputs])}", loc)
+                ok = False
+            self.check_divisors(d, loc, "a tensor Input's dimension")
+        return ok
 
     def stmt_AllocateStmt(self, s: A.AllocateStmt) -> None:
         space = self.space(s.space, s.space_loc)
@@ -497,8 +560,8 @@ class Lowerer:
         if s.var in self.scalar_names() or s.var in MASK_POSITIONS:
             self.err(f"loop variable '{s.var}' shadows a parameter, input or enclosing loop variable", s.loc)
             return
-        self.check_expr(s.start, s.loc, "the loop start")
-        self.check_expr(s.stop, s.loc, "the loop bound")
+        self.check_expr(s.start, s.loc, "the loop start", loads_ok=True)
+        self.check_expr(s.stop, s.loc, "the loop bound", loads_ok=True)
         self.check_trips(s)
         assigned = assigned_names(s.body)
         carried: list[tuple[str, str, _Def]] = []

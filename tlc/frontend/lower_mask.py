@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from tlc.frontend import ast as A
 from tlc.frontend.names import BUILTINS, MASK_POSITIONS
 from tlc.ir.ops import MaskOp
+from tlc.ir.tensor_inputs import scalar_names
 from tlc.ir.types import TileType
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ def lower_mask(lw: Lowerer, s: A.MaskStmt) -> None:
 
 def _check_predicate(lw: Lowerer, e: A.Expr, loc) -> bool:
     """Report every name the predicate may not read; True when it reads only what it may."""
-    ok = True
-    for n in sorted(A.expr_names(e)):
+    ok = lw.check_loads(e, loc, "the mask predicate", True)
+    for n in sorted(scalar_names(e) - set(lw.graph.tensor_inputs)):
         problem = _name_problem(lw, n)
         if problem:
             lw.err(problem, loc)

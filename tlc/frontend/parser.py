@@ -60,9 +60,10 @@ class _TLExprs(ExprBuilder):
     predicate (`predicate`) comparisons, `&&`, `||` and the positions `q_idx`, `kv_idx` are allowed too,
     each operator checked for numbers and conditions where it takes them (tlc.frontend.predicate)."""
 
-    def __init__(self, predicate: bool = False):
+    def __init__(self, predicate: bool = False, loads: bool = False):
         super().__init__()
         self.predicate = predicate
+        self.loads = loads   # indexed reads of tensor Inputs: in loop bounds and mask predicates
 
     def number(self, items):
         return A.Num(_literal(items[0]))
@@ -107,12 +108,19 @@ class _TLExprs(ExprBuilder):
             raise _LineError(problem, token)
 
     def index(self, items):
-        raise _LineError(f"'{items[0]}[…]' indexes a tile, which a TL expression cannot do; "
-                         "name a tile's position with 'in coordinate [L = …]'", items[0])
+        """`seqlens[batch_idx]`: an element of a tensor Input (what the name is, the lowering checks)."""
+        if not self.loads:
+            raise _LineError(f"'{items[0]}[…]' indexes: a TL expression reads an element of a tensor Input "
+                             "('Input x : int32[…]') only in a loop bound or a mask predicate, and never of a "
+                             "tile; name a tile's position with 'in coordinate [L = …]'", items[0])
+        if any(isinstance(i, A.Var) and i.name == "_" for i in items[1:]):
+            raise _LineError("'_' stands for a whole mode in the kernel IR; index each dimension", items[0])
+        self.var(items[:1])
+        return super().index(items)
 
 
-def _transformer(file: str, lineno: int, line: str = "", predicate: bool = False) -> Transformer:
-    return merge_builder(_ToAst(file, lineno, line), _TLExprs(predicate))
+def _transformer(file: str, lineno: int, line: str = "", predicate: bool = False, loads: bool = False) -> Transformer:
+    return merge_builder(_ToAst(file, lineno, line), _TLExprs(predicate, loads))
 
 
 class _ToAst(Transformer):
@@ -173,13 +181,19 @@ class _ToAst(Transformer):
         value = items[1] if len(items) > 1 else None
         return A.ParamStmt(str(items[0]), value, loc=self._loc(meta))
 
+    def dim_list(self, items):
+        return (*items[0], items[1]) if len(items) == 2 else (items[0],)
+
+    def input_dims(self, items):
+        return tuple(items[0])
+
     def input_kind(self, items):
-        return ("kind", str(items[0]))
+        return ("kind", str(items[0]), items[1] if len(items) > 1 else None)
 
     @v_args(meta=True)
     def input(self, meta, items):  # noqa: A003 - grammar rule name
-        kind = items.pop()[1] if isinstance(items[-1], tuple) else "int"
-        return A.InputStmt(tuple(str(t) for t in items), kind, loc=self._loc(meta))
+        _, kind, dims = items.pop() if isinstance(items[-1], tuple) else ("kind", "int", None)
+        return A.InputStmt(tuple(str(t) for t in items), kind, dims, loc=self._loc(meta))
 
     @v_args(meta=True)
     def allocate(self, meta, items):
@@ -322,8 +336,9 @@ def parse_expr(text: str) -> A.Expr:
 
 def _parse_line(text: str, file: str, lineno: int):
     tree = _lark().parse(text, start="start")
-    predicate = getattr(tree.children[0], "data", None) == "mask_where"  # its one expression is the predicate
-    return _transformer(file, lineno, text, predicate).transform(tree)
+    kind = getattr(tree.children[0], "data", None)
+    predicate = kind == "mask_where"  # its one expression is the predicate
+    return _transformer(file, lineno, text, predicate, kind in ("mask_where", "for_eq", "for_in")).transform(tree)
 
 
 # ------------------------------------------------------------------ blocks

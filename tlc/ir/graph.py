@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import networkx as nx
 
 from tlc.ir.ops import LoopOp, Op
+from tlc.ir.tensor_inputs import TensorInput
 from tlc.ir.types import Value
 
 
@@ -26,6 +27,7 @@ class Graph:
         self.params: dict[str, Any] = {}
         self.param_locs: dict[str, Any] = {}  # Param name → its statement's Loc, for errors about its value
         self.inputs: dict[str, str] = {}
+        self.tensor_inputs: dict[str, TensorInput] = {}   # `Input seqlens : int32[batch]` (tlc/ir/tensor_inputs.py)
         self._order: list[Op] = []
         self._nx: nx.DiGraph | None = None  # nodes are positions in _order
         self._topo: list[int] | None = None  # topological order (positions), dropped whenever _nx is rebuilt

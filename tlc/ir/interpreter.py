@@ -78,17 +78,35 @@ class Interpreter:
 
     # ------------------------------------------------------------ driver
     def run(self) -> None:
-        heads = [t.shape[1] for t in self.tensors.values()]
-        batch = next(iter(self.tensors.values())).shape[0]
+        laid_out = [t for name, t in self.tensors.items() if name not in self.graph.tensor_inputs]
+        heads = [t.shape[1] for t in laid_out]
+        batch = laid_out[0].shape[0]
         num_heads, num_kv = max(heads), min(heads)
         if num_heads % num_kv:
             raise InterpError(f"{num_heads} query heads are not a multiple of {num_kv} KV heads")
         env = dict(self.base_env, group=num_heads // num_kv, num_heads=num_heads)
+        env.update(self.tensor_inputs(dict(env, batch=batch, heads=num_heads, kv_heads=num_kv)))
         blocks = self.grid_blocks(env)
         for b in range(batch):
             for h in range(num_heads):
                 for blk in range(blocks):
                     self.region(self.graph, {}, dict(env, batch_idx=b, head_idx=h, block_idx=blk))
+
+    def tensor_inputs(self, env: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The program's tensor Inputs, each checked against its declared element type and dimensions."""
+        out = {}
+        for name, t in self.graph.tensor_inputs.items():
+            given = self.tensors.get(name, self.base_env.get(name))   # with the tensors, or the scalar Inputs
+            if given is None:
+                raise InterpError(f"tensor Input '{name}' ({t.text()}) was not given")
+            want = tuple(int(self.eval(d, env, None)) for d in t.dims)
+            if tuple(given.shape) != want:
+                raise InterpError(f"tensor Input '{name}' is {t.text()} = {list(want)}, but the tensor given has shape "
+                                  f"{list(given.shape)}")
+            if given.is_floating_point() != (t.kind == "float"):
+                raise InterpError(f"tensor Input '{name}' holds {t.dtype}, but the tensor given holds {given.dtype}")
+            out[name] = given
+        return out
 
     def grid_blocks(self, env: dict[str, Any]) -> int:
         """block_idx covers the tiles of every tensor copied at [L = block_idx]."""

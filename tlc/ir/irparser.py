@@ -17,6 +17,8 @@ from lark.exceptions import UnexpectedInput, VisitError
 
 from tlc.diagnostics import GLOBAL_SOURCES, Loc, TlcError, error
 from tlc.expr import Var
+from tlc.ir.tensor_inputs import DTYPES as TENSOR_DTYPES
+from tlc.ir.tensor_inputs import TensorInput
 from tlc.expr.parse import OPERATORS, WORDS, load_with_expr, merge_builder
 from tlc.ir.graph import Graph
 from tlc.ir.ops import OP_CLASSES, LoopOp, Op
@@ -133,6 +135,11 @@ class _ToLines(Transformer):
     def input(self, items):  # noqa: A003 - grammar rule name
         return "input", str(items[0]), str(items[1])
 
+    def tensor_input(self, items):
+        if str(items[1]) not in TENSOR_DTYPES:
+            raise _fail(items[1], f"a tensor input's element type is {' or '.join(TENSOR_DTYPES)}, not '{items[1]}'")
+        return "tensor_input", str(items[0]), TensorInput(str(items[1]), tuple(items[2:]))
+
     def start(self, items):
         return items
 
@@ -230,6 +237,8 @@ def _build(file: str, entries: list) -> Graph:
     for entry in entries:
         if isinstance(entry, tuple) and entry[0] == "param":
             graph.params[entry[1]] = entry[2]
+        elif isinstance(entry, tuple) and entry[0] == "tensor_input":
+            graph.tensor_inputs[entry[1]] = entry[2]
         elif isinstance(entry, tuple):
             graph.inputs[entry[1]] = entry[2]
     builder.region(graph, [entry for entry in entries if isinstance(entry, _Line)])

@@ -52,6 +52,8 @@ class Printer:
             self.lines.append(f"param {name} = {_param_value(v)}")
         for name, kind in g.inputs.items():
             self.lines.append(f"input {name} : {kind}")
+        for name, t in g.tensor_inputs.items():
+            self.lines.append(f"input {name} : {t.dtype} [{', '.join(f'`{d}`' for d in t.dims)}]")
         self.region(g, 0)
         return "\n".join(self.lines) + "\n"
 

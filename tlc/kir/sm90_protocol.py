@@ -604,7 +604,40 @@ def default_sizes(program: K.ProgramOp) -> list[dict[str, int]]:
     many = 3 * rows[-1] + 5
     lengths = sorted({1, 17, many} | {r + 1 for r in rows})
     pairs = [(n, n) for n in lengths] + [(17, many), (many, 17)]
-    return [{"seqlen_q": q, "seqlen_k": k, "batch": 1, "heads": 2, "group": 1} for q, k in pairs]
+    out = [{"seqlen_q": q, "seqlen_k": k, "batch": 1, "heads": 2, "group": 1} for q, k in pairs]
+    # tensor Inputs (int32/fp32 pointers, tlc/ir/tensor_inputs.py): every element the same value, each of 0, 1
+    # and the longer length in turn, so a loop bound read from one runs no trip, one, and many
+    pointers = [(name, kind) for op in K.walk(program) if isinstance(op, K.ParamsOp)
+                for name, kind in op.fields if kind in ("ptr<i32>", "ptr<f32>")]
+    if not pointers:
+        return out
+    return [{**sizes, **{name: _Filled(v, kind == "ptr<f32>") for name, kind in pointers}}
+            for sizes in out for v in (0, 1, max(sizes["seqlen_q"], sizes["seqlen_k"]))]
+
+
+class _Filled:
+    """A tensor Input as the checker sees it: every element `value` (what `tlc.expr`'s `load` reads)."""
+
+    def __init__(self, value: int, floating: bool) -> None:
+        self.value, self.floating = (float(value) if floating else value), floating
+
+    def reshape(self, *_shape: int) -> "_Filled":
+        return self
+
+    def numel(self) -> int:
+        return 1 << 40
+
+    def __getitem__(self, _at: int) -> "_Filled":
+        return self
+
+    def item(self) -> int | float:
+        return self.value
+
+    def is_floating_point(self) -> bool:
+        return self.floating
+
+    def __str__(self) -> str:
+        return f"every element {self.value}"
 
 
 def protocol_problems(program: K.ProgramOp) -> list[str]:

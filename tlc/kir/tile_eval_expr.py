@@ -66,6 +66,14 @@ def _call(fn: str, args: list[torch.Tensor]) -> torch.Tensor:
         for x in args[1:]:
             out = pick(out, _float(x))
         return out
+    if fn == "load":   # load(tensor, flat index, inside) per element: 0 outside
+        ptr, at, inside = args
+        inside = inside.to(torch.bool)
+        flat = ptr.reshape(-1).to(F64)
+        at = torch.where(inside, at.to(F64), torch.zeros_like(at, dtype=F64)).long()
+        if flat.numel() == 0 or bool(((at < 0) | (at >= flat.numel())).any()):
+            raise TileFault(f"a load reads outside a tensor of {flat.numel()} elements")
+        return torch.where(inside, flat[at], torch.zeros((), dtype=F64))
     a, b = (_float(x) for x in args)
     if fn == "floor_div":
         return torch.div(a, b, rounding_mode="floor")

@@ -13,6 +13,8 @@ from tlc.diagnostics import Loc, fail
 from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp, CopyOp
+from tlc.ir.tensor_inputs import tensor_pointer
+from tlc.expr import substitute
 from tlc.kir.expr import check_ident
 from tlc.kir.ops import ParamsOp
 
@@ -46,6 +48,9 @@ class LaunchABI:
     inputs: tuple[tuple[str, str], ...]     # (Input name, "int" | "float")
     grid_rows: str                          # rows tiled by block_idx: an Input name or a number
     grid_tile: int
+    # tensor Inputs (tlc/ir/tensor_inputs.py): (name, element type, dimensions as TL expressions), read by
+    # element through a pointer; the launcher checks a tensor's dtype and shape against them
+    tensor_inputs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     def fields(self) -> tuple[tuple[str, str], ...]:
         out: list[tuple[str, str]] = []
@@ -54,19 +59,25 @@ class LaunchABI:
             out += [(t.stride(w), "i64") for w in ("batch", "head", "row")]
         out += list(DIM_FIELDS)
         out += [(n, "i32" if kind == "int" else "f32") for n, kind in self.inputs]
+        out += [(tensor_pointer(n), "ptr<i32>" if dtype == "int32" else "ptr<f32>") for n, dtype, _ in self.tensor_inputs]
         return tuple(out)
 
     def params_op(self) -> ParamsOp:
         return ParamsOp(name=f"{self.name}_params", fields=self.fields())
 
     def to_json(self) -> dict:
-        return {"tensors": [asdict(t) for t in self.tensors], "inputs": [list(i) for i in self.inputs],
-                "grid_rows": self.grid_rows, "grid_tile": self.grid_tile}
+        out = {"tensors": [asdict(t) for t in self.tensors], "inputs": [list(i) for i in self.inputs],
+               "grid_rows": self.grid_rows, "grid_tile": self.grid_tile}
+        if self.tensor_inputs:   # absent without any: the records of programs without them stay as they were
+            out["tensor_inputs"] = [[n, d, list(dims)] for n, d, dims in self.tensor_inputs]
+        return out
 
     @staticmethod
     def from_json(name: str, data: dict) -> "LaunchABI":
         return LaunchABI(name, tuple(TensorArg(**t) for t in data["tensors"]),
-                         tuple((n, k) for n, k in data["inputs"]), data["grid_rows"], int(data["grid_tile"]))
+                         tuple((n, k) for n, k in data["inputs"]), data["grid_rows"], int(data["grid_tile"]),
+                         tuple((str(n), str(d), tuple(str(x) for x in dims))
+                               for n, d, dims in data.get("tensor_inputs", ())))
 
 
 def _stored(graph: Graph) -> set[str]:
@@ -110,13 +121,23 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
         raise fail("tlc build: the program stores no global tensor (add `Copy O (…) in coordinate [L = block_idx] "
                    "from register to global`)")
     inputs = tuple((n, k) for n, k in graph.inputs.items())
-    names = [f for f, _ in LaunchABI(name, tuple(tensors), inputs, "1", 1).fields()]
+    numbers = {k: v for k, v in graph.params.items() if isinstance(v, int) and not isinstance(v, bool)}
+    runtime = tuple((check_ident(n, "tensor Input name"), t.dtype, tuple(str(_with_params(d, numbers)) for d in t.dims))
+                    for n, t in graph.tensor_inputs.items())
+    names = [f for f, _ in LaunchABI(name, tuple(tensors), inputs, "1", 1, runtime).fields()]
     dup = sorted({f for f in names if names.count(f) > 1})
     if dup:
         raise fail(f"tlc build: the launch struct would have two fields named '{dup[0]}'; rename the tensor or "
                    "Input (names batch, heads and group are reserved)")
     grid_rows, grid_tile = _grid(graph, int_value)
-    return LaunchABI(name, tuple(tensors), inputs, grid_rows, grid_tile)
+    return LaunchABI(name, tuple(tensors), inputs, grid_rows, grid_tile, runtime)
+
+
+def _with_params(e: A.Expr, numbers: dict[str, int]) -> A.Expr:
+    """A tensor Input's dimension with the Params' values in: the launcher knows only runtime names."""
+    for name, value in numbers.items():
+        e = substitute(e, name, A.Num(value))
+    return e
 
 
 def _grid(graph: Graph, int_value) -> tuple[str, int]:

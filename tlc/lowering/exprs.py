@@ -15,7 +15,8 @@ from functools import reduce
 from typing import Mapping
 
 from tlc.diagnostics import Loc, fail
-from tlc.expr import BinOp, Call, Const, Expr, Var, fold_node, rewrite, subexprs
+from tlc.expr import BinOp, Call, Const, Expr, Index, Neg, Var, fold_node, rewrite, subexprs, substitute
+from tlc.ir.tensor_inputs import TensorInput, loads, tensor_pointer
 from tlc.frontend.names import BUILTINS  # the built-in indices: all >= 0 (group >= 1) in the kernel
 from tlc.frontend.names import MASK_POSITIONS
 
@@ -28,12 +29,15 @@ class ExprLowering:
     built-ins) to the kernel-IR names they have in the kernel."""
 
     def __init__(self, params: Mapping[str, object], inputs: Mapping[str, str],
-                 fields: Mapping[str, str]) -> None:
+                 fields: Mapping[str, str], tensor_inputs: Mapping[str, TensorInput] | None = None) -> None:
         self.params = params
         self.inputs = inputs
-        self.fields = fields          # runtime Input name → parameter struct field
+        self.tensor_inputs = dict(tensor_inputs or {})
+        # runtime Input name → parameter struct field; a tensor Input's is its pointer
+        self.fields = {**fields, **{n: tensor_pointer(n) for n in self.tensor_inputs}}
         self.scalars: dict[str, str] = {b: b for b in BUILTINS}
-        self.float_names = {f"p.{f}" for n, f in fields.items() if inputs.get(n) == "float"}
+        self.float_names = {f"p.{f}" for n, f in self.fields.items()
+                            if inputs.get(n) == "float" or n in self.tensor_inputs and self.tensor_inputs[n].kind == "float"}
 
     def bind(self, tl_name: str, kir_name: str, *, is_float: bool = False) -> None:
         self.scalars[tl_name] = kir_name
@@ -46,7 +50,11 @@ class ExprLowering:
         negative, before a tile counted from the end)."""
         def rule(x: Expr) -> Expr:
             if isinstance(x, Var):
+                if "." in x.name:   # a launch size the loads' dimensions read (p.batch): already the kernel's
+                    return x
                 return x if positions and x.name in MASK_POSITIONS else self._name(x.name, loc)
+            if isinstance(x, Call) and x.fn == "load":
+                return x
             if isinstance(x, Call):
                 x = self._call(x, loc)
             elif isinstance(x, BinOp) and x.op == "/" and self._is_int(x.lhs) and self._is_int(x.rhs):
@@ -55,7 +63,41 @@ class ExprLowering:
                 x = self._modulo(x, loc)
             return fold_node(x)
 
-        return rewrite(e, rule)
+        return rewrite(self._loads(e, loc), rule)
+
+    def _loads(self, e: Expr, loc: Loc | None) -> Expr:
+        """Each `x[i, j]` of a tensor Input as `load(x, i * dim1 + j, 0 <= i < dim0 && 0 <= j < dim1)`: the
+        element of the row-major tensor, 0 where an index is outside its dimension (LANGUAGE.md §2)."""
+        if isinstance(e, Index):
+            t = self.tensor_inputs.get(e.base.name)
+            if t is None or len(t.dims) != len(e.indices):
+                raise fail(f"tlc build: '{e}' reads no tensor Input of {len(e.indices)} dimension(s)", loc)
+            at = [self._loads(i, loc) for i in e.indices]
+            dims = [self._dim(d) for d in t.dims]
+            flat: Expr = at[0]
+            for i, d in zip(at[1:], dims[1:]):
+                flat = BinOp("+", BinOp("*", flat, d), i)
+            inside = reduce(lambda a, b: BinOp("&&", a, b),
+                            [BinOp("&&", BinOp(">=", i, Const(0)), BinOp("<", i, d)) for i, d in zip(at, dims)])
+            return Call("load", (e.base, flat, inside))
+        if not loads(e):
+            return e
+        if isinstance(e, Neg):
+            return Neg(self._loads(e.arg, loc))
+        if isinstance(e, BinOp):
+            return BinOp(e.op, self._loads(e.lhs, loc), self._loads(e.rhs, loc))
+        if isinstance(e, Call):
+            return Call(e.fn, tuple(self._loads(a, loc) for a in e.args))
+        return e
+
+    @staticmethod
+    def _dim(d: Expr) -> Expr:
+        """A tensor Input's dimension with the launch sizes it may name as the kernel has them."""
+        sizes = {"batch": Var("p.batch"), "heads": Var("p.heads"),
+                 "kv_heads": Call("floor_div", (Var("p.heads"), Var("p.group")))}
+        for name, value in sizes.items():
+            d = substitute(d, name, value)
+        return d
 
     def _modulo(self, e: BinOp, loc: Loc | None) -> Expr:
         """TL's `%` floors like Python's; C++'s truncates, which differs only for a negative operand."""

@@ -54,7 +54,7 @@ class TileOpLowering:
         self.warps = self._int_param("Warps", 4)
         self.names = Namer(reserved=(*BUILTINS, "p", "tidx", "smem_"))
         self.fields = {n: n for n in graph.inputs}
-        self.x = ExprLowering(graph.params, graph.inputs, self.fields)
+        self.x = ExprLowering(graph.params, graph.inputs, self.fields, graph.tensor_inputs)
         self.abi: LaunchABI = derive_abi(graph, name, self.x.int_value)
         self.layouts: list[K.Op] = []
         self.decls: list[K.Op] = []

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlc.expr import BinOp, Call, Const, Expr, Neg, Var
+from tlc.expr import BinOp, Call, Const, Expr, Index, Neg, Var
 from tlc.expr.rewrite import subexprs, substitute
 
 QUERY, KEY = "q_idx", "kv_idx"
@@ -135,6 +135,8 @@ def _slope(e: Expr) -> str | None:
             factor = e.rhs if a == "up" else e.lhs
             return "up" if b != a and isinstance(factor, Const) and factor.value >= 0 else None
         return None if "up" in (a, b) else "flat"   # comparisons and the like: constant only without q_idx
+    if isinstance(e, Index):   # a tensor Input's element: the same for every row when no index reads q_idx
+        return "flat" if all(_slope(i) == "flat" for i in e.indices) else None
     if isinstance(e, Call):
         slopes = [_slope(a) for a in e.args]
         if None in slopes:

@@ -64,6 +64,15 @@ def _shift(alignment: str) -> Expr:
     return BinOp("-", Var("seqlen_k"), Var("seqlen_q")) if alignment == "bottom_right" else Const(0)
 
 
+def _bounded_by(e: Expr, fn: str, bound: Expr) -> bool:
+    """`e` is `fn(…, bound)`, directly or through nested `fn`s: the bound is already applied."""
+    while isinstance(e, Call) and e.fn == fn:
+        if bound in e.args:
+            return True
+        e = e.args[0]
+    return False
+
+
 def _plus_1(e: Expr) -> Expr:
     """e + 1, folding `x - 1 + 1` (the upper bound of `kv_idx >= x`) back to x."""
     if isinstance(e, BinOp) and e.op == "-" and e.rhs == Const(1):
@@ -247,11 +256,13 @@ class _LoopMasks:
         said = []
         if first is not None:
             skip = Call("floor_div", (_at_least_0(first), tile))
-            start = Call("max", (start, skip))
+            if not _bounded_by(start, "max", skip):   # a second run of the pass finds it there
+                start = Call("max", (start, skip))
             said.append(f"starts at {skip}")
         if last is not None:
             end = Call("cdiv", (_at_least_0(_plus_1(last)), tile))
-            stop = Call("min", (stop, end))
+            if not _bounded_by(stop, "min", end):
+                stop = Call("min", (stop, end))
             said.append(f"stops at {end}")
         new_loop = replace(self.loop, start=start, stop=stop)
         self.region.replace(self.loop, new_loop)

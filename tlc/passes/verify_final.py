@@ -19,6 +19,7 @@ from tlc.diagnostics import Loc
 from tlc.expr import Expr, free_names
 from tlc.frontend.names import BUILTINS
 from tlc.ir.graph import Graph
+from tlc.ir.tensor_inputs import loads, scalar_names
 from tlc.ir.ops import AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, SoftmaxOp
 from tlc.ir.types import TileType, Value
 from tlc.passes.base import Pass, PassContext
@@ -132,10 +133,15 @@ class VerifyFinalPass(Pass):
         known = params | set(graph.inputs) | set(BUILTINS) | loop_vars
         for op in region.ops():
             for what, e in _exprs(op):
-                for n in sorted(free_names(e) - known):
+                for n in sorted(scalar_names(e) - known):
                     why = "has no value (bind it with -D or 'Param … = …')" if n in graph.params else "is not defined"
                     ctx.error(f"'{n}' in {what} {why}; use parameters, inputs, "
                               f"{', '.join(sorted(BUILTINS))} or an enclosing loop variable", op.loc)
+                for x in loads(e):
+                    t = graph.tensor_inputs.get(x.base.name)
+                    if t is None or len(t.dims) != len(x.indices):
+                        ctx.error(f"'{x}' in {what} reads no tensor Input; declare 'Input {x.base.name} : int32[…]' "
+                                  "with one dimension per index", op.loc)
             if isinstance(op, LoopOp):
                 if op.stop is None or op.start is None:
                     ctx.error(f"loop '{op.var}' has no bound; write 'for {op.var} = 0:N'", op.loc)

@@ -167,7 +167,31 @@ def make_inputs(graph: Graph, shapes: Shapes, seed: int, dtype: torch.dtype = to
         interp[t.name] = x.transpose(-1, -2).contiguous() if t.transposed else x
     scalars: dict[str, Any] = dict(shapes.ints)
     scalars.update(shapes.floats)
-    return interp, ref, scalars
+    scalars.update(random_tensor_inputs(graph, shapes, seed))   # by name, as the runtime Inputs: a reference
+    return interp, ref, scalars                                   # takes them by keyword
+
+
+def random_tensor_inputs(graph: Graph, shapes: Shapes, seed: int) -> dict[str, torch.Tensor]:
+    """Values for the tensor Inputs (`Input seqlens : int32[batch]`): int32 elements drawn from 0 to the largest
+    int Input (a length, a position or an id up to it; 0 and the largest included), fp32 elements as the float
+    tensors are. A test with a meaning of its own (a document id per row) passes its own."""
+    env = dict(_param_env(graph), **shapes.ints, batch=shapes.batch, heads=shapes.heads, kv_heads=shapes.kv_heads)
+    top = max([v for v in shapes.ints.values()] + [1])
+    out = {}
+    for i, (name, t) in enumerate(graph.tensor_inputs.items()):
+        try:
+            dims = tuple(int(eval_expr(d, env)) for d in t.dims)
+        except ExprError as exc:
+            raise SizingError(f"cannot size tensor Input '{name}': {exc}") from None
+        gen = torch.Generator().manual_seed(seed * 1000 + 500 + i)
+        if t.kind == "int":
+            x = torch.randint(0, top + 1, dims, generator=gen, dtype=torch.int64)
+            if x.numel() > 1:   # the extremes always occur
+                x.view(-1)[0], x.view(-1)[-1] = 0, top
+            out[name] = x.to(torch.int32)
+        else:
+            out[name] = random_tensor(dims, seed * 1000 + 500 + i, torch.float32)
+    return out
 
 
 class SizingError(ValueError):

@@ -73,6 +73,7 @@ def make_gpu_check(path: str | Path, graph: Graph, defines: Mapping[str, Any], a
         args = [stored[t.name].to(device="cuda", dtype=dtype) for t in kernel.inputs]
         ref_args = [ref_in[t.name].to(device="cuda", dtype=dtype) for t in kernel.inputs]
         runtime = {name: scalars[name] for name, _ in kernel.abi.inputs if name in scalars}
+        runtime.update({name: scalars[name].cuda() for name, _, _ in kernel.abi.tensor_inputs if name in scalars})
         try:
             out = kernel(*args, **runtime)
         except TlcError as exc:
@@ -103,6 +104,7 @@ def _oracle_check(kernel, graph: Graph, dtype: torch.dtype, oracle, device: str 
         expected = oracle.expected(outputs, stored, ref_in, scalars)
         args = [stored[t.name].to(device=device, dtype=dtype) for t in kernel.inputs]
         runtime = {name: scalars[name] for name, _ in kernel.abi.inputs if name in scalars}
+        runtime.update({name: scalars[name].to(device) for name, _, _ in kernel.abi.tensor_inputs if name in scalars})
         first = next(o for o in outputs if o.name == kernel.outputs[0].name)
         poisoned = torch.full(stored[first.name].shape, float("nan"), device=device, dtype=dtype)
         try:

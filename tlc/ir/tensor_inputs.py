@@ -1,0 +1,56 @@
+"""Tensor Inputs: runtime tensors a TL program reads element by element.
+
+    Input seqlens : int32[batch]                 # one key length per sequence
+    Input doc : int32[batch, seqlen_q]           # a document id per query row
+
+`seqlens[batch_idx]` in an expression reads one element (an index outside its dimension reads 0,
+LANGUAGE.md §2). A dimension is a number, a Param, an int Input or one of the launch's sizes below.
+The graph keeps them apart from the scalar Inputs (`Graph.tensor_inputs`), the kernel reads them
+through a pointer in its parameter struct (tlc/lowering/abi.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tlc.expr import Expr, Index, Var
+from tlc.expr.rewrite import children, subexprs
+
+DTYPES = {"int32": "int", "fp32": "float"}   # element type → the kind of value a load gives
+# The launch's sizes a dimension may name (batch and heads from the query tensor, kv_heads from K).
+DIM_NAMES = {
+    "batch": "the batch size",
+    "heads": "the number of query heads",
+    "kv_heads": "the number of key/value heads",
+}
+
+
+@dataclass(frozen=True)
+class TensorInput:
+    dtype: str                 # a key of DTYPES
+    dims: tuple[Expr, ...]
+
+    @property
+    def kind(self) -> str:
+        return DTYPES[self.dtype]
+
+    def text(self) -> str:
+        return f"{self.dtype}[{', '.join(str(d) for d in self.dims)}]"
+
+
+def tensor_pointer(name: str) -> str:
+    """The parameter-struct field holding a tensor Input's data pointer."""
+    return f"{name}_ptr"
+
+
+def loads(e: Expr) -> list[Index]:
+    """The indexed reads in `e`, outermost first."""
+    return [x for x in subexprs(e) if isinstance(x, Index)]
+
+
+def scalar_names(e: Expr) -> set[str]:
+    """The names `e` reads as values: not the tensors it indexes, but its indices' names."""
+    if isinstance(e, Var):
+        return set() if e.name == "_" else {e.name}
+    if isinstance(e, Index):
+        return set().union(*(scalar_names(i) for i in e.indices))
+    return set().union(*(scalar_names(c) for c in children(e)))
