@@ -10,7 +10,7 @@ import pytest
 from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.ops import ReshapeOp
-from tests.frontend.document_reference import document_reference
+from tests.frontend.document_reference import document_reference, kv_lengths_reference
 from tests.frontend.window_reference import window_reference
 from tlc.testing import Shapes, check_interpreter, program_info
 
@@ -23,7 +23,8 @@ SMALL = {"HeadDim": "5", "DQK": "7", "DV": "3", "K1": "5", "N2": "3", "BM": "3",
 # Specs no reference of tlc's covers, so they have no Variant (and no Causal switch): each is compared with
 # a float64 reference of the test's own.
 OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.params["Window"]),
-                 "document_mask_fwd.tl": lambda graph: document_reference(graph.params["Causal"], graph.params["Align"])}
+                 "document_mask_fwd.tl": lambda graph: document_reference(graph.params["Causal"], graph.params["Align"]),
+                 "kv_lengths_fwd.tl": lambda graph: kv_lengths_reference(graph.params["Causal"])}
 
 # (batch, heads, kv_heads, seqlen_q, seqlen_k): 1, exact tiles, ragged tails, q != k, GQA groups.
 SIZES = [(1, 1, 1, 1, 1), (1, 2, 1, 3, 8), (2, 4, 2, 7, 9), (1, 2, 2, 10, 3), (1, 3, 1, 1, 13)]
@@ -49,7 +50,7 @@ def test_specs_exist() -> None:
 def test_spec_lowers_with_defaults_and_has_a_sketch(path: Path) -> None:
     graph = lower_program(parse_file(path))
     if path.name in OWN_REFERENCE:
-        assert "Variant" not in graph.params and ("Causal" in graph.params) == (path.name == "document_mask_fwd.tl")
+        assert "Variant" not in graph.params and ("Causal" in graph.params) == (path.name != "sliding_window_fwd.tl")
     else:
         assert {"Variant", "Causal", "Align"} <= set(graph.params)
     assert "Sketch:" in path.read_text()

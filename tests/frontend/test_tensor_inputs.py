@@ -76,7 +76,7 @@ def test_a_tensor_input_is_declared_with_its_element_type_and_dimensions() -> No
     (with_lines(mask="y[batch_idx] > kv_idx"), "42:24", "indexes 'y', which is not declared"),
     (with_lines(loop="for n = 0:Q[0]"), "35:1", "indexes 'Q', which is a tile"),
     (with_lines("Input x : int32[batch]\n").replace("[L = block_idx]", "[L = x[batch_idx]]", 1), "34:41",
-     "reads an element of a tensor Input ('Input x : int32[…]') only in a loop bound or a mask predicate"),
+     "reads an element of a tensor Input ('Input x : int32[…]') only in a loop bound, a mask predicate or a global"),
 ])
 def test_what_a_tensor_input_cannot_be_is_refused_at_its_place(text: str, where: str, message: str) -> None:
     found = errors(text)
@@ -239,3 +239,67 @@ def test_kernel_ir_text_cache_codec_and_launch_abi_round_trip(arch: str) -> None
     assert print_kir(decode(json.loads(json.dumps(encode({"p": kir}))))["p"]) == text
     assert LaunchABI.from_json(abi.name, json.loads(json.dumps(abi.to_json()))) == abi
     assert abi.tensor_inputs[2] == ("kv_lengths", "int32", ("batch",))
+
+
+# ------------------------------------------------------------------ a row extent read from a tensor Input
+
+KV_SPEC = ROOT / "specs" / "kv_lengths_fwd.tl"
+
+
+def test_a_row_extent_that_reads_a_tensor_is_min_of_what_is_seen_and_what_is_held() -> None:
+    spec = KV_SPEC.read_text()
+    bad = spec.replace("(min(kv_lengths[batch_idx], seqlen_k), HeadDim)", "(kv_lengths[batch_idx], HeadDim)", 1)
+    assert any(":31:1: 'K': a row extent that reads a tensor Input is 'min(E, R)'" in e for e in errors(bad))
+    cols = spec.replace("(min(kv_lengths[batch_idx], seqlen_k), HeadDim)", "(seqlen_k, kv_lengths[0])", 1)
+    assert any(":31:1: the shape of 'K' cannot read a tensor Input" in e for e in errors(cols))
+    _, _, abi = lowered_kv("sm_90")
+    assert [(t.name, t.rows) for t in abi.tensors] == [("Q", "seqlen_q"), ("K", "seqlen_k"), ("V", "seqlen_k"),
+                                                       ("O", "seqlen_q")]
+
+
+@lru_cache(maxsize=None)
+def lowered_kv(arch: str, causal: str = "false"):
+    graph, _ = compile_graph(KV_SPEC.read_text(), "kv.tl", defines=dict(SMALL, Causal=causal))
+    state, notes = run_lowering(graph, arch, name="kv")
+    return graph, state.kir, state.abi
+
+
+def kv_inputs(sq: int, sk: int, seed: int) -> tuple[dict, dict]:
+    """Q, K, V (3 sequences, GQA 4/2) with K and V NaN in every row past the sequence's length."""
+    g = torch.Generator().manual_seed(seed)
+    t = {n: torch.randn(3, 4 if n == "Q" else 2, sq if n == "Q" else sk, 32, generator=g).to(torch.bfloat16).double()
+         for n in "QKV"}
+    lengths = torch.tensor([0, sk // 2 + 1, sk + 7], dtype=torch.int32)
+    for b, n in enumerate(lengths.tolist()):
+        t["K"][b, :, n:] = float("nan")
+        t["V"][b, :, n:] = float("nan")
+    return t, {"seqlen_q": sq, "seqlen_k": sk, "scale": 1 / math.sqrt(32), "kv_lengths": lengths}
+
+
+@pytest.mark.parametrize("causal", ["false", "true"])
+@pytest.mark.parametrize("sq, sk", [(1, 1), (17, 33), (65, 63), (70, 9), (5, 130)])
+def test_rows_past_a_sequences_length_are_never_read(causal: str, sq: int, sk: int) -> None:
+    """Interpreter = a dense reference over each sequence's own keys, and the sm_90 kernel IR = the
+    interpreter, with the rows past each length NaN: none reaches an output."""
+    from tests.frontend.document_reference import kv_lengths_attention
+
+    graph, kir, abi = lowered_kv("sm_90", causal)
+    t, runtime = kv_inputs(sq, sk, sq * 17 + sk)
+    want = run_program(graph, dict(t, O=torch.full((3, 4, sq, 32), float("nan"), dtype=torch.float64)), runtime)["O"]
+    dense = kv_lengths_attention(t["Q"], t["K"], t["V"], scale=runtime["scale"], kv_lengths=runtime["kv_lengths"],
+                                 causal=causal == "true")
+    assert torch.isfinite(want).all() and (want - dense).abs().max().item() < 1e-9
+    got = evaluate_program(kir, abi, t, runtime)["O"]
+    assert torch.isfinite(got).all()
+    assert (got - want).abs().max().item() <= 1e-2 * max(1.0, want.abs().max().item())
+
+
+def test_sm90a_loads_a_tensor_seen_to_a_runtime_extent_by_cp_async() -> None:
+    """TMA fills only past the tensor's end: warp specialization declines, the kernel keeps cp.async and
+    wgmma, and its protocol holds for any loaded length."""
+    from tlc.kir import ops_sm90 as H
+
+    _, kir, _ = lowered_kv("sm_90a", "true")
+    assert not any(isinstance(op, H.TmaDescriptorOp) for op in K.walk(kir))
+    assert any(type(op).__name__.startswith("Wgmma") for op in K.walk(kir))
+    assert protocol_problems(kir) == []

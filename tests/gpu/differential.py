@@ -46,6 +46,7 @@ def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1,
     if "scale" in graph.inputs:
         scalars["scale"] = 1.0 / math.sqrt(kern.inputs[0].cols)
     runtime = tensor_inputs(graph, B, H, Hkv or H, rows, gen)
+    poison_unseen_rows(graph, tensors, dict(scalars, **runtime))
     ref_in = {k: v.double() for k, v in tensors.items()}
     for arg in kern.outputs:
         ref_in[arg.name] = torch.full((B, H, rows.get(arg.rows, 0), arg.cols), float("nan"), dtype=torch.float64)
@@ -87,6 +88,22 @@ def tensor_inputs(graph, B: int, H: int, Hkv: int, rows: dict, gen) -> dict:
                 x[0], x[-1] = 0, longest + 2
             out[name] = x.to(torch.int32)
     return out
+
+
+def poison_unseen_rows(graph, tensors: dict, env: dict) -> None:
+    """NaN in the rows a tensor holds but the program does not see (`Allocate K in global
+    (min(kv_lengths[batch_idx], seqlen_k), …)`): a kernel that reads one shows it in its output."""
+    from tlc.expr import eval_expr
+    from tlc.ir.ops import AllocateOp
+    from tlc.ir.tensor_inputs import loads
+
+    for _, op in graph.walk():
+        if isinstance(op, AllocateOp) and op.space == "global" and op.shape and loads(op.shape[0]) \
+                and op.name in tensors:
+            t = tensors[op.name]
+            for b in range(t.shape[0]):
+                seen = max(0, int(eval_expr(op.shape[0], dict(env, batch_idx=b))))
+                t[b, :, seen:] = float("nan")
 
 
 def _precompile(args: tuple[str, Source, str]) -> str:

@@ -103,6 +103,7 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
                                                             "PrefetchNext": "true", "ReduceChains": "2"}),
     "sliding_window128": ("sliding_window_fwd", {"Window": "200"}),
     "documents128_causal": ("document_mask_fwd", {"Causal": "true"}),
+    "kv_lengths128_causal": ("kv_lengths_fwd", {"Causal": "true"}),   # cp.async: TMA would read the unseen rows
     "gqa256_bn64_causal_l2_prefetch_next": ("gqa_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
                                                         "L2Sections": "true", "PrefetchNext": "true"}),
 }

@@ -48,6 +48,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     # tensor Inputs read by element: document ids per row and per key, a key length per sequence
     "documents64": ("document_mask_fwd", {"HeadDim": "64"}),
     "documents64_causal_br": ("document_mask_fwd", {"HeadDim": "64", "Causal": "true", "Align": "bottom_right"}),
+    # a key length per sequence as the row extent of K and V: the rows past it NaN, never read
+    "kv_lengths64": ("kv_lengths_fwd", {"HeadDim": "64"}),
+    "kv_lengths64_causal": ("kv_lengths_fwd", {"HeadDim": "64", "Causal": "true"}),
 }
 
 
@@ -79,9 +82,9 @@ def test_kernel_equals_interpreter(case, sq, sk):
     run_case(case, sq, sk)
 
 
-@pytest.mark.parametrize("case", ["gqa", "mqa_causal", "documents64"])
+@pytest.mark.parametrize("case", ["gqa", "mqa_causal", "documents64", "kv_lengths64_causal"])
 def test_grouped_heads(case):
-    run_case(case, 77, 333, B=2 if case != "documents64" else 3, H=8, Hkv=2 if case != "mqa_causal" else 1)
+    run_case(case, 77, 333, B=2 if case in ("gqa", "mqa_causal") else 3, H=8, Hkv=2 if case != "mqa_causal" else 1)
 
 
 @pytest.mark.parametrize("sq,sk", [(1, 1000), (2, 4097), (16, 300), (5, 1)])

@@ -49,3 +49,16 @@ def test_document_mask_with_tensor_inputs_compiles(arch: str, defines: dict, tmp
     struct = json.loads((tmp_path / "document_mask_fwd.json").read_text())["abi"]["document_mask_fwd_params"]
     assert {"bytes": 8, "name": "kv_lengths_ptr", "type": "ptr<i32>"}.items() <= next(
         f for f in struct["fields"] if f["name"] == "kv_lengths_ptr").items()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+def test_kv_lengths_row_extent_compiles(arch: str, tmp_path, monkeypatch) -> None:
+    """specs/kv_lengths_fwd.tl: K and V seen to min(kv_lengths[b], seqlen_k) rows; sm_90a by cp.async."""
+    monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path / "cache"))
+    spec = SPEC.parent / "kv_lengths_fwd.tl"
+    defines = {"HeadDim": "32", "BM": "64", "BN": "32", "Causal": "true"} if arch == "sm_90" else {"Causal": "true"}
+    meta = build_one(str(spec), arch, str(tmp_path), defines)
+    assert meta["arch"] == arch and not meta["cached"] and meta["ptxas"].get("spill_store_bytes", 0) == 0
+    source = (tmp_path / "kv_lengths_fwd.cu").read_text()
+    assert "tlc::min(((batch_idx >= 0 && batch_idx < p.batch) ? p.kv_lengths_ptr[batch_idx] : 0), p.seqlen_k)" in source

@@ -60,3 +60,10 @@ def test_the_bounds_hold_for_every_row_of_a_tile(template: str, a: int, b: int, 
                 assert lo <= kv <= hi, (q, kv)               # outside [lo, hi]: masked for every row
             if w.exact and inner_lo <= kv <= inner_hi:
                 assert seen, (q, kv)                          # inside the inner range: seen by every row
+
+
+def test_a_bound_that_is_not_an_integer_is_left_out() -> None:
+    assert key_window(parse_expr("kv_idx < q_idx - 0.5")) is None
+    assert key_window(parse_expr("kv_idx < q_idx - scale * 8"), {"scale"}) is None
+    w = key_window(parse_expr("kv_idx > q_idx || kv_idx < slopes[head_idx]"), {"slopes"})
+    assert w is not None and not w.exact and [str(b) for b in w.upper] == ["q_idx"]

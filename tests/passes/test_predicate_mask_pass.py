@@ -56,7 +56,7 @@ def test_a_causal_mask_beside_it_cuts_the_loop_and_the_predicate_is_placed_too()
 def test_a_predicate_it_cannot_read_stays_in_every_trip_and_keeps_the_loop() -> None:
     loop, masks, ctx = masked("  Compute Mask S where q_idx / 2 != kv_idx / 2 and get new S\n", causal=False)
     assert masks[0].trips() is None and str(loop.start) == "0" and str(loop.stop) == "seqlen_k / BN"
-    assert any("predicate mask in every trip: no term compares kv_idx" in d.message for d in ctx.sink.items)
+    assert any("predicate mask in every trip: no term bounds the keys a row sees" in d.message for d in ctx.sink.items)
 
 
 def test_a_term_it_cannot_read_keeps_the_mask_in_every_trip_but_still_cuts() -> None:
@@ -99,3 +99,65 @@ def test_the_mask_pass_is_idempotent_on_a_predicate_mask() -> None:
     once = print_graph(graph)
     MaskPass().apply(ctx, graph)
     assert print_graph(graph) == once
+
+
+def _as_written_equals_after_passes(text: str, sizes) -> None:
+    import torch
+
+    from tlc.ir.interpreter import run_program
+    from tlc.passes.pipeline import DEFAULT_PIPELINE, run_pipeline
+    from tlc.testing.checks import Shapes, make_inputs
+    from tlc.testing.structural import output_difference
+
+    written = lower_source(text, "pm.tl")
+    built = lower_source(text, "pm.tl")
+    run_pipeline(built, DEFAULT_PIPELINE)
+    for sq, sk in sizes:
+        shapes = Shapes(batch=1, heads=2, kv_heads=2, ints={"seqlen_q": sq, "seqlen_k": sk}, floats={"scale": 0.7})
+        tensors, _, scalars = make_inputs(written, shapes, sq * 100 + sk)
+        want = run_program(written, tensors, scalars)["O"]
+        got = run_program(built, tensors, scalars)["O"]
+        why, err = output_difference(got, want)
+        assert not why and err <= 1e-9, f"at {sq}x{sk}: {why or err}"
+        assert torch.isfinite(got).all()
+
+
+HALF_TILES = MHA.replace("Param Variant = attention\n", "").replace("(BN, HeadDim)", "(BN / 2, HeadDim)").replace(
+    "for n = 0:seqlen_k / BN", "for n = 0:seqlen_k")
+
+
+def test_a_tile_height_with_a_division_floors_in_the_cut_loop_stop() -> None:
+    """`BN / 2` in the key tile floors where it is written; placed in the loop's stop (where `/` rounds up)
+    it must stay floored, or trips with visible keys are cut (a window and the causal diagonal alike)."""
+    text = HALF_TILES.replace("  Compute Softmax S", "  Compute Mask S where kv_idx > q_idx || kv_idx < q_idx - 2 "
+                                                   "and get new S\n  Compute Softmax S")
+    text = text.replace("Param HeadDim = 128\nParam BM = 128\nParam BN = 64", "Param HeadDim = 2\nParam BM = 4\nParam BN = 5")
+    _as_written_equals_after_passes(text, [(3, 5), (13, 17), (17, 17)])
+    causal = text.replace("Param Causal = false", "Param Causal = true")
+    _as_written_equals_after_passes(causal, [(3, 5), (13, 17), (17, 17)])
+
+
+def test_a_bound_that_is_not_an_integer_is_not_read() -> None:
+    loop, masks, ctx = masked("  Compute Mask S where kv_idx < q_idx - scale * 8 and get new S\n", causal=False)
+    assert masks[0].trips() is None and str(loop.stop) == "seqlen_k / BN"
+    assert any("not an integer is not read" in d.message for d in ctx.sink.items)
+
+
+def test_a_mask_no_softmax_reads_is_refused_at_its_line() -> None:
+    """Masking P (after the softmax) would multiply −∞ into P·V, and the key positions past the end, loaded as
+    zeros, into NaN; before the scale multiply (an elementwise op between it and the softmax) is fine."""
+    import pytest
+
+    from tlc.diagnostics import TlcError
+    from tlc.passes.pipeline import DEFAULT_PIPELINE, run_pipeline
+
+    after = MHA.replace("  Compute Softmax S with max m, sum l and get P\n",
+                        "  Compute Softmax S with max m, sum l and get P\n  Compute Mask P where kv_idx > q_idx and get new P\n")
+    graph = lower_source(after, "pm.tl", defines=DEFINES)
+    with pytest.raises(TlcError) as info:
+        run_pipeline(graph, DEFAULT_PIPELINE)
+    (d,) = [d for d in info.value.diagnostics if d.severity == "error"]
+    assert (d.loc.line, d.loc.col) == (43, 3) and "'P' is masked, but no softmax reads it" in d.message
+    before = MHA.replace("  Compute Multiply S, scale and get new S\n",
+                         "  Compute Mask S where kv_idx > q_idx and get new S\n  Compute Multiply S, scale and get new S\n")
+    run_pipeline(lower_source(before, "pm.tl", defines=DEFINES), DEFAULT_PIPELINE)

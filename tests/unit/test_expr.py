@@ -88,7 +88,8 @@ def test_negation_never_prints_a_decrement() -> None:
 @pytest.mark.parametrize("text, col, words", [
     ("Allocate S in register (4, a < b)", 30, "'<' is not a TL operator"),
     ("Allocate S in register (4, p.x)", 29, "only '.T' (transpose) may follow a name"),
-    ("Allocate S in register (4, sK[1])", 28, "only in a loop bound or a mask predicate, and never of a tile"),
+    ("Copy Q (4, sK[1]) from global to shared", 12, "only in a loop bound, a mask predicate or a global tensor's row "
+     "extent, and never of a tile"),
     ("Allocate S in register (4, exp2(n))", 28, "unknown function 'exp2'; the functions are cdiv(a, b), min"),
     ("Allocate S in register (4, int)", 28, "'int' is a C++ keyword"),
 ])

@@ -18,7 +18,7 @@ from tlc.frontend.lower_mask import lower_mask
 from tlc.frontend.names import BUILTINS, MASK_POSITIONS, identifier_problem, unknown_operation
 from tlc.frontend.params import SCHEDULE_PARAMS, bind_define, bind_schedule_define
 from tlc.ir.graph import Graph
-from tlc.ir.tensor_inputs import DIM_NAMES, TensorInput, loads, scalar_names
+from tlc.ir.tensor_inputs import DIM_NAMES, TensorInput, loads, scalar_names, stored_rows
 from tlc.ir.tensor_inputs import DTYPES as TENSOR_DTYPES
 from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, Op, ReshapeOp, ScalarOp,
                         SoftmaxOp)
@@ -141,8 +141,8 @@ class Lowerer:
                 self.err(f"'{x}' gives {len(x.indices)} index(es), but '{name}' is {t.text()}: one index per "
                          "dimension", loc)
             elif not allowed:
-                self.err(f"{what} cannot read a tensor Input ('{x}'): indexed reads are allowed in loop bounds and "
-                         "mask predicates", loc)
+                self.err(f"{what} cannot read a tensor Input ('{x}'): indexed reads are allowed in loop bounds, "
+                         "mask predicates and a global tensor's row extent", loc)
             else:
                 continue
             ok = False
@@ -338,8 +338,12 @@ class Lowerer:
                 self.err(f"'{s.name}' is already allocated in {space}", s.name_loc,
                          Note("first allocated here", prev.loc))
                 return
-        for d in s.shape:
-            self.check_expr(d, s.loc, f"the shape of '{s.name}'")
+        for axis, d in enumerate(s.shape):
+            extent = space == "global" and axis == 0   # the rows the program sees: min(kv_lengths[b], seqlen_k)
+            self.check_expr(d, s.loc, f"the shape of '{s.name}'", loads_ok=extent)
+            held = stored_rows(d) if extent else d
+            if isinstance(held, str):
+                self.err(f"'{s.name}': {held}", s.loc)
         if s.offset is not None:
             self.check_expr(s.offset, s.loc, f"the offset of '{s.name}'")
             if space != "global":

@@ -63,7 +63,7 @@ class _TLExprs(ExprBuilder):
     def __init__(self, predicate: bool = False, loads: bool = False):
         super().__init__()
         self.predicate = predicate
-        self.loads = loads   # indexed reads of tensor Inputs: in loop bounds and mask predicates
+        self.loads = loads   # indexed reads of tensor Inputs: loop bounds, mask predicates, Allocate extents
 
     def number(self, items):
         return A.Num(_literal(items[0]))
@@ -111,8 +111,8 @@ class _TLExprs(ExprBuilder):
         """`seqlens[batch_idx]`: an element of a tensor Input (what the name is, the lowering checks)."""
         if not self.loads:
             raise _LineError(f"'{items[0]}[…]' indexes: a TL expression reads an element of a tensor Input "
-                             "('Input x : int32[…]') only in a loop bound or a mask predicate, and never of a "
-                             "tile; name a tile's position with 'in coordinate [L = …]'", items[0])
+                             "('Input x : int32[…]') only in a loop bound, a mask predicate or a global "
+                             "tensor's row extent, and never of a tile; name a tile's position with 'in coordinate [L = …]'", items[0])
         if any(isinstance(i, A.Var) and i.name == "_" for i in items[1:]):
             raise _LineError("'_' stands for a whole mode in the kernel IR; index each dimension", items[0])
         self.var(items[:1])
@@ -338,7 +338,8 @@ def _parse_line(text: str, file: str, lineno: int):
     tree = _lark().parse(text, start="start")
     kind = getattr(tree.children[0], "data", None)
     predicate = kind == "mask_where"  # its one expression is the predicate
-    return _transformer(file, lineno, text, predicate, kind in ("mask_where", "for_eq", "for_in")).transform(tree)
+    loads = kind in ("mask_where", "for_eq", "for_in", "allocate")   # an Allocate's row extent: the lowering checks
+    return _transformer(file, lineno, text, predicate, loads).transform(tree)
 
 
 # ------------------------------------------------------------------ blocks

@@ -20,6 +20,7 @@ import torch
 from tlc.expr import ExprError, eval_expr
 from tlc.expr.evaluate_tensor import evaluate_tensor
 from tlc.ir.graph import Graph
+from tlc.ir.tensor_inputs import stored_rows
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
 
@@ -153,12 +154,18 @@ class Interpreter:
             if not 0 <= h < t.shape[1]:
                 raise InterpError(f"offset {op.offset} selects head {h} of '{op.name}', which has {t.shape[1]}", op)
             view = t[int(env["batch_idx"]), h]
+            seen = None
             for axis, d in enumerate(op.shape):
-                want = self.eval(d, env, op)
+                held = stored_rows(d) if axis == 0 else d
+                if isinstance(held, str):
+                    raise InterpError(held, op)
+                want = self.eval(held, env, op)
                 if want != view.shape[axis]:
                     raise InterpError(f"'{op.name}' dimension {axis} is {view.shape[axis]}, but the program "
-                                      f"declares {d} = {want}", op)
-            return GlobalRef(op.name, view)
+                                      f"declares {held} = {want}", op)
+                if held is not d:   # min(E, R): the program sees the first E of the R rows; the rest are absent
+                    seen = max(0, int(self.eval(d, env, op)))
+            return GlobalRef(op.name, view if seen is None else view[:seen])
         if op.space == "shared":
             return None
         shape = tuple(int(self.eval(d, env, op)) for d in op.shape)

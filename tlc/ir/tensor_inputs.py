@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tlc.expr import Expr, Index, Var
+from tlc.expr import Call, Expr, Index, Var
 from tlc.expr.rewrite import children, subexprs
 
 DTYPES = {"int32": "int", "fp32": "float"}   # element type → the kind of value a load gives
@@ -54,3 +54,17 @@ def scalar_names(e: Expr) -> set[str]:
     if isinstance(e, Index):
         return set().union(*(scalar_names(i) for i in e.indices))
     return set().union(*(scalar_names(c) for c in children(e)))
+
+
+def stored_rows(extent: Expr) -> Expr | str:
+    """The rows a global tensor holds, from its Allocate's row extent: the extent itself, or for one that
+    reads a tensor Input, R of `min(E, R)` (E the rows the program sees, R the rows there are: the launch
+    binds R from the tensor, and E can never reach past it). A string says why an extent is not of that form."""
+    if not loads(extent):
+        return extent
+    if isinstance(extent, Call) and extent.fn == "min" and len(extent.args) == 2:
+        plain = [a for a in extent.args if not loads(a)]
+        if len(plain) == 1:
+            return plain[0]
+    return (f"a row extent that reads a tensor Input is 'min(E, R)': R the rows the tensor holds (an int Input, "
+            f"seqlen_k), E the rows the program sees; '{extent}' is not")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tlc.kir import ops as K
-from tlc.kir.expr import Var
+from tlc.kir.expr import Const, Var
 from tlc.kir.tile_eval_expr import F64, TileFault, round_to
 from tlc.kir.tile_eval_state import (Block, Coords, Frag, GlobalTiles, GlobalView, OperandFrag, SharedRef, Window,
                                      handles, partitioned, tile_start)
@@ -90,8 +90,12 @@ def _global(blk: Block, op: K.GlobalTensorOp) -> None:
         raise TileFault(f"{op.name} reads {name} as {op.dtype}, but the launch binds it as {dtype}")
     offset, rows = blk.integer(op.offset), blk.integer(op.rows)
     real_rows, real_cols = storage.shape[2], storage.shape[3]
-    if rows != real_rows:
-        raise TileFault(f"{op.name} declares {rows} rows; the bound tensor {name} has {real_rows}")
+    if isinstance(op.rows, Var) or isinstance(op.rows, Const):
+        if rows != real_rows:
+            raise TileFault(f"{op.name} declares {rows} rows; the bound tensor {name} has {real_rows}")
+    elif rows > real_rows:   # an extent the program computes (min(kv_lengths[b], seqlen_k)): its first rows
+        raise TileFault(f"{op.name} declares {rows} rows, more than the bound tensor {name} holds ({real_rows})")
+    rows = max(rows, 0)
     if op.cols:
         size, stride = (rows, real_cols), (blk.integer(op.row_stride), 1)
     else:

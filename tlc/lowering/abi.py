@@ -13,7 +13,7 @@ from tlc.diagnostics import Loc, fail
 from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp, CopyOp
-from tlc.ir.tensor_inputs import tensor_pointer
+from tlc.ir.tensor_inputs import stored_rows, tensor_pointer
 from tlc.expr import substitute
 from tlc.kir.expr import check_ident
 from tlc.kir.ops import ParamsOp
@@ -89,6 +89,11 @@ def _stored(graph: Graph) -> set[str]:
 
 
 def _rows_text(e: A.Expr, graph: Graph, loc: Loc) -> str:
+    """The rows the tensor holds (an extent `min(kv_lengths[batch_idx], seqlen_k)` holds seqlen_k)."""
+    held = stored_rows(e)
+    if isinstance(held, str):
+        raise fail(f"tlc build: {held}", loc)
+    e = held
     if isinstance(e, A.Name) and graph.inputs.get(e.name) == "int":
         return e.name
     if isinstance(e, A.Num) and isinstance(e.value, int):

@@ -56,13 +56,14 @@ def _extreme(fn: str, bounds: tuple[Expr, ...], q: Expr) -> Expr | None:
     return at[0] if len(at) == 1 else Call(fn, tuple(at))
 
 
-def key_window(predicate: Expr) -> KeyWindow | None:
-    """The keys each row sees, or None when no term of the predicate bounds them."""
+def key_window(predicate: Expr, floats: frozenset[str] | set[str] = frozenset()) -> KeyWindow | None:
+    """The keys each row sees, or None when no term of the predicate bounds them. `floats`: the names whose
+    values are not integers (float Inputs and Params, fp32 tensors): a bound reading one is not read."""
     lower: list[Expr] = []
     upper: list[Expr] = []
     left_out: list[str] = []
     for term in _terms(predicate):
-        bound = _bound(term)
+        bound = _bound(term, floats)
         if isinstance(bound, str):
             left_out.append(f"'{term}': {bound}")
         elif bound[0] == "lower":
@@ -74,13 +75,18 @@ def key_window(predicate: Expr) -> KeyWindow | None:
     return KeyWindow(tuple(lower), tuple(upper), not left_out, tuple(left_out))
 
 
+def unread_terms(predicate: Expr, floats: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """Each term of the predicate that bounds no key, with the reason."""
+    return [f"'{t}': {b}" for t in _terms(predicate) if isinstance(b := _bound(t, floats), str)]
+
+
 def _terms(e: Expr) -> list[Expr]:
     if isinstance(e, BinOp) and e.op == "||":
         return _terms(e.lhs) + _terms(e.rhs)
     return [e]
 
 
-def _bound(term: Expr) -> tuple[str, Expr] | str:
+def _bound(term: Expr, floats: frozenset[str] | set[str] = frozenset()) -> tuple[str, Expr] | str:
     """("lower", e): the term masks kv_idx < e; ("upper", e): it masks kv_idx > e; else why not."""
     if not (isinstance(term, BinOp) and term.op in _FLIPPED):
         return "only comparisons (<, <=, >, >=) of kv_idx with a bound are read"
@@ -89,7 +95,7 @@ def _bound(term: Expr) -> tuple[str, Expr] | str:
         op, lhs, rhs = _FLIPPED[op], rhs, lhs
     if lhs != Var(KEY):
         return "one side must be kv_idx itself"
-    why = _not_a_bound(rhs)
+    why = _not_a_bound(rhs, floats)
     if why:
         return why
     if op == "<":
@@ -101,13 +107,16 @@ def _bound(term: Expr) -> tuple[str, Expr] | str:
     return "upper", BinOp("-", rhs, Const(1))
 
 
-def _not_a_bound(e: Expr) -> str | None:
-    """Why `e` cannot bound kv_idx: it reads kv_idx, divides, or may fall as q_idx grows."""
+def _not_a_bound(e: Expr, floats: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """Why `e` cannot bound kv_idx: it reads kv_idx, divides, is not an integer, or may fall as q_idx grows."""
     for x in subexprs(e):
         if x == Var(KEY):
             return "the bound reads kv_idx"
         if isinstance(x, BinOp) and x.op in ("/", "%"):
             return "a bound with / or % is not read (it would become part of a loop bound, where / rounds up)"
+        if isinstance(x, Const) and isinstance(x.value, float) or isinstance(x, Var) and x.name in floats or \
+                isinstance(x, Index) and x.base.name in floats:
+            return "a bound that is not an integer is not read (tiles are counted in whole keys)"
     if _slope(e) is None:
         return "the bound may fall as q_idx grows"
     return None

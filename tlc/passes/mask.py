@@ -32,12 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from tlc.expr import BinOp, Call, Const, Expr, ExprError, Var, eval_expr
+from tlc.expr import BinOp, Call, Const, Expr, ExprError, Var, eval_expr, rewrite
 from tlc.ir.graph import Graph
-from tlc.ir.ops import CopyOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
+from tlc.ir.ops import CopyOp, ElementwiseOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
-from tlc.passes.key_window import KeyWindow, key_window
+from tlc.passes.key_window import KeyWindow, key_window, unread_terms
 from tlc.passes.masked_trips import masked_trip_changes
 from tlc.names import fresh_value_name
 from tlc.passes.tile_origin import Origin, origin, row_source
@@ -49,6 +49,7 @@ class MaskPass(Pass):
     name: ClassVar[str] = "mask"
 
     def apply(self, ctx: PassContext, graph: Graph) -> None:
+        _refuse_masks_no_softmax_reads(ctx, graph)
         refused = _refuse_stores_elsewhere(ctx, graph)
         for region, op in list(graph.walk()):
             if isinstance(op, LoopOp) and op.body is not None:
@@ -78,6 +79,12 @@ def _plus_1(e: Expr) -> Expr:
     if isinstance(e, BinOp) and e.op == "-" and e.rhs == Const(1):
         return e.lhs
     return BinOp("+", e, Const(1))
+
+
+def _floored(e: Expr) -> Expr:
+    """`e` with each `/` spelled `floor_div`: an expression placed in a loop's stop keeps the floor its `/`
+    means where it was written (a tile height `BN / 2`), instead of the stop's rounding up (LANGUAGE.md §5)."""
+    return rewrite(e, lambda x: Call("floor_div", (x.lhs, x.rhs)) if isinstance(x, BinOp) and x.op == "/" else x)
 
 
 def _at_least_0(e: Expr) -> Expr:
@@ -113,6 +120,22 @@ def _same(root: Graph, a: Expr | None, b: Expr | None) -> bool:
         return eval_expr(a, env) == eval_expr(b, env)
     except ExprError:
         return False
+
+
+def _refuse_masks_no_softmax_reads(ctx: PassContext, root: Graph) -> None:
+    """A mask gives scores no weight by setting them to −∞ before a softmax (or its row max) reads them. One no
+    softmax reads, through elementwise ops and other masks (`Compute Mask P` on the probabilities), would send
+    −∞ into the next GEMM, and the positions past a tensor's end, which the kernel loads as zeros where the
+    program has none, would turn into −∞ · 0 = NaN there: refused at its line."""
+    for region, op in root.walk():
+        if not isinstance(op, MaskOp):
+            continue
+        reads = [u for _, u in region.users_from(op.result, lambda u: isinstance(u, (MaskOp, ElementwiseOp)))]
+        if any(isinstance(u, SoftmaxOp) or isinstance(u, RowReduceOp) and u.fn == "max" for u in reads):
+            continue
+        ctx.error(f"'{op.operands[0].base}' is masked, but no softmax reads it: a mask sets scores to −∞ so "
+                  "that the softmax gives them no weight; mask the scores before 'Compute Softmax' (to drop "
+                  "probabilities, multiply them by 0)", op.loc)
 
 
 def _refuse_stores_elsewhere(ctx: PassContext, root: Graph) -> set[int]:
@@ -218,10 +241,13 @@ class _LoopMasks:
         (tlc/passes/key_window.py): the mask applies only in partial trips, and the loop runs only from
         the first to the last trip that is not empty."""
         assert mask.predicate is not None
-        window = key_window(mask.predicate)
+        floats = {n for n, k in self.root.inputs.items() if k != "int"} | {
+            n for n, v in self.root.params.items() if isinstance(v, float)} | {
+            n for n, t in self.root.tensor_inputs.items() if t.kind == "float"}
+        window = key_window(mask.predicate, floats)
         if rows is None or window is None:
             why = "the scores' rows do not come from a tiled load" if rows is None else \
-                "no term compares kv_idx with a bound"
+                "no term bounds the keys a row sees (" + "; ".join(unread_terms(mask.predicate, floats)) + ")"
             self.ctx.remark(f"predicate mask in every trip: {why}", mask.loc)
             return
         var, tile = self.loop.var, cols.tile
@@ -260,7 +286,7 @@ class _LoopMasks:
                 start = Call("max", (start, skip))
             said.append(f"starts at {skip}")
         if last is not None:
-            end = Call("cdiv", (_at_least_0(_plus_1(last)), tile))
+            end = _floored(Call("cdiv", (_at_least_0(_plus_1(last)), tile)))
             if not _bounded_by(stop, "min", end):
                 stop = Call("min", (stop, end))
             said.append(f"stops at {end}")
@@ -286,7 +312,7 @@ class _LoopMasks:
         if why:
             self.ctx.remark(msg + f"; loop bound kept: {why}", mask.loc)
             return
-        cut = _cdiv(_add(rows.end, shift), cols.tile)
+        cut = _floored(_cdiv(_add(rows.end, shift), cols.tile))
         assert self.loop.stop is not None
         new_loop = replace(self.loop, stop=Call("min", (self.loop.stop, cut)))
         self.region.replace(self.loop, new_loop)

@@ -26,6 +26,7 @@ from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.graph import Graph
 from tlc.ir.interpreter import InterpError, run_program
 from tlc.ir.ops import AllocateOp, CopyOp, ReshapeOp
+from tlc.ir.tensor_inputs import stored_rows
 from tlc.reference import KNOWN_VARIANTS, known_variant
 from tlc.testing.oracle import Oracle, Output, Reference, ReferenceProblem, oracle_for, variant_oracle
 
@@ -102,9 +103,12 @@ def program_info(graph: Graph) -> ProgramInfo:
             continue
         names = _names(op.offset)
         heads = "q" if op.offset is None else "kv" if "group" in names else "q" if names else "one"
-        seq = [bool(_names(d) & set(ints)) for d in op.shape]
+        held = tuple(stored_rows(d) if i == 0 else d for i, d in enumerate(op.shape))   # the rows there are
+        if any(isinstance(d, str) for d in held):
+            continue   # the lowering refused it
+        seq = [bool(_names(d) & set(ints)) for d in held]
         transposed = len(seq) == 2 and not seq[0] and seq[1]
-        tensors.append(TensorInfo(op.name, tuple(op.shape), heads, transposed, op.name in stored))
+        tensors.append(TensorInfo(op.name, held, heads, transposed, op.name in stored))
     env = _param_env(graph)
     dims = {t.name: t.dims for t in tensors}
     tiles = [1]  # the tile extents along sequence axes: the dims that coordinates step over
