@@ -11,6 +11,7 @@ from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.ops import ReshapeOp
 from tests.frontend.document_reference import document_reference, kv_lengths_reference
+from tests.frontend.lse_reference import lse_reference
 from tests.frontend.window_reference import window_reference
 from tlc.testing import Shapes, check_interpreter, program_info
 
@@ -24,7 +25,8 @@ SMALL = {"HeadDim": "5", "DQK": "7", "DV": "3", "K1": "5", "N2": "3", "BM": "3",
 # a float64 reference of the test's own.
 OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.params["Window"]),
                  "document_mask_fwd.tl": lambda graph: document_reference(graph.params["Causal"], graph.params["Align"]),
-                 "kv_lengths_fwd.tl": lambda graph: kv_lengths_reference(graph.params["Causal"])}
+                 "kv_lengths_fwd.tl": lambda graph: kv_lengths_reference(graph.params["Causal"]),
+                 "mha_lse_fwd.tl": lambda graph: lse_reference(graph.params["Causal"], graph.params["Align"])}
 
 # (batch, heads, kv_heads, seqlen_q, seqlen_k): 1, exact tiles, ragged tails, q != k, GQA groups.
 SIZES = [(1, 1, 1, 1, 1), (1, 2, 1, 3, 8), (2, 4, 2, 7, 9), (1, 2, 2, 10, 3), (1, 3, 1, 1, 13)]

@@ -104,6 +104,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "sliding_window128": ("sliding_window_fwd", {"Window": "200"}),
     "documents128_causal": ("document_mask_fwd", {"Causal": "true"}),
     "kv_lengths128_causal": ("kv_lengths_fwd", {"Causal": "true"}),   # cp.async: TMA would read the unseen rows
+    "lse128_causal": ("mha_lse_fwd", {"Causal": "true"}),
+    "lse64_bm192_causal_br": ("mha_lse_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Causal": "true",
+                                              "Align": "bottom_right"}),
     "gqa256_bn64_causal_l2_prefetch_next": ("gqa_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
                                                         "L2Sections": "true", "PrefetchNext": "true"}),
 }

@@ -51,6 +51,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     # a key length per sequence as the row extent of K and V: the rows past it NaN, never read
     "kv_lengths64": ("kv_lengths_fwd", {"HeadDim": "64"}),
     "kv_lengths64_causal": ("kv_lengths_fwd", {"HeadDim": "64", "Causal": "true"}),
+    # a row vector output: each row's log-sum-exp, fp32 (batch, heads, rows)
+    "lse64": ("mha_lse_fwd", {"HeadDim": "64"}),
+    "lse64_causal_br": ("mha_lse_fwd", {"HeadDim": "64", "Causal": "true", "Align": "bottom_right"}),
 }
 
 

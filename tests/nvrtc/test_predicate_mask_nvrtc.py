@@ -62,3 +62,15 @@ def test_kv_lengths_row_extent_compiles(arch: str, tmp_path, monkeypatch) -> Non
     assert meta["arch"] == arch and not meta["cached"] and meta["ptxas"].get("spill_store_bytes", 0) == 0
     source = (tmp_path / "kv_lengths_fwd.cu").read_text()
     assert "tlc::min(((batch_idx >= 0 && batch_idx < p.batch) ? p.kv_lengths_ptr[batch_idx] : 0), p.seqlen_k)" in source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+def test_a_row_vector_store_compiles(arch: str, tmp_path, monkeypatch) -> None:
+    """specs/mha_lse_fwd.tl: the log-sum-exp stored as an fp32 row vector (RowStoreOp) on both targets."""
+    monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path / "cache"))
+    defines = {"HeadDim": "64", "Causal": "true"}
+    meta = build_one(str(SPEC.parent / "mha_lse_fwd.tl"), arch, str(tmp_path), defines)
+    assert meta["arch"] == arch and not meta["cached"] and meta["ptxas"].get("spill_store_bytes", 0) == 0
+    source = (tmp_path / "mha_lse_fwd.cu").read_text()
+    assert "float* LSE_ptr;" in source and "gLSE_rows(row) = " in source

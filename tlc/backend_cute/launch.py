@@ -213,10 +213,11 @@ def _check_aligned(t, arg: TensorArg) -> None:
 class _Plan:
     """What a call's geometry (shapes, strides, dtypes, device, runtime Inputs) fixes, checked once: the outputs'
     shapes, the parameter struct with every field but the data pointers, the grid, the loaded module."""
-    __slots__ = ("shapes", "dtype", "device", "template", "grid", "loaded", "descriptors")
+    __slots__ = ("shapes", "dtype", "dtypes", "device", "template", "grid", "loaded", "descriptors")
 
-    def __init__(self, shapes, dtype, device, template=None, grid=None, loaded=None) -> None:
+    def __init__(self, shapes, dtype, device, template=None, grid=None, loaded=None, dtypes=None) -> None:
         self.shapes, self.dtype, self.device = shapes, dtype, device
+        self.dtypes = dtypes or [dtype] * len(shapes)   # each output's: the inputs', fp32 for a row vector
         self.template, self.grid, self.loaded = template, grid, loaded   # None: the outputs are empty, no launch
         self.descriptors = Recent(_PLAN_TEMPLATES)   # the template with the TMA slots in, by the pointers they encode
 
@@ -426,21 +427,24 @@ class Kernel:
         dev, dtype = tensors[0].device, tensors[0].dtype
         if self.abi.tensor_inputs:
             self._check_tensor_inputs(runtime or {}, dev, env, dims)
-        shapes, strides = [], []
+        shapes, strides, dtypes = [], [], []
         for i, arg in enumerate(self.outputs):
             rows = int(arg.rows) if arg.rows.isdigit() else env.get(arg.rows)
             if rows is None:
                 raise fail(f"the rows of output {arg.name} ({arg.rows}) are not set by any input tensor")
-            shape = (dims["batch"], dims["heads"], rows, arg.cols)
+            # a row vector (cols 0: the log-sum-exp of each row) is (batch, heads, rows) of fp32
+            shape = (dims["batch"], dims["heads"], rows) + ((arg.cols,) if arg.cols else ())
+            odt = torch.float32 if arg.dtype == "fp32" else dtype
             if out is not None and i == 0:
-                if tuple(out.shape) != shape or out.stride(-1) != 1:
-                    raise fail(f"out must be {shape} with a contiguous last dimension")
+                if tuple(out.shape) != shape or out.stride(-1) != 1 or out.dtype != odt:
+                    raise fail(f"out must be {odt} {shape} with a contiguous last dimension")
                 strides.append(out.stride())
             else:   # what torch.empty will give it
-                strides.append(torch.empty(shape, dtype=dtype, device="meta").stride())
+                strides.append(torch.empty(shape, dtype=odt, device="meta").stride())
             shapes.append(shape)
+            dtypes.append(odt)
         if all(math.prod(shape) == 0 for shape in shapes):
-            return _Plan(shapes, dtype, dev)
+            return _Plan(shapes, dtype, dev, dtypes=dtypes)
         values = dict(env, **dims)
         if TILE_COUNTER in self._filled:
             values[TILE_COUNTER] = 0   # each launch's own zeroed counter (_run)
@@ -451,7 +455,7 @@ class Kernel:
             for which, stride in zip(("batch", "head", "row"), stride3[:3]):
                 values[arg.stride(which)] = stride
         params, grid, loaded = self._prepare(values, dev)
-        return _Plan(shapes, dtype, dev, bytes(params), grid, loaded)
+        return _Plan(shapes, dtype, dev, bytes(params), grid, loaded, dtypes)
 
     def _run(self, plan: _Plan, tensors, out, runtime: Mapping | None = None):
         """Launch a planned call: allocate the outputs, fill in the data pointers (the tensor Inputs' too) and
@@ -459,8 +463,8 @@ class Kernel:
         import torch
         for arg, t in zip(self.inputs, tensors):
             _check_aligned(t, arg)
-        outs = [out if (out is not None and i == 0) else torch.empty(shape, dtype=plan.dtype, device=plan.device)
-                for i, shape in enumerate(plan.shapes)]
+        outs = [out if (out is not None and i == 0) else torch.empty(shape, dtype=odt, device=plan.device)
+                for i, (shape, odt) in enumerate(zip(plan.shapes, plan.dtypes))]
         if plan.template is not None:
             bound = {arg.ptr: t for arg, t in zip(self.inputs + self.outputs, (*tensors, *outs))}
             bound.update(runtime or {})

@@ -205,6 +205,8 @@ class Interpreter:
 
     def store(self, op: CopyOp, tile: Tile, ref: GlobalRef, env) -> GlobalRef:
         t = ref.slice
+        if t.dim() == 1:
+            return self.store_rows(op, tile, ref, env)
         rows, cols = self._index(op, env, tuple(t.shape))
         if tile.data.shape != (len(rows), len(cols)):
             raise InterpError(f"stores a {tuple(tile.data.shape)} tile into a {(len(rows), len(cols))} window", op)
@@ -214,6 +216,25 @@ class Interpreter:
                 continue
             sel = keep[i]
             t[rows[i], cols[sel]] = tile.data[i, sel].to(t.dtype)
+        return ref
+
+    def store_rows(self, op: CopyOp, tile: Tile, ref: GlobalRef, env) -> GlobalRef:
+        """A row vector into a global vector (rows only): each present row at its position, those past the
+        vector's end (or absent) not written."""
+        t = ref.slice
+        if tile.data.dim() != 1:
+            raise InterpError(f"stores a {tuple(tile.data.shape)} tile into a global vector; store a row vector", op)
+        height = int(self.eval(op.tile[0], env, op)) if op.tile else t.shape[0]
+        first = int(self.eval(dict(op.coord).get("L", 0), env, op)) * height if op.coord else 0
+        if op.from_end:
+            first = t.shape[0] - (int(self.eval(dict(op.coord).get("L", 0), env, op)) + 1) * height
+        if tile.data.shape[0] != height:
+            raise InterpError(f"stores a row vector of {tile.data.shape[0]} rows into a {height}-row window", op)
+        valid = tile.valid if tile.valid.dim() == 1 else tile.valid.all(dim=-1)
+        for i in range(height):
+            row = first + i
+            if 0 <= row < t.shape[0] and bool(valid[i]):
+                t[row] = tile.data[i].to(t.dtype)
         return ref
 
     def op_ScalarOp(self, op: ScalarOp, args, vals, env):

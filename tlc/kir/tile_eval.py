@@ -78,7 +78,7 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
     dims = {"batch": batch, "heads": heads, "group": heads // kv}
     for arg in abi.tensors:
         if arg.output:
-            shape = (batch, heads, _rows(arg, env), arg.cols)
+            shape = (batch, heads, _rows(arg, env), arg.cols) if arg.cols else (batch, heads, _rows(arg, env))
             given = tensors.get(arg.name)
             if given is not None and tuple(given.shape) != shape:
                 raise TileEvalError(f"output {arg.name} must be {shape}, got {tuple(given.shape)}")

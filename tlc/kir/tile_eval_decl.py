@@ -89,7 +89,8 @@ def _global(blk: Block, op: K.GlobalTensorOp) -> None:
     if dtype != op.dtype:
         raise TileFault(f"{op.name} reads {name} as {op.dtype}, but the launch binds it as {dtype}")
     offset, rows = blk.integer(op.offset), blk.integer(op.rows)
-    real_rows, real_cols = storage.shape[2], storage.shape[3]
+    real_rows = storage.shape[2]
+    real_cols = storage.shape[3] if storage.dim() == 4 else 0   # a row vector (batch, heads, rows)
     if isinstance(op.rows, Var) or isinstance(op.rows, Const):
         if rows != real_rows:
             raise TileFault(f"{op.name} declares {rows} rows; the bound tensor {name} has {real_rows}")

@@ -24,7 +24,7 @@ DIM_FIELDS = (("batch", "i32"), ("heads", "i32"), ("group", "i32"))
 @dataclass(frozen=True)
 class TensorArg:
     """One global tensor: `rows` is a runtime Input name or a number, `head` the offset
-    expression (over head_idx and group) choosing its head."""
+    expression (over head_idx and group) choosing its head; `cols` 0: a row vector (batch, heads, rows)."""
 
     name: str
     dtype: str
@@ -112,15 +112,20 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
         if not (isinstance(op, AllocateOp) and op.space == "global"):
             continue
         check_ident(op.name, "tensor name")
-        if len(op.shape) != 2:
-            raise fail(f"tlc build: a global tensor is (rows, cols); '{op.name}' has {len(op.shape)} dimensions",
-                       op.loc)
+        if len(op.shape) not in (1, 2):
+            raise fail(f"tlc build: a global tensor is (rows, cols), or (rows) for a row vector; '{op.name}' has "
+                       f"{len(op.shape)} dimensions", op.loc)
         dtype = op.result.type.dtype or str(graph.params.get("dtype", "bf16"))
-        if dtype not in ("bf16", "fp16"):
+        if len(op.shape) == 1:   # a row vector per (batch, head): fp32, stored (the log-sum-exp of each row)
+            if dtype != "fp32" or op.name not in stored:
+                raise fail(f"tlc build: global vector '{op.name}' ({dtype}) must be an fp32 output (a row vector the "
+                           "program stores, `Allocate LSE in global (seqlen_q) as fp32`); reading one is not "
+                           "supported yet", op.loc)
+        elif dtype not in ("bf16", "fp16"):
             raise fail(f"tlc build: global tensor '{op.name}' is {dtype}; tlc's kernels read and write "
-                       "bf16 or fp16 tensors", op.loc)
-        tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc),
-                                 int_value(op.shape[1], op.loc, f"the columns of '{op.name}'"),
+                       "bf16 or fp16 tensors (fp32 only as a row vector output)", op.loc)
+        cols = 0 if len(op.shape) == 1 else int_value(op.shape[1], op.loc, f"the columns of '{op.name}'")
+        tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc), cols,
                                  str(op.offset) if op.offset is not None else "head_idx", op.name in stored))
     if not any(t.output for t in tensors):
         raise fail("tlc build: the program stores no global tensor (add `Copy O (…) in coordinate [L = block_idx] "

@@ -61,7 +61,9 @@ class LowerTileOpsPass(Pass):
         if state is None or state.arch.name != arch:
             state = start_state(ctx, arch, name=kernel_name(graph.file))
         if state.lse:
-            raise fail("tlc build: the log-sum-exp output is not lowered from TL programs yet; build without lse")
+            raise fail("tlc build: lse=True adds no output: a program stores its log-sum-exp itself, as a row "
+                       "vector (`Allocate LSE in global (seqlen_q) as fp32`, LSE = m + log(l), "
+                       "specs/mha_lse_fwd.tl); build without lse")
         lowering = TileOpLowering(graph, state.arch, state.name)
         state.kir, state.abi = lowering.run(), lowering.abi
         state.partial_copies = list(lowering.partial_copies)

@@ -12,7 +12,7 @@ from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp
 from tlc.kir import ops as K
-from tlc.kir.expr import BinOp, Var
+from tlc.kir.expr import BinOp, Const, Var
 from tlc.lowering.storage import Buffer, Slot
 from tlc.lowering.tile_copies import kblock, padded
 
@@ -45,6 +45,17 @@ def lower_allocate(cx: TileOpLowering, op: AllocateOp, region: Graph, out: list[
 
 def _global_view(cx: TileOpLowering, op: AllocateOp) -> None:
     t = next(t for t in cx.abi.tensors if t.name == op.name)
+    if t.cols == 0:   # a row vector (batch, heads, rows): rows at stride 1
+        head = cx.x.lower(op.offset if op.offset is not None else A.Name("head_idx"), op.loc)
+        offset = BinOp("+", BinOp("*", Var("batch_idx"), Var(f"p.{t.stride('batch')}")),
+                       BinOp("*", head, Var(f"p.{t.stride('head')}")))
+        name = cx.names.fresh(f"m{op.name}")
+        cx.decls.append(K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset,
+                                         rows=cx.x.lower(op.shape[0], op.loc), cols=0,
+                                         row_stride=Const(1), loc=op.loc))
+        cx.global_rows[name] = cx.x.lower(op.shape[0], op.loc)
+        cx.bind(op.result, Slot("global", name, cols=0, region=-1, logical_cols=0))
+        return
     if t.cols % 8:
         raise fail(f"tlc build: global tensor '{op.name}' has {t.cols} columns; rows are copied in 16-byte "
                    "chunks, so the width must be a multiple of 8 (pad the tensor)", op.loc)

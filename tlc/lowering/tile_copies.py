@@ -171,11 +171,42 @@ def _load(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
                             logical_cols=logical))
 
 
+def _store_rows(cx: TileOpLowering, op: CopyOp, src: Slot, g: Slot, out: list[K.Op]) -> None:
+    """A row vector (the block's rows: a softmax statistic, a log-sum-exp) into a global vector: the lanes that
+    hold column 0 of the row layout write their rows, those past the vector's end skipped (RowStoreOp)."""
+    if g.cols:
+        raise fail(f"tlc build: '{op.operands[0].base}' is a row vector; store it into a global vector "
+                   f"(`Allocate {op.operands[1].base} in global (rows) as fp32`), not a (rows, cols) tensor", op.loc)
+    tile = [cx.x.int_value(d, op.loc, "the copied tile") for d in (op.tile or ())]
+    if tile != [src.rows]:
+        raise fail(f"tlc build: the copied tile is {tuple(tile)} but row vector '{op.operands[0].base}' has "
+                   f"{src.rows} rows; copy ({src.rows}) at [L = …]", op.loc)
+    coord = dict(op.coord)
+    if set(coord) - {"L"} or op.from_end:
+        raise fail("tlc build: a row vector is stored at [L = …] (tiles counted from the start); other "
+                   "coordinates are not supported yet", op.loc)
+    if cx.warp_plan.replicas > 1:
+        raise fail(f"tlc build: row vector '{op.operands[0].base}' is computed by every warp group alike (a block "
+                   f"of {src.rows} rows on {cx.warps} warps); storing it is not supported — use more rows per "
+                   "block or fewer warps", op.loc)
+    r = cx.x.lower(coord.get("L", A.Num(0)), op.loc)
+    mma, cols = cx.warp_plan.row_layout()
+    ident = cx.identity(src.rows, cols)
+    rc = cx.partition(("C", ident, mma), f"tR{ident}", cx.warp_plan.slice_of(mma), "partition_C", Var(ident))
+    tile_view = cx.names.fresh("g" + g.name[1:] + "_rows")
+    out += [K.GlobalTileOp(name=tile_view, src=g.name, tile=(src.rows,), coord=(r,), loc=op.loc),
+            K.RowStoreOp(dst=tile_view, vec=src.name, coord=rc,
+                         row_limit=BinOp("-", cx.global_rows[g.name], BinOp("*", r, Const(src.rows))), loc=op.loc)]
+    cx.bind(op.result, Slot("global", g.name, cols=0, region=-1, logical_cols=0))
+
+
 def _store(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
     src = cx.slot(op.operands[0], op)
     g = cx.slot(op.operands[1], op)
     if g.kind != "global":
         raise fail("tlc build: a copy to global writes a global tensor", op.loc)
+    if src.kind == "row":
+        return _store_rows(cx, op, src, g, out)
     if src.kind != "frag":
         raise fail(f"tlc build: '{op.operands[0].base}' is not an accumulator tile; the lowering stores "
                    "fp32 register tiles (GEMM results) to global", op.loc)

@@ -71,6 +71,10 @@ class WarpPlan:
         """The fragment whose rows the block's row vectors follow: `tiled_mma`'s, 16 columns wide."""
         return K.FragmentOp(name=name, mma=ROW_MMA, role="C", dtype="fp32", shape=(rows, 16))
 
+    def row_layout(self) -> tuple[str, int]:
+        """(TiledMMA, columns) of the row reference fragment: what a row vector's row coordinates come from."""
+        return ROW_MMA, 16
+
     def decls(self, atom: str) -> list[K.Op]:
         out: list[K.Op] = [K.TiledMmaOp(name=ROW_MMA, atom=atom, warps=(self.warps_m, 1, 1),
                                         tile=(16 * self.warps_m, 16, 16), thread_slice=SLICES[ROW_MMA],
@@ -144,6 +148,10 @@ class WgmmaPlan:
     def row_reference(self, name: str, rows: int) -> K.Op:
         """Any wgmma accumulator of the block's rows lays its rows out alike: the first GEMM's."""
         return self.accumulator(name, self.row_mma, (rows, self.row_n))
+
+    def row_layout(self) -> tuple[str, int]:
+        """(TiledMMA, columns) of the row reference fragment: what a row vector's row coordinates come from."""
+        return self.row_mma, self.row_n
 
     def decls(self, atom: str) -> list[K.Op]:
         return []
