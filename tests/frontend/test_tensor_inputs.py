@@ -112,7 +112,7 @@ def test_an_index_outside_its_dimension_reads_0_and_a_wrong_shape_is_refused() -
 def test_the_mask_pass_stops_the_loop_at_the_key_length_read_from_a_tensor() -> None:
     graph, _ = compile_graph(SPEC.read_text(), "d.tl", defines=SMALL)
     (loop,) = [op for _, op in graph.walk() if isinstance(op, LoopOp)]
-    assert str(loop.stop) == "min(seqlen_k / BN, cdiv(max(kv_lengths[batch_idx], 0), BN))"
+    assert str(loop.stop) == "min(seqlen_k / BN, floor_div(max(kv_lengths[batch_idx] - 1, -1), BN) + 1)"
 
 
 # ------------------------------------------------------------------ the kernel IR and the emitted CuTe
@@ -303,3 +303,78 @@ def test_sm90a_loads_a_tensor_seen_to_a_runtime_extent_by_cp_async() -> None:
     assert not any(isinstance(op, H.TmaDescriptorOp) for op in K.walk(kir))
     assert any(type(op).__name__.startswith("Wgmma") for op in K.walk(kir))
     assert protocol_problems(kir) == []
+
+
+# ------------------------------------------------------------------ review regressions
+
+
+@pytest.mark.parametrize("text, where, message", [
+    (with_lines("Input x : int32[2.5]\n"), "22:1", "a tensor Input's dimension is a whole number of elements, not '2.5'"),
+    (with_lines("Input x : int32[-3]\n"), "22:1", "a tensor Input's dimension is a whole number of elements, not '-3'"),
+    (with_lines("Input x : int32[batch]\n", mask="kv_idx > x[scale]"), "43:24",
+     "'x[scale]' indexes with 'scale', which is not an integer"),
+    (with_lines("Input w : fp32[batch]\n", loop="for n = 0:w[batch_idx] / BN"), "36:1",
+     "the loop bound 'w[batch_idx] / BN' reads 'w[batch_idx]', which is not an integer"),
+])
+def test_what_is_not_a_whole_number_is_refused(text: str, where: str, message: str) -> None:
+    found = errors(text)
+    assert any(f"t.tl:{where}:" in e and message in e for e in found), found
+
+
+def _sm90_against_interpreter(text: str, runtime_of, sizes, defines=SMALL) -> None:
+    graph, _ = compile_graph(text, "r.tl", defines=defines)
+    state, _ = run_lowering(graph, "sm_90", name="r")
+    for sq, sk in sizes:
+        t, runtime = kv_inputs(sq, sk, sq + sk)
+        runtime.update(runtime_of(sq, sk))
+        want = run_program(graph, dict(t, O=torch.full((3, 4, sq, 32), float("nan"), dtype=torch.float64)), runtime)
+        got = evaluate_program(state.kir, state.abi, t, runtime)
+        assert torch.isfinite(got["O"]).all() == torch.isfinite(want["O"]).all()
+        err = (got["O"] - want["O"]).nan_to_num(0.0).abs().max().item()
+        assert err <= 1e-2 * max(1.0, want["O"].nan_to_num(0.0).abs().max().item()), (sq, sk, err)
+
+
+def test_a_division_in_a_dimension_floors_in_a_loop_bound_too() -> None:
+    """`int32[batch, seqlen_q / 2]` read in a loop's stop: the element's position floors its `/` (the stop rounds
+    only its own up), in the interpreter and the kernel alike."""
+    text = KV_SPEC.read_text().replace("Input kv_lengths : int32[batch]", "Input kv_lengths : int32[batch]\n"
+                                       "Input t2 : int32[batch, seqlen_q / 2]").replace(
+        "for n = 0:min(kv_lengths[batch_idx], seqlen_k) / BN", "for n = 0:min(t2[batch_idx, 1], seqlen_k) / BN")
+    t2 = lambda sq, sk: {"t2": torch.arange(3 * (sq // 2), dtype=torch.int32).reshape(3, sq // 2) % (sk + 1)}
+    _sm90_against_interpreter(text, t2, [(17, 33), (4, 40)])
+    source = emit_text(text.encode(), "r.tl", "sm_90", SMALL, "cute", line_directives=False)
+    assert "p.t2_ptr[batch_idx * tlc::floor_div(p.seqlen_q, 2) + 1]" in source
+
+
+def test_a_causal_mask_over_a_tensor_seen_to_an_extent_shifts_by_the_rows_held() -> None:
+    """bottom-right: the diagonal's shift is seqlen_k − seqlen_q (the Inputs, R of min(E, R)), as written."""
+    text = KV_SPEC.read_text().replace(
+        "  Compute Mask S where kv_idx > q_idx + min(kv_lengths[batch_idx], seqlen_k) - seqlen_q and get new S when Causal",
+        "  Compute Mask S causal bottom_right and get new S")
+    _sm90_against_interpreter(text, lambda sq, sk: {}, [(70, 45), (17, 33), (45, 70)])
+
+
+def test_a_bound_read_as_the_largest_int_does_not_overflow_the_derived_trips() -> None:
+    """kv_idx > x[b] with x = 2^31 − 1 (a sentinel): the stop and the first partial trip are spelled without
+    a + 1 on the bound (floor_div(max(x, -1), BN) + 1), which C's int would overflow."""
+    text = with_lines("Input x : int32[batch]\n", mask="kv_idx > x[batch_idx]")
+    source = emit_text(text.encode(), "t.tl", "sm_90", SMALL, "cute", line_directives=False)
+    assert "tlc::floor_div(tlc::max(((batch_idx >= 0 && batch_idx < p.batch) ? p.x_ptr[batch_idx] : 0), -1), 32) + 1" \
+        in source
+    assert "p.x_ptr[batch_idx] : 0) + 1" not in source
+
+
+def test_the_launcher_refuses_an_input_the_kernel_does_not_have(monkeypatch) -> None:
+    from bench.launch_stand_ins import no_gpu, qkv, record
+    from tlc.backend_cute import launch
+    from tlc.backend_cute.compile import CompiledKernel
+
+    no_gpu(monkeypatch.setattr)
+    _, kir, abi = lowered_kv("sm_90a")
+    kernel = launch.Kernel(CompiledKernel(kir, "sm_90a", "", b"", {}, 0.0), abi)
+    kernel._loaded[0] = type("M", (), {"resident_ctas": 132, "function": "f"})()
+    record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
+    q, k, v = qkv(3, 4, 2, 40, 50, False, d=32)
+    lengths = torch.tensor([1, 2, 3], dtype=torch.int32)
+    with pytest.raises(TlcError, match="this kernel has no Input 'scael'; its Inputs are kv_lengths, scale, seqlen_k"):
+        kernel(q, k, v, kv_lengths=lengths, scael=0.1)

@@ -160,10 +160,10 @@ def test_emitted_cute_masks_each_element(arch: str, count: int) -> None:
         assert lines[i - 3:i + 1] == golden[1:] and lines[i - 5].startswith(golden[0])
     if arch == "sm_90":   # the window's key tiles only, and the mask only in its partial trips
         assert ("for (int n = tlc::max(0, tlc::floor_div(tlc::max(block_idx * 64 - 40, 0), 32)); n < tlc::min("
-                "tlc::ceil_div(p.seqlen_k, 32), tlc::ceil_div(tlc::max(tlc::min((block_idx + 1) * 64, p.seqlen_q), "
-                "0), 32)); ++n) {") in lines
-        assert ("if (n >= tlc::floor_div(tlc::max(block_idx * 64 + 1, 0), 32) || n < tlc::ceil_div(tlc::max("
-                "tlc::min((block_idx + 1) * 64, p.seqlen_q) - 1 - 40, 0), 32)) {") in lines
+                "tlc::ceil_div(p.seqlen_k, 32), tlc::floor_div(tlc::max(tlc::min((block_idx + 1) * 64, p.seqlen_q) "
+                "- 1, -1), 32) + 1); ++n) {") in lines
+        assert ("if (n >= tlc::floor_div(tlc::max(block_idx * 64, -1) + 1 - 32, 32) + 1 || n < tlc::ceil_div("
+                "tlc::max(tlc::min((block_idx + 1) * 64, p.seqlen_q) - 1 - 40, 0), 32)) {") in lines
 
 
 def test_emitted_cute_divides_as_the_language_does() -> None:

@@ -36,10 +36,11 @@ def test_a_sliding_window_is_masked_in_partial_trips_and_its_empty_trips_are_cut
     loop, masks, ctx = masked(WINDOW, causal=False)
     assert [m.kind for m in masks] == ["predicate", "bounds"]
     window = masks[0]
-    assert str(window.trips()) == ("n >= floor_div(max(block_idx * BM + 1, 0), BN) || "
+    # floor((q0 + 1) / BN) and cdiv(q_last + 1, BN), spelled so that no int overflows
+    assert str(window.trips()) == ("n >= floor_div(max(block_idx * BM, -1) + 1 - BN, BN) + 1 || "
                                    "n < cdiv(max(min((block_idx + 1) * BM, seqlen_q) - 1 - 20, 0), BN)")
     assert str(loop.start) == "max(0, floor_div(max(block_idx * BM - 20, 0), BN))"
-    assert str(loop.stop) == "min(seqlen_k / BN, cdiv(max(min((block_idx + 1) * BM, seqlen_q), 0), BN))"
+    assert str(loop.stop) == "min(seqlen_k / BN, floor_div(max(min((block_idx + 1) * BM, seqlen_q) - 1, -1), BN) + 1)"
     remark = next(d.message for d in ctx.sink.items if "predicate mask" in d.message)
     assert "full otherwise" in remark and "empty trips cut" in remark
 
@@ -62,7 +63,7 @@ def test_a_predicate_it_cannot_read_stays_in_every_trip_and_keeps_the_loop() -> 
 def test_a_term_it_cannot_read_keeps_the_mask_in_every_trip_but_still_cuts() -> None:
     loop, masks, ctx = masked("  Compute Mask S where kv_idx > q_idx || q_idx == 3 and get new S\n", causal=False)
     assert masks[0].trips() is None                      # a tile may look full and still hold row 3
-    assert str(loop.stop).startswith("min(seqlen_k / BN, cdiv(")   # masking more only empties more tiles
+    assert str(loop.stop).startswith("min(seqlen_k / BN, floor_div(")   # masking more only empties more tiles
     remark = next(d.message for d in ctx.sink.items if "predicate mask" in d.message)
     assert "'q_idx == 3': only comparisons" in remark
 

@@ -360,6 +360,11 @@ class Kernel:
         pointers' alignment and fills them in (the host time of a launch is most of a short call's)."""
         inputs = {k: v for k, v in inputs.items() if v is not None}
         runtime = self._tensor_inputs(inputs)
+        known = {n for n, _ in self.abi.inputs}
+        unknown = sorted(set(inputs) - known)
+        if unknown:   # a misspelt Input (`scael=`) would otherwise be dropped without a word
+            raise fail(f"this kernel has no Input '{unknown[0]}'; its Inputs are "
+                       f"{', '.join(sorted(known | {n for n, _, _ in self.abi.tensor_inputs}))}")
         key = _geometry((*tensors, *runtime.values()), out, inputs)
         if key is None:
             return self._run(self._plan(tensors, out, inputs, runtime), tensors, out, runtime)
@@ -401,6 +406,8 @@ class Kernel:
                            f"{list(t.shape)}")
             if not t.is_contiguous():
                 raise fail(f"tensor Input '{name}' must be contiguous (row-major); call .contiguous()")
+            if t.numel() > _INT32_MAX:   # the kernel indexes its elements with a 32-bit int
+                raise fail(f"tensor Input '{name}' has {t.numel()} elements, more than 2^31 - 1; split the call")
 
     def plan_of(self, tensors, inputs: Mapping) -> _Plan | None:
         """The launch plan an earlier call of this geometry (no `out`) left, or None: what a caller that keeps

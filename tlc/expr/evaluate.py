@@ -157,10 +157,11 @@ def _element(e: Index, env: Mapping[str, object], rules: Rules) -> Number:
     if len(e.indices) != len(shape):
         raise ExprError(f"'{e}' gives {len(e.indices)} index(es) to a tensor of {len(shape)} dimension(s)")
     at = []
+    inner = TL if rules is TL_BOUND else rules   # a loop stop rounds its own `/` up, not the position it reads
     for i in e.indices:
         if isinstance(i, Var) and i.name == "_":
             raise ExprError(f"the slice '{e}' has no scalar value")
-        v = evaluate(i, env, rules)
+        v = evaluate(i, env, inner)
         if not isinstance(v, int) or isinstance(v, bool):
             raise ExprError(f"an index of '{e}' is {v!r}, not an integer")
         at.append(v)

@@ -24,7 +24,7 @@ from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, 
                         SoftmaxOp)
 from tlc.ir.types import (MEMORY_DTYPES, MMA_ROLE, SCALAR, SPACES, TileType, Value, canonical_dtype,
                           dtype_spellings)
-from tlc.expr import subexprs
+from tlc.expr import Index, subexprs
 from tlc.frontend.lower_scopes import assigned_names, sketch_prelude, drop_dead_carried
 from tlc.names import FreshNames
 
@@ -140,6 +140,9 @@ class Lowerer:
             elif len(x.indices) != len(t.dims):
                 self.err(f"'{x}' gives {len(x.indices)} index(es), but '{name}' is {t.text()}: one index per "
                          "dimension", loc)
+            elif any(self.float_part(i) is not None for i in x.indices):
+                bad = next(self.float_part(i) for i in x.indices if self.float_part(i) is not None)
+                self.err(f"'{x}' indexes with '{bad}', which is not an integer: an index is a whole position", loc)
             elif not allowed:
                 self.err(f"{what} cannot read a tensor Input ('{x}'): indexed reads are allowed in loop bounds, "
                          "mask predicates and a global tensor's row extent", loc)
@@ -313,10 +316,30 @@ class Lowerer:
             else:
                 self.graph.inputs[n] = s.kind
 
+    def float_part(self, e: A.Expr) -> str | None:
+        """A part of `e` whose value is not an integer (a float number, Param or Input, an fp32 element), or None."""
+        for x in subexprs(e):
+            if isinstance(x, A.Const) and isinstance(x.value, float):
+                return str(x)
+            if isinstance(x, A.Var) and (self.graph.inputs.get(x.name) == "float"
+                                         or isinstance(self.graph.params.get(x.name), float)):
+                return x.name
+            if isinstance(x, Index) and x.base.name in self.graph.tensor_inputs \
+                    and self.graph.tensor_inputs[x.base.name].kind == "float":
+                return str(x)
+        return None
+
     def input_dims_ok(self, dims: tuple[A.Expr, ...], loc: Loc) -> bool:
         """A dimension is a number, a numeric Param, an int Input or a launch size (batch, heads, kv_heads)."""
         ok = True
         for d in dims:
+            bad = self.float_part(d)
+            value = self.constant(d)
+            if bad is not None or (value is not None and value < 0):
+                self.err(f"a tensor Input's dimension is a whole number of elements, not '{d}'"
+                         + (f" ('{bad}' is not an integer)" if bad is not None else ""), loc)
+                ok = False
+                continue
             for n in sorted(A.expr_names(d)):
                 value = self.graph.params.get(n)
                 if n in DIM_NAMES or self.graph.inputs.get(n) == "int" or (
@@ -566,6 +589,11 @@ class Lowerer:
             return
         self.check_expr(s.start, s.loc, "the loop start", loads_ok=True)
         self.check_expr(s.stop, s.loc, "the loop bound", loads_ok=True)
+        for what, e in (("start", s.start), ("bound", s.stop)):
+            bad = self.float_part(e)
+            if bad is not None:
+                self.err(f"the loop {what} '{e}' reads '{bad}', which is not an integer: a loop counts whole tiles; "
+                         "convert it with a Param or an int Input", s.loc)
         self.check_trips(s)
         assigned = assigned_names(s.body)
         carried: list[tuple[str, str, _Def]] = []

@@ -24,6 +24,11 @@ _KERNEL_CALLS = {"cdiv": "ceil_div"}  # TL spelling → the kernel's
 _NON_NEGATIVE_CALLS = ("floor_div", "ceil_div", "floor_mod", "min", "max")  # of non-negative arguments
 
 
+def _floor_divisions(e: Expr) -> Expr:
+    """`e` with each `/` spelled `floor_div`, so the lowering's round-up rule for loop bounds leaves it alone."""
+    return rewrite(e, lambda x: Call("floor_div", (x.lhs, x.rhs)) if isinstance(x, BinOp) and x.op == "/" else x)
+
+
 class ExprLowering:
     """Lower TL `Expr`s of one program. `scalars` maps TL names (loop variables, scalar values,
     built-ins) to the kernel-IR names they have in the kernel."""
@@ -72,8 +77,10 @@ class ExprLowering:
             t = self.tensor_inputs.get(e.base.name)
             if t is None or len(t.dims) != len(e.indices):
                 raise fail(f"tlc build: '{e}' reads no tensor Input of {len(e.indices)} dimension(s)", loc)
-            at = [self._loads(i, loc) for i in e.indices]
-            dims = [self._dim(d) for d in t.dims]
+            # an element's indices and the tensor's dimensions floor their `/` wherever the read sits (the
+            # stop of a loop rounds its own `/` up, not the position it reads)
+            at = [_floor_divisions(self._loads(i, loc)) for i in e.indices]
+            dims = [_floor_divisions(self._dim(d)) for d in t.dims]
             flat: Expr = at[0]
             for i, d in zip(at[1:], dims[1:]):
                 flat = BinOp("+", BinOp("*", flat, d), i)

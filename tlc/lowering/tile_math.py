@@ -13,6 +13,7 @@ from tlc.diagnostics import fail
 from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
 from tlc.ir.ops import ElementwiseOp, FullOp, MaskOp, Op, ReshapeOp, RowReduceOp, ScalarOp, ScaledExpOp
+from tlc.ir.tensor_inputs import stored_rows
 from tlc.ir.types import Value
 from tlc.kir import ops as K
 from tlc.kir.expr import BinOp, Const, E, Expr, Var, substitute
@@ -106,8 +107,13 @@ def lower_mask(cx: TileOpLowering, op: MaskOp, region: Graph, out: list[K.Op]) -
     else:
         if rows_o.extent is None or cols_o.extent is None:
             raise fail("tlc build: a causal mask needs the lengths of both sequences", op.loc)
-        mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=cx.x.lower(rows_o.extent, op.loc),
-                        sk=cx.x.lower(cols_o.extent, op.loc), causal=True, alignment=op.alignment, bounds=False,
+        # the diagonal's shift is the sequence lengths' difference: the rows the tensors hold (R of an extent
+        # min(E, R) read from a tensor Input), as the interpreter and the mask pass take it
+        held = [stored_rows(o.extent) for o in (rows_o, cols_o)]
+        if any(isinstance(h, str) for h in held):
+            raise fail(f"tlc build: {next(h for h in held if isinstance(h, str))}", op.loc)
+        mask = K.MaskOp(target=dst.name, coord=coord, row0=row0, col0=col0, sq=cx.x.lower(held[0], op.loc),
+                        sk=cx.x.lower(held[1], op.loc), causal=True, alignment=op.alignment, bounds=False,
                         loc=op.loc)
     trips = op.trips()
     if trips is None:

@@ -74,11 +74,18 @@ def _bounded_by(e: Expr, fn: str, bound: Expr) -> bool:
     return False
 
 
-def _plus_1(e: Expr) -> Expr:
-    """e + 1, folding `x - 1 + 1` (the upper bound of `kv_idx >= x`) back to x."""
-    if isinstance(e, BinOp) and e.op == "-" and e.rhs == Const(1):
-        return e.lhs
-    return BinOp("+", e, Const(1))
+def _first_tile_reaching_past(key: Expr, tile: Expr) -> Expr:
+    """The first key tile that reaches past key `key` (0 when key < 0): floor((key + 1) / tile), spelled
+    floor_div(max(key, -1) + 1 - tile, tile) + 1 so that no int overflows, even for key = 2^31 − 1 (a bound
+    read from a tensor Input may hold such a sentinel)."""
+    shifted = BinOp("-", BinOp("+", Call("max", (key, Const(-1))), Const(1)), tile)
+    return BinOp("+", Call("floor_div", (shifted, tile)), Const(1))
+
+
+def _first_tile_wholly_past(key: Expr, tile: Expr) -> Expr:
+    """The first key tile all of whose keys lie past key `key` (0 when key < 0): cdiv(key + 1, tile), spelled
+    floor_div(max(key, -1), tile) + 1 so that no int overflows."""
+    return BinOp("+", Call("floor_div", (Call("max", (key, Const(-1))), tile)), Const(1))
 
 
 def _floored(e: Expr) -> Expr:
@@ -256,8 +263,7 @@ class _LoopMasks:
         if window.exact:   # full tiles: every row sees the whole key tile
             late = window.last_key(q0)
             early = window.first_key(q_last)
-            placed = replace(mask, from_iteration=() if late is None else (
-                                 (var, Call("floor_div", (_at_least_0(_plus_1(late)), tile))),),
+            placed = replace(mask, from_iteration=() if late is None else ((var, _first_tile_reaching_past(late, tile)),),
                              until_iteration=() if early is None else (
                                  (var, Call("cdiv", (_at_least_0(early), tile))),))
             self.body.replace(mask, placed)
@@ -286,7 +292,7 @@ class _LoopMasks:
                 start = Call("max", (start, skip))
             said.append(f"starts at {skip}")
         if last is not None:
-            end = _floored(Call("cdiv", (_at_least_0(_plus_1(last)), tile)))
+            end = _floored(_first_tile_wholly_past(last, tile))
             if not _bounded_by(stop, "min", end):
                 stop = Call("min", (stop, end))
             said.append(f"stops at {end}")
