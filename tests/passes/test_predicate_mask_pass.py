@@ -162,3 +162,33 @@ def test_a_mask_no_softmax_reads_is_refused_at_its_line() -> None:
     before = MHA.replace("  Compute Multiply S, scale and get new S\n",
                          "  Compute Mask S where kv_idx > q_idx and get new S\n  Compute Multiply S, scale and get new S\n")
     run_pipeline(lower_source(before, "pm.tl", defines=DEFINES), DEFAULT_PIPELINE)
+
+
+def test_a_loop_that_may_start_before_the_first_key_tile_starts_at_it() -> None:
+    """`for n = st / BN:…` with st an Input that may be negative: the trips before tile 0 hold only absent keys
+    (as written they add nothing); a kernel would read before the tensor. The pass starts at max(st / BN, 0)."""
+    import torch
+
+    from tlc.ir.interpreter import run_program
+    from tlc.passes.mask import _non_negative
+    from tlc.passes.pipeline import DEFAULT_PIPELINE, run_pipeline
+
+    text = MHA.replace("Input scale : float\n", "Input scale : float\nInput st : int\n").replace(
+        "for n = 0:seqlen_k / BN", "for n = st / BN:seqlen_k / BN")
+    written = lower_source(text, "pm.tl", defines=DEFINES)
+    built = lower_source(text, "pm.tl", defines=DEFINES)
+    run_pipeline(built, DEFAULT_PIPELINE)
+    (loop,) = [op for _, op in built.walk() if isinstance(op, LoopOp)]
+    assert str(loop.start) == "max(st / BN, 0)"
+    g = torch.Generator().manual_seed(3)
+    tensors = {n: torch.randn(1, 2, 21 if n == "Q" else 37, 16, generator=g, dtype=torch.float64) for n in "QKV"}
+    tensors["O"] = torch.full((1, 2, 21, 16), float("nan"), dtype=torch.float64)
+    for st in (-40, -8, -1, 0, 9):
+        scalars = {"seqlen_q": 21, "seqlen_k": 37, "scale": 0.3, "st": st}
+        want, got = run_program(written, tensors, scalars)["O"], run_program(built, tensors, scalars)["O"]
+        assert torch.isfinite(got).all() and (got - want).abs().max().item() < 1e-12, st
+    params = {"BM": 16, "Neg": -1}
+    from tlc.expr import parse_expr
+    assert _non_negative(parse_expr("max(0, block_idx * BM / 8 - 1)"), params)
+    assert not _non_negative(parse_expr("block_idx * BM - 1"), params)
+    assert not _non_negative(parse_expr("Neg"), params) and not _non_negative(parse_expr("st"), params)

@@ -39,6 +39,7 @@ from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
 from tlc.passes.key_window import KeyWindow, key_window, unread_terms
 from tlc.passes.masked_trips import masked_trip_changes
+from tlc.frontend.names import BUILTINS
 from tlc.names import fresh_value_name
 from tlc.passes.tile_origin import Origin, origin, row_source
 from tlc.passes.verify_final import global_allocation
@@ -92,6 +93,23 @@ def _floored(e: Expr) -> Expr:
     """`e` with each `/` spelled `floor_div`: an expression placed in a loop's stop keeps the floor its `/`
     means where it was written (a tile height `BN / 2`), instead of the stop's rounding up (LANGUAGE.md §5)."""
     return rewrite(e, lambda x: Call("floor_div", (x.lhs, x.rhs)) if isinstance(x, BinOp) and x.op == "/" else x)
+
+
+def _non_negative(e: Expr, params) -> bool:
+    """A proof that `e` is >= 0 at run time: numbers, non-negative integer Params, the built-in indices, and
+    sums, products, divisions, min and max of such (max of anything with such); False: not proven."""
+    if isinstance(e, Const):
+        return not isinstance(e.value, bool) and e.value >= 0
+    if isinstance(e, Var):
+        value = params.get(e.name)
+        return e.name in BUILTINS or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+    if isinstance(e, BinOp) and e.op in ("+", "*", "/"):
+        return _non_negative(e.lhs, params) and _non_negative(e.rhs, params)
+    if isinstance(e, Call) and e.fn == "max":
+        return any(_non_negative(a, params) for a in e.args)
+    if isinstance(e, Call) and e.fn in ("min", "cdiv", "floor_div"):
+        return all(_non_negative(a, params) for a in e.args)
+    return False
 
 
 def _at_least_0(e: Expr) -> Expr:
@@ -224,6 +242,27 @@ class _LoopMasks:
         when = f"from trip {self.loop.var} = {limit} / {cols.tile} on" if walking else "in every trip"
         self.ctx.remark(f"bounds: {', '.join(switched) or 'the loads'} zero-fill past the end; scores at "
                         f"columns >= {limit} are masked explicitly, {when}", loc)
+        if walking and not cols.from_end:
+            self.start_at_the_first_tile(mask)
+
+    def start_at_the_first_tile(self, absent: MaskOp) -> None:
+        """A trip before tile 0 holds keys at negative positions: absent in the program, but read from before the
+        tensor by a kernel's loads. When the loop's start is not provably >= 0 it becomes max(start, 0), exact when
+        a trip whose every score is absent (as masked) leaves the carried values as they were; else refused."""
+        start = self.loop.start if self.loop.start is not None else Const(0)
+        if _non_negative(start, self.root.params):
+            return
+        why = masked_trip_changes(self.loop, lambda m: m is absent) if not any(
+            isinstance(o, SoftmaxOp) for o in self.body.ops()) else "its softmax is not online"
+        if why:
+            self.ctx.error(f"loop '{self.loop.var}' may start before the first key tile ('{start}' is not provably "
+                           f">= 0), where every key is absent, but {why}: start it at max({start}, 0)", self.loop.loc)
+            return
+        new_loop = replace(self.loop, start=Call("max", (start, Const(0))))
+        self.region.replace(self.loop, new_loop)
+        self.loop = new_loop
+        self.ctx.remark(f"loop '{self.loop.var}' starts at max({start}, 0): the trips before the first key tile "
+                        "hold no key", self.loop.loc)
 
     def zero_fill(self, rows: Origin | None, limit: Expr, coord: Expr | None = None) -> list[str]:
         """Loads walking with the loop over a tensor of length `limit`, and the query tile."""
