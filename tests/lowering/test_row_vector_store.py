@@ -110,7 +110,7 @@ def test_sm90a_stores_it_from_the_consumers_and_keeps_the_exact_running_max() ->
     ("Allocate LSE in global (seqlen_q) as fp32", "Allocate LSE in global (seqlen_q, 8) as fp32", "lse.tl:33:1",
      "(fp32 only as a row vector output)"),
     ("Copy LSE (BM) in coordinate [L = block_idx] from", "Copy LSE (BM) in coordinate [L = block_idx from end] from",
-     "lse.tl:58:1", "a row vector is stored at [L = …] (tiles counted from the start)"),
+     "lse.tl:58:1", "'LSE' is stored at [L = block_idx from end] of BM-row tiles"),
 ])
 def test_what_a_row_store_cannot_be_is_refused_at_its_line(old: str, new: str, where: str, words: str) -> None:
     text = SPEC.read_text()
@@ -142,3 +142,39 @@ def test_the_lse_switch_points_to_the_program_storing_it() -> None:
     graph, _ = compile_graph(SPEC.read_text(), "lse.tl", defines=SMALL)
     with pytest.raises(TlcError, match="a program stores its log-sum-exp itself, as a row vector"):
         run_lowering(graph, "sm_90", name="lse", lse=True)
+
+
+@pytest.mark.parametrize("coord", ["block_idx - 1", "0"])
+def test_a_row_vector_stored_at_other_rows_than_its_own_is_refused(coord: str) -> None:
+    """LSE's rows are Q's (loaded at [L = block_idx]): stored elsewhere, blocks would write before the vector
+    or on each other's rows (found by review: the 2-D stores' check did not follow m and l)."""
+    text = SPEC.read_text().replace("Copy LSE (BM) in coordinate [L = block_idx]", f"Copy LSE (BM) in coordinate [L = {coord}]")
+    with pytest.raises(TlcError) as info:
+        lowered("sm_90", "false", text)
+    (d,) = [d for d in info.value.diagnostics if d.severity == "error"]
+    assert d.loc.line == 58 and d.message.startswith(f"'LSE' is stored at [L = {coord}] of BM-row tiles") \
+        and "its rows come from 'Q' loaded at [L = block_idx]" in d.message
+
+
+def test_an_output_several_query_heads_would_write_is_refused() -> None:
+    text = SPEC.read_text().replace("Allocate LSE in global (seqlen_q) as fp32 with offset head_idx",
+                                    "Allocate LSE in global (seqlen_q) as fp32 with offset head_idx / group")
+    with pytest.raises(TlcError, match=r"output 'LSE' is written at head `head_idx / group`, so the blocks of several"):
+        lowered("sm_90", "false", text)
+
+
+def test_out_must_be_the_first_outputs_tensor(monkeypatch) -> None:
+    from bench.launch_stand_ins import no_gpu, qkv, record
+    from tlc.backend_cute import launch
+    from tlc.backend_cute.compile import CompiledKernel
+
+    no_gpu(monkeypatch.setattr)
+    _, kir, abi, _ = lowered("sm_90a")
+    kernel = launch.Kernel(CompiledKernel(kir, "sm_90a", "", b"", {}, 0.0), abi)
+    kernel._loaded[0] = type("M", (), {"resident_ctas": 132, "function": "f"})()
+    record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
+    q, k, v = qkv(2, 4, 2, 40, 50, False, d=32)
+    o = torch.empty(2, 4, 40, 32, dtype=torch.bfloat16)
+    with pytest.raises(TlcError, match="out must be a torch.Tensor for the first output, O, got tuple"):
+        kernel(q, k, v, out=(o, torch.empty(2, 4, 40)))
+    assert kernel(q, k, v, out=o)[0] is o

@@ -201,6 +201,11 @@ def _current_stream(device) -> int:
     return raw(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def _is_tensor(t) -> bool:
+    import torch
+    return isinstance(t, torch.Tensor)
+
+
 def _on_gpu(t) -> bool:
     return t.is_cuda
 
@@ -358,6 +363,9 @@ class Kernel:
         """`kernel(q, k, v, scale=None)`: returns the stored tensor (a tuple when several). The first call of a
         geometry checks everything and keeps its launch plan; a later call of that geometry checks its data
         pointers' alignment and fills them in (the host time of a launch is most of a short call's)."""
+        if out is not None and not _is_tensor(out):
+            raise fail(f"out must be a torch.Tensor for the first output, {self.outputs[0].name}, got "
+                       f"{type(out).__name__}; the other outputs are returned")
         inputs = {k: v for k, v in inputs.items() if v is not None}
         runtime = self._tensor_inputs(inputs)
         known = {n for n, _ in self.abi.inputs}

@@ -124,6 +124,10 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
         elif dtype not in ("bf16", "fp16"):
             raise fail(f"tlc build: global tensor '{op.name}' is {dtype}; tlc's kernels read and write "
                        "bf16 or fp16 tensors (fp32 only as a row vector output)", op.loc)
+        if op.name in stored and op.offset is not None and str(op.offset) != "head_idx":
+            raise fail(f"tlc build: output '{op.name}' is written at head `{op.offset}`, so the blocks of several "
+                       "query heads would write the same rows at once; an output takes `with offset head_idx`",
+                       op.loc)
         cols = 0 if len(op.shape) == 1 else int_value(op.shape[1], op.loc, f"the columns of '{op.name}'")
         tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc), cols,
                                  str(op.offset) if op.offset is not None else "head_idx", op.name in stored))

@@ -173,9 +173,14 @@ def _refuse_stores_elsewhere(ctx: PassContext, root: Graph) -> set[int]:
         if not (isinstance(op, CopyOp) and op.dst_space == "global" and op.tile):
             continue
         rows = row_source(root, op.operands[0])
+        alloc = global_allocation(region, op.operands[1])
+        if rows is None and alloc is not None and len(alloc.shape) == 1:
+            ctx.error(f"cannot tell which rows the row vector '{op.operands[0].base}' holds (no single load its rows "
+                      f"come from), so where '{op.operands[1].base}' is stored cannot be checked; compute it from "
+                      "the softmax of scores whose rows come from one load", op.loc)
+            continue
         if rows is None:
             continue
-        alloc = global_allocation(region, op.operands[1])
         extent = alloc.shape[0] if alloc is not None and alloc.shape else None
         coord = dict(op.coord).get("L", Const(0))
         if (_same(root, coord, rows.coord) and _same(root, op.tile[0], rows.tile) and op.from_end == rows.from_end

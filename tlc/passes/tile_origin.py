@@ -119,28 +119,47 @@ def origin(region: Graph, v: Value, axis: int) -> Origin | None:
 
 
 def row_source(root: Graph, v: Value) -> Origin | None:
-    """The global load whose rows the rows of `v` are, followed through GEMMs' A operands, elementwise
-    ops and loops (a loop's result is what its body yields): the rows a store of `v` writes from."""
+    """The global load whose rows the rows of `v` are, followed through GEMMs' A operands, elementwise ops (every
+    tile operand: a row vector `m + log(l)` reaches the scores through either), row reductions and loops (a loop's
+    result is what its body yields; a carried value is its initial value or what the body yields): the rows a
+    store of `v` writes from. None when no load is reached, or when two paths reach loads of different rows."""
     producers = {r.uid: (region, op) for region, op in root.walk() for r in op.results}
-    axis = 0
-    for _ in range(256):
-        found = producers.get(v.uid)
-        if found is None:
-            return None
-        region, op = found
+    carried = {a.uid: (op, i) for _, op in root.walk() if isinstance(op, LoopOp) for i, a in enumerate(op.args[1:])}
+    found: list[Origin] = []
+    stack, seen = [(v, 0)], set()
+    while stack and len(seen) < 4096:
+        v, axis = stack.pop()
+        if (v.uid, axis) in seen:
+            continue
+        seen.add((v.uid, axis))
+        if v.uid in carried:
+            loop, i = carried[v.uid]
+            stack += [(loop.operands[i], axis)] + ([(loop.yields[i], axis)] if i < len(loop.yields) else [])
+            continue
+        if v.uid not in producers:
+            continue
+        region, op = producers[v.uid]
         if isinstance(op, LoopOp):
             i = next(i for i, r in enumerate(op.results) if r is v)
-            if op.body is None or i >= len(op.yields):
-                return None
-            v = op.yields[i]
+            if op.body is not None and i < len(op.yields):
+                stack.append((op.yields[i], axis))
             continue
         if isinstance(op, CopyOp) and op.src_space == "global":
-            return origin(region, v, axis)
+            o = origin(region, v, axis)
+            if o is not None:
+                found.append(o)
+            continue
+        if isinstance(op, (ElementwiseOp, MaskOp)) and axis == 0:
+            stack += [(x, 0) for x in op.operands if x.type.space == "register"]
+            continue
         step = _through(region, v, axis)
-        if step is None:
-            return None
-        v, axis = step
-    return None
+        if step is not None:
+            stack.append(step)
+    first = found[0] if found else None
+    if first is None or any((o.copy is not first.copy) and (str(o.coord), str(o.tile), str(o.extent), o.from_end)
+                            != (str(first.coord), str(first.tile), str(first.extent), first.from_end) for o in found):
+        return None
+    return first
 
 
 def all_users(root: Graph, v: Value) -> list[Op]:
