@@ -44,7 +44,12 @@ def lowered_kernel(name: str) -> launch.Kernel:
     if name not in _STATES:
         _STATES[name] = lower_state("gqa_fwd", **KERNELS[name])
     state = _STATES[name]
-    kernel = launch.Kernel(CompiledKernel(state.kir, "sm_90a", "", b"", {}, 0.0), state.abi)
+    return stand_in_kernel(state.kir, state.abi)
+
+
+def stand_in_kernel(kir, abi, arch: str = "sm_90a") -> launch.Kernel:
+    """A `Kernel` for a lowered program (kernel IR and launch ABI) whose module is a stand-in on device 0."""
+    kernel = launch.Kernel(CompiledKernel(kir, arch, "", b"", {}, 0.0), abi)
     kernel._loaded[0] = types.SimpleNamespace(resident_ctas=RESIDENT, function="f")
     return kernel
 

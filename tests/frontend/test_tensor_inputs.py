@@ -199,14 +199,11 @@ def test_sm90a_builds_it_and_its_protocol_holds_for_any_loaded_length() -> None:
 
 
 def test_the_launcher_binds_each_tensor_to_its_pointer_and_refuses_a_wrong_one(monkeypatch) -> None:
-    from bench.launch_stand_ins import no_gpu, qkv, record
-    from tlc.backend_cute import launch
-    from tlc.backend_cute.compile import CompiledKernel
+    from bench.launch_stand_ins import no_gpu, qkv, record, stand_in_kernel
 
     no_gpu(monkeypatch.setattr)
     _, kir, abi = lowered("sm_90a")
-    kernel = launch.Kernel(CompiledKernel(kir, "sm_90a", "", b"", {}, 0.0), abi)
-    kernel._loaded[0] = type("M", (), {"resident_ctas": 132, "function": "f"})()
+    kernel = stand_in_kernel(kir, abi)
     driver = record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
     q, k, v = qkv(2, 4, 2, 40, 50, False, d=32)
     runtime = {"doc_q": torch.zeros(2, 40, dtype=torch.int32), "doc_k": torch.zeros(2, 50, dtype=torch.int32),
@@ -365,14 +362,11 @@ def test_a_bound_read_as_the_largest_int_does_not_overflow_the_derived_trips() -
 
 
 def test_the_launcher_refuses_an_input_the_kernel_does_not_have(monkeypatch) -> None:
-    from bench.launch_stand_ins import no_gpu, qkv, record
-    from tlc.backend_cute import launch
-    from tlc.backend_cute.compile import CompiledKernel
+    from bench.launch_stand_ins import no_gpu, qkv, record, stand_in_kernel
 
     no_gpu(monkeypatch.setattr)
     _, kir, abi = lowered_kv("sm_90a")
-    kernel = launch.Kernel(CompiledKernel(kir, "sm_90a", "", b"", {}, 0.0), abi)
-    kernel._loaded[0] = type("M", (), {"resident_ctas": 132, "function": "f"})()
+    kernel = stand_in_kernel(kir, abi)
     record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
     q, k, v = qkv(3, 4, 2, 40, 50, False, d=32)
     lengths = torch.tensor([1, 2, 3], dtype=torch.int32)

@@ -79,13 +79,13 @@ def tensor_inputs(graph, B: int, H: int, Hkv: int, rows: dict, gen) -> dict:
     lengths from 0 to past the longest sequence (0 and more than there is included); fp32 ones are normal."""
     import torch
 
-    from tlc.expr import eval_expr
-    sizes = dict(rows, batch=B, heads=H, kv_heads=Hkv, **{k: v for k, v in graph.params.items()
-                                                           if isinstance(v, int) and not isinstance(v, bool)})
+    from tlc.ir.tensor_inputs import launch_sizes, tensor_shape
+    sizes = dict(rows, **launch_sizes(B, H, Hkv), **{k: v for k, v in graph.params.items()
+                                                     if isinstance(v, int) and not isinstance(v, bool)})
     longest = max(rows.values())
     out = {}
     for name, t in graph.tensor_inputs.items():
-        shape = tuple(int(eval_expr(d, sizes)) for d in t.dims)
+        shape = tensor_shape(t.dims, sizes)
         if t.kind == "float":
             out[name] = torch.randn(shape, generator=gen)
         elif len(shape) >= 2:

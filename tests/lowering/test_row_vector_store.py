@@ -122,14 +122,11 @@ def test_what_a_row_store_cannot_be_is_refused_at_its_line(old: str, new: str, w
 
 
 def test_the_launcher_allocates_an_fp32_row_vector_output(monkeypatch) -> None:
-    from bench.launch_stand_ins import no_gpu, qkv, record
-    from tlc.backend_cute import launch
-    from tlc.backend_cute.compile import CompiledKernel
+    from bench.launch_stand_ins import no_gpu, qkv, record, stand_in_kernel
 
     no_gpu(monkeypatch.setattr)
     _, kir, abi, _ = lowered("sm_90a")
-    kernel = launch.Kernel(CompiledKernel(kir, "sm_90a", "", b"", {}, 0.0), abi)
-    kernel._loaded[0] = type("M", (), {"resident_ctas": 132, "function": "f"})()
+    kernel = stand_in_kernel(kir, abi)
     driver = record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
     q, k, v = qkv(2, 4, 2, 40, 50, False, d=32)
     o, lse = kernel(q, k, v)
@@ -164,14 +161,11 @@ def test_an_output_several_query_heads_would_write_is_refused() -> None:
 
 
 def test_out_must_be_the_first_outputs_tensor(monkeypatch) -> None:
-    from bench.launch_stand_ins import no_gpu, qkv, record
-    from tlc.backend_cute import launch
-    from tlc.backend_cute.compile import CompiledKernel
+    from bench.launch_stand_ins import no_gpu, qkv, record, stand_in_kernel
 
     no_gpu(monkeypatch.setattr)
     _, kir, abi, _ = lowered("sm_90a")
-    kernel = launch.Kernel(CompiledKernel(kir, "sm_90a", "", b"", {}, 0.0), abi)
-    kernel._loaded[0] = type("M", (), {"resident_ctas": 132, "function": "f"})()
+    kernel = stand_in_kernel(kir, abi)
     record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
     q, k, v = qkv(2, 4, 2, 40, 50, False, d=32)
     o = torch.empty(2, 4, 40, 32, dtype=torch.bfloat16)

@@ -25,7 +25,7 @@ from tlc.kir.expr import free_names
 from tlc.kir.ops import KernelOp, ParamsOp, walk
 from tlc.kir.ops_sm90 import (ELEMENT_BYTES, RESIDENT_CTAS_FIELD, TILE_COUNTER, AtomicAddOp, TmaDescriptorOp, TmaParamsOp,
                               TmaPrefetchTileOp, tma_descriptors)
-from tlc.ir.tensor_inputs import tensor_pointer
+from tlc.ir.tensor_inputs import launch_sizes, tensor_pointer, tensor_shape
 from tlc.lowering.abi import LaunchABI, TensorArg
 from tlc.recent import Recent
 
@@ -277,6 +277,7 @@ class Kernel:
         self._head_exprs: dict = {}       # head offset text → parsed TL expression
         self._heads_ok: set[tuple] = set()  # head geometries whose offsets were checked
         self.inputs = [t for t in abi.tensors if not t.output]
+        self._input_names = frozenset(n for n, _ in abi.inputs)   # a keyword outside them and the tensor Inputs is refused
         self.outputs = [t for t in abi.tensors if t.output]
 
     # ------------------------------------------------------------------ validation
@@ -368,11 +369,10 @@ class Kernel:
                        f"{type(out).__name__}; the other outputs are returned")
         inputs = {k: v for k, v in inputs.items() if v is not None}
         runtime = self._tensor_inputs(inputs)
-        known = {n for n, _ in self.abi.inputs}
-        unknown = sorted(set(inputs) - known)
-        if unknown:   # a misspelt Input (`scael=`) would otherwise be dropped without a word
-            raise fail(f"this kernel has no Input '{unknown[0]}'; its Inputs are "
-                       f"{', '.join(sorted(known | {n for n, _, _ in self.abi.tensor_inputs}))}")
+        if inputs.keys() - self._input_names:   # a misspelt Input (`scael=`) would otherwise be dropped without a word
+            unknown = min(inputs.keys() - self._input_names)
+            raise fail(f"this kernel has no Input '{unknown}'; its Inputs are "
+                       f"{', '.join(sorted(self._input_names | {n for n, _, _ in self.abi.tensor_inputs}))}")
         key = _geometry((*tensors, *runtime.values()), out, inputs)
         if key is None:
             return self._run(self._plan(tensors, out, inputs, runtime), tensors, out, runtime)
@@ -392,9 +392,8 @@ class Kernel:
 
     def _check_tensor_inputs(self, runtime: Mapping, device, env: Mapping, dims: Mapping) -> None:
         import torch
-        from tlc.frontend.ast import ExprError, eval_expr
-        from tlc.frontend.parser import parse_expr as parse_expr_text
-        sizes = dict(env, batch=dims["batch"], heads=dims["heads"], kv_heads=dims["heads"] // max(dims["group"], 1))
+        from tlc.expr import ExprError
+        sizes = dict(env, **launch_sizes(dims["batch"], dims["heads"], dims["heads"] // max(dims["group"], 1)))
         for name, dtype, shape in self.abi.tensor_inputs:
             t = runtime[tensor_pointer(name)]
             declared = f"{dtype}[{', '.join(shape)}]"
@@ -406,7 +405,7 @@ class Kernel:
             if t.device != device:
                 raise fail(f"tensor Input '{name}' is on {t.device}, the other tensors on {device}")
             try:
-                want = tuple(int(eval_expr(parse_expr_text(d), sizes)) for d in shape)
+                want = tensor_shape(shape, sizes)
             except ExprError as exc:
                 raise fail(f"cannot size tensor Input '{name}' ({declared}): {exc}") from None
             if tuple(t.shape) != want:

@@ -17,10 +17,10 @@ from tlc.expr.nodes import (ARITHMETIC, BINOPS, CONSTANT_WORDS, CPP_KEYWORDS, FU
                             Call, Const, E, Expr, ExprLike, Index, Neg, Var, call_problem, check_ident,
                             const_text, format_expr, name_problem, print_expr)
 from tlc.expr.parse import ExprBuilder, parse_expr
-from tlc.expr.rewrite import children, fold, fold_node, free_names, rewrite, subexprs, substitute
+from tlc.expr.rewrite import children, floor_divisions, fold, fold_node, free_names, rewrite, subexprs, substitute
 
 __all__ = [
     "ARITHMETIC", "BINOPS", "C", "CONSTANT_WORDS", "CPP_KEYWORDS", "FUNCTIONS", "IDENT", "NAME", "TL", "TL_BOUND",
     "BinOp", "Call", "Const", "E", "Expr", "ExprBuilder", "ExprError", "ExprLike", "Index", "Neg", "Rules", "Var",
     "call_problem", "check_ident", "children", "const_text", "eval_expr", "evaluate", "fold", "fold_node",
-    "format_expr", "free_names", "name_problem", "parse_expr", "print_expr", "rewrite", "subexprs", "substitute"]
+    "floor_divisions", "format_expr", "free_names", "name_problem", "parse_expr", "print_expr", "rewrite", "subexprs", "substitute"]

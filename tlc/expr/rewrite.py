@@ -56,6 +56,12 @@ def substitute(e: Expr, name: str, value: Expr) -> Expr:
     return rewrite(e, rule)
 
 
+def floor_divisions(e: Expr) -> Expr:
+    """`e` with each `/` spelled `floor_div`: a TL expression moved into a loop's stop (where `/` rounds up) keeps
+    the floor its `/` means where it was written."""
+    return rewrite(e, lambda x: Call("floor_div", (x.lhs, x.rhs)) if isinstance(x, BinOp) and x.op == "/" else x)
+
+
 # Folding must not change a value that C++ computes differently: `/` and `%` fold only through
 # the division functions, whose meaning does not depend on the target.
 _FOLDABLE_OPS = ("+", "-", "*", "%")

@@ -20,7 +20,7 @@ import torch
 from tlc.expr import ExprError, eval_expr
 from tlc.expr.evaluate_tensor import evaluate_tensor
 from tlc.ir.graph import Graph
-from tlc.ir.tensor_inputs import stored_rows
+from tlc.ir.tensor_inputs import launch_sizes, stored_rows, tensor_shape
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
 
@@ -86,7 +86,7 @@ class Interpreter:
         if num_heads % num_kv:
             raise InterpError(f"{num_heads} query heads are not a multiple of {num_kv} KV heads")
         env = dict(self.base_env, group=num_heads // num_kv, num_heads=num_heads)
-        env.update(self.tensor_inputs(dict(env, batch=batch, heads=num_heads, kv_heads=num_kv)))
+        env.update(self.tensor_inputs(dict(env, **launch_sizes(batch, num_heads, num_kv))))
         blocks = self.grid_blocks(env)
         for b in range(batch):
             for h in range(num_heads):
@@ -100,7 +100,10 @@ class Interpreter:
             given = self.tensors.get(name, self.base_env.get(name))   # with the tensors, or the scalar Inputs
             if given is None:
                 raise InterpError(f"tensor Input '{name}' ({t.text()}) was not given")
-            want = tuple(int(self.eval(d, env, None)) for d in t.dims)
+            try:
+                want = tensor_shape(t.dims, env)
+            except ExprError as exc:
+                raise InterpError(f"cannot size tensor Input '{name}' ({t.text()}): {exc}") from None
             if tuple(given.shape) != want:
                 raise InterpError(f"tensor Input '{name}' is {t.text()} = {list(want)}, but the tensor given has shape "
                                   f"{list(given.shape)}")

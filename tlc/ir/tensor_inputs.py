@@ -11,8 +11,9 @@ through a pointer in its parameter struct (tlc/lowering/abi.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
-from tlc.expr import Call, Expr, Index, Var
+from tlc.expr import Call, Expr, Index, Var, eval_expr, parse_expr
 from tlc.expr.rewrite import children, subexprs
 
 DTYPES = {"int32": "int", "fp32": "float"}   # element type → the kind of value a load gives
@@ -35,6 +36,17 @@ class TensorInput:
 
     def text(self) -> str:
         return f"{self.dtype}[{', '.join(str(d) for d in self.dims)}]"
+
+
+def launch_sizes(batch: int, heads: int, kv_heads: int) -> dict[str, int]:
+    """The launch's sizes a dimension may name (DIM_NAMES), by name."""
+    return {"batch": batch, "heads": heads, "kv_heads": kv_heads}
+
+
+def tensor_shape(dims: Sequence[Expr | str], env: Mapping[str, object]) -> tuple[int, ...]:
+    """The shape declared dimensions (expressions, or their text as the launch ABI keeps it) have with `env`'s
+    values (launch_sizes, Params, int Inputs), `/` flooring as TL's does; raises ExprError for a name without one."""
+    return tuple(int(eval_expr(parse_expr(d) if isinstance(d, str) else d, env)) for d in dims)
 
 
 def tensor_pointer(name: str) -> str:

@@ -21,8 +21,8 @@ from tlc.kir import tile_eval_decl, tile_eval_ops  # noqa: F401 - they register 
 from tlc.kir.evaluate import evaluate
 from tlc.kir.tile_eval_expr import F64, round_to
 from tlc.kir.tile_eval_state import HANDLERS, Block, Bound, TileEvalError
-from tlc.expr import parse_expr
-from tlc.ir.tensor_inputs import tensor_pointer
+from tlc.expr import ExprError
+from tlc.ir.tensor_inputs import launch_sizes, tensor_pointer, tensor_shape
 from tlc.lowering.abi import LaunchABI, TensorArg
 
 __all__ = ["TileEvalError", "evaluate_program", "known_ops"]
@@ -87,12 +87,15 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
     for arg in abi.tensors:
         for which, stride in zip(("batch", "head", "row"), store[arg.name].stride()[:3]):
             fields[f"p.{arg.stride(which)}"] = stride
-    sizes = dict(env, **dims, kv_heads=dims["heads"] // dims["group"])
+    sizes = dict(env, **launch_sizes(dims["batch"], dims["heads"], dims["heads"] // dims["group"]))
     for name, dtype, shape in abi.tensor_inputs:   # read by element through their pointers (`load`)
         given = tensors.get(name, inputs.get(name))   # type: ignore[arg-type]
         if not isinstance(given, torch.Tensor):
             raise TileEvalError(f"no tensor given for tensor Input {name} ({dtype}[{', '.join(shape)}])")
-        want = tuple(int(evaluate(parse_expr(d), sizes)) for d in shape)   # type: ignore[arg-type]
+        try:
+            want = tensor_shape(shape, sizes)
+        except ExprError as exc:
+            raise TileEvalError(f"cannot size tensor Input {name}: {exc}") from None
         if tuple(given.shape) != want:
             raise TileEvalError(f"tensor Input {name} must be {list(want)}, got {list(given.shape)}")
         fields[f"p.{tensor_pointer(name)}"] = given.contiguous()

@@ -15,18 +15,13 @@ from functools import reduce
 from typing import Mapping
 
 from tlc.diagnostics import Loc, fail
-from tlc.expr import BinOp, Call, Const, Expr, Index, Neg, Var, fold_node, rewrite, subexprs, substitute
+from tlc.expr import BinOp, Call, Const, Expr, Index, Neg, Var, floor_divisions, fold_node, rewrite, subexprs, substitute
 from tlc.ir.tensor_inputs import TensorInput, loads, tensor_pointer
 from tlc.frontend.names import BUILTINS  # the built-in indices: all >= 0 (group >= 1) in the kernel
 from tlc.frontend.names import MASK_POSITIONS
 
 _KERNEL_CALLS = {"cdiv": "ceil_div"}  # TL spelling → the kernel's
 _NON_NEGATIVE_CALLS = ("floor_div", "ceil_div", "floor_mod", "min", "max")  # of non-negative arguments
-
-
-def _floor_divisions(e: Expr) -> Expr:
-    """`e` with each `/` spelled `floor_div`, so the lowering's round-up rule for loop bounds leaves it alone."""
-    return rewrite(e, lambda x: Call("floor_div", (x.lhs, x.rhs)) if isinstance(x, BinOp) and x.op == "/" else x)
 
 
 class ExprLowering:
@@ -79,8 +74,8 @@ class ExprLowering:
                 raise fail(f"tlc build: '{e}' reads no tensor Input of {len(e.indices)} dimension(s)", loc)
             # an element's indices and the tensor's dimensions floor their `/` wherever the read sits (the
             # stop of a loop rounds its own `/` up, not the position it reads)
-            at = [_floor_divisions(self._loads(i, loc)) for i in e.indices]
-            dims = [_floor_divisions(self._dim(d)) for d in t.dims]
+            at = [floor_divisions(self._loads(i, loc)) for i in e.indices]
+            dims = [floor_divisions(self._dim(d)) for d in t.dims]
             flat: Expr = at[0]
             for i, d in zip(at[1:], dims[1:]):
                 flat = BinOp("+", BinOp("*", flat, d), i)

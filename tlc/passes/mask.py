@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from tlc.expr import BinOp, Call, Const, Expr, ExprError, Var, eval_expr, rewrite
+from tlc.expr import BinOp, Call, Const, Expr, ExprError, Var, eval_expr, floor_divisions
 from tlc.ir.graph import Graph
 from tlc.ir.ops import CopyOp, ElementwiseOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
@@ -87,12 +87,6 @@ def _first_tile_wholly_past(key: Expr, tile: Expr) -> Expr:
     """The first key tile all of whose keys lie past key `key` (0 when key < 0): cdiv(key + 1, tile), spelled
     floor_div(max(key, -1), tile) + 1 so that no int overflows."""
     return BinOp("+", Call("floor_div", (Call("max", (key, Const(-1))), tile)), Const(1))
-
-
-def _floored(e: Expr) -> Expr:
-    """`e` with each `/` spelled `floor_div`: an expression placed in a loop's stop keeps the floor its `/`
-    means where it was written (a tile height `BN / 2`), instead of the stop's rounding up (LANGUAGE.md §5)."""
-    return rewrite(e, lambda x: Call("floor_div", (x.lhs, x.rhs)) if isinstance(x, BinOp) and x.op == "/" else x)
 
 
 def _non_negative(e: Expr, params) -> bool:
@@ -336,7 +330,7 @@ class _LoopMasks:
                 start = Call("max", (start, skip))
             said.append(f"starts at {skip}")
         if last is not None:
-            end = _floored(_first_tile_wholly_past(last, tile))
+            end = floor_divisions(_first_tile_wholly_past(last, tile))
             if not _bounded_by(stop, "min", end):
                 stop = Call("min", (stop, end))
             said.append(f"stops at {end}")
@@ -362,7 +356,7 @@ class _LoopMasks:
         if why:
             self.ctx.remark(msg + f"; loop bound kept: {why}", mask.loc)
             return
-        cut = _floored(_cdiv(_add(rows.end, shift), cols.tile))
+        cut = floor_divisions(_cdiv(_add(rows.end, shift), cols.tile))
         assert self.loop.stop is not None
         new_loop = replace(self.loop, stop=Call("min", (self.loop.stop, cut)))
         self.region.replace(self.loop, new_loop)

@@ -26,7 +26,7 @@ from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.graph import Graph
 from tlc.ir.interpreter import InterpError, run_program
 from tlc.ir.ops import AllocateOp, CopyOp, ReshapeOp
-from tlc.ir.tensor_inputs import stored_rows
+from tlc.ir.tensor_inputs import launch_sizes, stored_rows, tensor_shape
 from tlc.reference import KNOWN_VARIANTS, known_variant
 from tlc.testing.oracle import Oracle, Output, Reference, ReferenceProblem, oracle_for, variant_oracle
 
@@ -179,12 +179,12 @@ def random_tensor_inputs(graph: Graph, shapes: Shapes, seed: int) -> dict[str, t
     """Values for the tensor Inputs (`Input seqlens : int32[batch]`): int32 elements drawn from 0 to the largest
     int Input (a length, a position or an id up to it; 0 and the largest included), fp32 elements as the float
     tensors are. A test with a meaning of its own (a document id per row) passes its own."""
-    env = dict(_param_env(graph), **shapes.ints, batch=shapes.batch, heads=shapes.heads, kv_heads=shapes.kv_heads)
+    env = dict(_param_env(graph), **shapes.ints, **launch_sizes(shapes.batch, shapes.heads, shapes.kv_heads))
     top = max([v for v in shapes.ints.values()] + [1])
     out = {}
     for i, (name, t) in enumerate(graph.tensor_inputs.items()):
         try:
-            dims = tuple(int(eval_expr(d, env)) for d in t.dims)
+            dims = tensor_shape(t.dims, env)
         except ExprError as exc:
             raise SizingError(f"cannot size tensor Input '{name}': {exc}") from None
         gen = torch.Generator().manual_seed(seed * 1000 + 500 + i)
