@@ -5,6 +5,7 @@
 #   hang         the 256-row / 32-key / 4-stage / one-KV-head sm_90a kernel that once hung, at 1x1 and odd sizes
 #   diff=A:B     bench/differential_gpu.py on seeds A..B-1 for sm_90 and sm_90a
 #   sanitize     compute-sanitizer memcheck, racecheck and synccheck on bench/sanitize_one.py for both targets
+#   sanitize-specs  memcheck and racecheck on bench/sanitize_specs.py (the newer spec constructs), both targets
 #   bar          bench/precompile.py --set bar and bench/bench_attention.py --bar --arch sm_90a
 #   only=EXPR    `pytest -m gpu tests/gpu -k EXPR` (a rerun of some GPU tests)
 # usage (device): bash bench/gpu_validate.sh suite hang diff=0:200 sanitize
@@ -36,6 +37,14 @@ for what in "$@"; do
             for tool in memcheck racecheck synccheck; do
                 step "$tool-$arch" compute-sanitizer --tool $tool --report-api-errors no \
                     python3 bench/sanitize_one.py --arch $arch
+            done
+        done ;;
+    sanitize-specs)
+        for arch in sm_90 sm_90a; do
+            step "build-specs-$arch" python3 bench/sanitize_specs.py --arch $arch --build-only
+            for tool in memcheck racecheck; do
+                step "$tool-specs-$arch" compute-sanitizer --tool $tool --report-api-errors no \
+                    python3 bench/sanitize_specs.py --arch $arch
             done
         done ;;
     bar)   step precompile-bar python3 bench/precompile.py --jobs 16 --set bar --arch sm_90a

@@ -23,7 +23,8 @@ from tlc.diagnostics import fail
 KB = 1024
 
 # CuTe atom names, printed verbatim into the kernel IR (see tlc.kir.base.MMA_ATOMS / COPY_ATOMS).
-_SM80_MMA = {"bf16": "SM80_16x8x16_F32BF16BF16F32_TN", "fp16": "SM80_16x8x16_F32F16F16F32_TN"}
+SM80_MMA_ATOMS = {"bf16": "SM80_16x8x16_F32BF16BF16F32_TN", "fp16": "SM80_16x8x16_F32F16F16F32_TN"}
+_SM80_MMA = SM80_MMA_ATOMS
 # wgmma's N is chosen per tile (8..256); the table names the family.
 _SM90_MMA = {"bf16": "SM90_64xNx16_F32BF16BF16_SS", "fp16": "SM90_64xNx16_F32F16F16_SS"}
 _CP_ASYNC = "SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>"  # [PTX] cp.async.cg, 16 bytes per thread

@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from tlc.diagnostics import GLOBAL_SOURCES, Diagnostic, Loc, TlcError, escape_controls, fail
 from tlc.names import kernel_name
@@ -87,13 +87,14 @@ def _is_file(path: str | os.PathLike) -> bool:
 
 
 def lower_to_kernel_ir(data: bytes, path: str, arch: str, defines: Mapping[str, str], *, name: str,
-                       lse: bool = False):
+                       lse: bool = False, kernel: str | None = None):
     """TL text → TL passes → the lowering passes (tlc.lowering.passes); (state, remarks). The remarks
-    include a warning for each schedule knob the program or -D sets that this kernel could not apply."""
+    include a warning for each schedule knob the program or -D sets that this kernel could not apply.
+    `kernel`: which kernel of a program of several (`Kernel NAME` lines)."""
     from tlc.api import compile_graph
     from tlc.lowering.passes import run_lowering
 
-    graph, remarks = compile_graph(data, path, defines=defines)
+    graph, remarks = compile_graph(data, path, defines=defines, kernel=kernel)
     with refusing_for(arch):
         refuse_loaded_operands(graph)
         refuse_second_stores(graph)
@@ -123,18 +124,21 @@ def refusing_for(arch: str) -> Iterator[None]:
 def refuse_loaded_operands(graph) -> None:
     """A Compute or Reshape whose operand is a tile copied from memory into registers (a bias added to S),
     refused at its line before the lowering: every target lowers a register copy of a shared tile only
-    as a GEMM operand and no copy from global to registers, and the ABI's checks would otherwise speak
+    as a GEMM operand, and a copy from global to registers only in a kernel without GEMMs, and the ABI's checks would otherwise speak
     first, of the tensor's shape, so a user would fix that to meet this refusal next. The interpreter
     runs such programs."""
     from tlc.diagnostics import Note
     from tlc.ir.ops import CopyOp, GemmOp, LoopOp
     from tlc.passes.verify import LOWERED_OPERANDS, statement
 
+    gemms = any(isinstance(op, GemmOp) for _, op in graph.walk())
     for region, op in graph.walk():
         if isinstance(op, (GemmOp, CopyOp, LoopOp)):
             continue
         for v in op.operands:
             copy = region.producer(v)
+            if not gemms and isinstance(copy, CopyOp) and copy.src_space == "global":
+                continue   # a kernel without GEMMs loads its register tiles from global (tile_copies)
             if isinstance(copy, CopyOp) and copy.dst_space == "register" and copy.src_space != "register":
                 raise fail(f"{BUILD_REFUSAL}{statement(op)} reads '{v.base}', a tile copied to registers from "
                            f"{copy.src_space} memory; {LOWERED_OPERANDS}", op.loc,
@@ -257,20 +261,32 @@ class TargetCheck:
     warnings: list[Diagnostic] = field(default_factory=list)
 
 
-def check_targets(data: bytes, path: str, defines: Mapping[str, str], archs) -> list[TargetCheck]:
+def module_kernel_name(path: str, kernel: str | None) -> str:
+    """The C++ name of a program's kernel: the file's (tlc.names.kernel_name), and for a kernel of a program
+    of several, its name after it."""
+    return kernel_name(path) if not kernel else f"{kernel_name(path)}_{kernel}"
+
+
+def check_targets(data: bytes, path: str, defines: Mapping[str, str], archs,
+                  kernels: Sequence[str] = ()) -> list[TargetCheck]:
     """Every check `tlc build` makes before NVRTC, for each target: the TL passes, the lowering passes
-    and the CuTe emitter (whose own checks, scopes among them, run as it writes)."""
+    and the CuTe emitter (whose own checks, scopes among them, run as it writes); for each of `kernels`
+    (the names of a program of several) in turn."""
     from tlc.backend_cute.emit import emit_program
 
     results = []
     for arch in archs:
         try:
-            state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=kernel_name(path))
-            emit_program(state.kir, source=Path(path).name, cu_name=f"{Path(path).stem}.cu")
+            warnings = []
+            for kernel in kernels or [None]:
+                state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=module_kernel_name(path, kernel),
+                                                    kernel=kernel)
+                emit_program(state.kir, source=Path(path).name, cu_name=f"{Path(path).stem}.cu")
+                warnings += [d for d in remarks if d.severity == "warning"]
         except TlcError as exc:
             results.append(TargetCheck(arch, exc))
             continue
-        results.append(TargetCheck(arch, None, [d for d in remarks if d.severity == "warning"]))
+        results.append(TargetCheck(arch, None, warnings))
     return results
 
 
@@ -283,10 +299,39 @@ def _build(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) -> tu
     """`build_one`'s metadata and the build's warnings."""
     from tlc.backend_cute.compile import compile_kir
 
+    from tlc.api import kernel_names
+
     src_path = Path(path)
     data = src_path.read_bytes()
-    stem = src_path.stem  # the artifacts keep the user's file name; the kernel gets a C++-safe one
-    state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=kernel_name(path))
+    names = kernel_names(data, path)
+    if not names:
+        return _build_kernel(src_path, data, arch, out_dir, defines, None, src_path.stem)
+    # several kernels: `<stem>.<kernel>.{cu,cubin,json}` each, and `<stem>.json` saying what runs in which order
+    metas, warnings = [], []
+    for kernel in names:
+        meta, said = _build_kernel(src_path, data, arch, out_dir, defines, kernel, f"{src_path.stem}.{kernel}")
+        metas.append(meta)
+        warnings += said
+    from tlc.api import compile_module
+    module, _ = compile_module(data, path, defines=defines)
+    index = {"tlc": __version__, "source": str(src_path), "defines": dict(defines), "arch": arch,
+             "kernels": [{"name": k, "artifacts": f"{src_path.stem}.{k}"} for k in names],
+             "tensors": module.roles()}
+    _atomic_write(Path(out_dir) / f"{src_path.stem}.json", (json.dumps(index, indent=2) + "\n").encode())
+    summary = dict(metas[-1], program=", ".join(m["program"] for m in metas), cached=all(m["cached"] for m in metas),
+                   compile_seconds=round(sum(m["compile_seconds"] for m in metas), 2),
+                   ptxas={}, program_kernels=names)
+    return summary, warnings
+
+
+def _build_kernel(src_path: Path, data: bytes, arch: str, out_dir: str, defines: Mapping[str, str],
+                  kernel: str | None, stem: str) -> tuple[dict[str, Any], list[Diagnostic]]:
+    """One kernel's artifacts `<stem>.{cu,cubin,json}` (the user's file name; the kernel gets a C++-safe one)."""
+    from tlc.backend_cute.compile import compile_kir
+
+    path = str(src_path)
+    state, remarks = lower_to_kernel_ir(data, path, arch, defines, name=module_kernel_name(path, kernel),
+                                        kernel=kernel)
     compiled = compile_kir(state.kir, arch, source_name=src_path.name, cu_name=f"{stem}.cu")
     spilled = spill_warning(state, compiled.metadata.get("ptxas", {}))
     if spilled is not None:  # ptxas' count replaces check-resources' estimate that it would spill
@@ -341,8 +386,11 @@ def _build_reporting(args: tuple[str, str, str, dict[str, str]]) -> tuple[str, s
     regs = f", {res['registers']} registers" if "registers" in res else ""
     spills = f", {res.get('spill_store_bytes', 0)} B spilled" if "spill_store_bytes" in res else ""
     how = "cached" if meta["cached"] else f"in {meta['compile_seconds']} s"
+    where = (f"{Path(out_dir) / Path(path).stem}.{{{','.join(meta['program_kernels'])}}}.{{cu,cubin,json}} and "
+             f"{Path(out_dir) / Path(path).stem}.json" if "program_kernels" in meta
+             else f"{Path(out_dir) / Path(path).stem}.{{cu,cubin,json}}")
     return path, (f"{path}: built {meta['program']} for {arch} {how}"
-                  f"{regs}{spills} → {Path(out_dir) / Path(path).stem}.{{cu,cubin,json}}"), 0, \
+                  f"{regs}{spills} → {where}"), 0, \
         "\n".join(d.render(GLOBAL_SOURCES) for d in warnings)
 
 

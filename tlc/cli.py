@@ -222,6 +222,9 @@ def cmd_interp(args) -> int:
     data = _read(args.file)
     defines = _defines(args.define)
     sizes = _interp_sizes(args.sizes) if args.sizes else DEFAULT_INTERP_SIZES
+    from tlc.api import kernel_names
+    if kernel_names(data, args.file):
+        return _interp_module(args, data, defines, sizes)
     # The program the compiler builds: the repair passes run unless --no-passes asks for the raw meaning.
     graph, remarks = compile_graph(data, args.file, defines=defines, run_passes=not args.no_passes)
     oracle = oracle_for(lambda: compile_graph(data, args.file, defines=defines, run_passes=False)[0], args.reference)
@@ -251,6 +254,45 @@ def cmd_interp(args) -> int:
     return 0
 
 
+def _interp_module(args, data: bytes, defines: dict, sizes) -> int:
+    """`tlc interp` of a program of several kernels: the kernels in order after the passes, against the program
+    as written (such a program has no Variant; --reference is refused)."""
+    import math
+
+    from tlc.api import compile_module
+    from tlc.testing.checks import Shapes, program_info
+    from tlc.testing.module_checks import check_module
+
+    if args.reference:
+        raise TlcError(_err(f"{args.file}: --reference takes a one-kernel program; a program of several kernels is "
+                            "checked against itself as written"))
+    module, remarks = compile_module(data, args.file, defines=defines, run_passes=not args.no_passes)
+    written, _ = compile_module(data, args.file, defines=defines, run_passes=False)
+    for d in remarks:
+        _say(d.render(GLOBAL_SOURCES), err=True)
+    ints, floats = [], []
+    for g in module.graphs:
+        info = program_info(g)
+        ints += [n for n in info.int_inputs if n not in ints]
+        floats += [n for n in info.float_inputs if n not in floats]
+    if args.sizes:
+        _check_size_counts(args.sizes, sizes, tuple(ints))
+    _say(f"{args.file}: {len(module.kernels)} kernels ({', '.join(n for n, _ in module.kernels)}), checked against: "
+         "the program as written")
+    worst = 0.0
+    for i, pair in enumerate(sizes):
+        shapes = Shapes(batch=2, heads=4, kv_heads=2, ints=dict(zip(ints, pair)), floats={n: 0.125 for n in floats})
+        r = check_module(module, written, shapes, seed=args.seed + i, rtol=args.tolerance)
+        where = f" at (batch, head, row) = {r.where}" if r.where else ""
+        _say(f"{args.file}: {shapes.describe()}: max relative error {r.max_error:.3e}{where}"
+             + (f" ({r.message})" if r.message else ""))
+        worst = max(worst, r.max_error)
+    if worst > args.tolerance or math.isnan(worst):
+        _say(f"{args.file}: error: max relative error {worst:.3e} exceeds {args.tolerance:g}", err=True)
+        return 1
+    return 0
+
+
 def _interp_sizes(text: str) -> tuple[tuple[int, ...], ...]:
     """`--sizes 17x33,1x1`: sizes of `x`-separated numbers, each from 1 to MAX_INTERP_SIZE."""
     try:
@@ -274,7 +316,13 @@ def _check_size_counts(text: str, sizes: tuple[tuple[int, ...], ...], int_inputs
 
 
 def cmd_test(args) -> int:
+    from tlc.api import kernel_names
     from tlc.testing.runner import run_tl_test
+
+    names = kernel_names(_read(args.file), args.file)
+    if names:
+        raise TlcError(_err(f"{args.file}: the program has {len(names)} kernels ({', '.join(names)}); tlc test takes a "
+                            "one-kernel program: `tlc interp` checks this one against itself as written"))
 
     return run_tl_test(args.file, examples=args.examples, seed=args.seed, gpu=args.gpu, arch=args.arch,
                        defines=_defines(args.define), reference=args.reference, max_len=args.max_len)

@@ -61,9 +61,11 @@ def normal_defines(defines: Mapping[str, Any] | None, what: str = "defines") -> 
     return out
 
 
-def build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str, lse: bool) -> str:
+def build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str, lse: bool,
+                     kernel: str | None = None) -> str:
     """Key of the build index: everything that decides the emitted source and how NVRTC compiles it,
-    each input under its name (the defines as a mapping), so no two builds share a key."""
+    each input under its name (the defines as a mapping), so no two builds share a key; `kernel` (which
+    kernel of a program of several) only where given, so a one-kernel program keeps its key."""
     from tlc.backend_cute import cache
     from tlc.backend_cute.headers import include_dirs, versions
 
@@ -74,13 +76,16 @@ def build_inputs_key(data: bytes, name: str, defs: Mapping[str, str], arch: str,
 
         nvrtc = nvrtc_version()
     dirs = include_dirs()
-    return cache.build_key({"tl": data, "name": name, "defines": dict(defs), "arch": arch, "lse": bool(lse),
-                            "nvrtc": nvrtc, "versions": found, "switches": _switches(),
-                            "include_dirs": [str(dirs.cutlass), str(dirs.cuda), str(dirs.cccl)]})
+    inputs = {"tl": data, "name": name, "defines": dict(defs), "arch": arch, "lse": bool(lse),
+              "nvrtc": nvrtc, "versions": found, "switches": _switches(),
+              "include_dirs": [str(dirs.cutlass), str(dirs.cuda), str(dirs.cccl)]}
+    if kernel:
+        inputs["kernel"] = kernel
+    return cache.build_key(inputs)
 
 
 def compile_spec(path_or_text: str | Path, *, arch: str, defines: Mapping[str, Any] | None = None,
-                 lse: bool = False):
+                 lse: bool = False, kernel: str | None = None):
     """TL program → (CompiledKernel, LaunchABI), through the caches: the build index first (a warm
     start skips parsing and lowering), else the TL and lowering passes and `compile_kir` (NVRTC only
     on a miss of the cubin cache). `build` and `tlc precompile` both come through here."""
@@ -88,12 +93,12 @@ def compile_spec(path_or_text: str | Path, *, arch: str, defines: Mapping[str, A
 
     from tlc.backend_cute import cache
     from tlc.backend_cute.compile import CompiledKernel, compile_kir, progress_label
-    from tlc.builder import lower_to_kernel_ir
+    from tlc.builder import lower_to_kernel_ir, module_kernel_name
 
     start = time.perf_counter()
     data, name = _read(path_or_text)
     defs = normal_defines(defines)
-    index_key = build_inputs_key(data, name, defs, arch, lse)
+    index_key = build_inputs_key(data, name, defs, arch, lse, kernel)
     record = cache.lookup_build(index_key)
     hit = cache.lookup(record["cubin_key"]) if record is not None else None
     if record is not None and hit is not None:
@@ -103,9 +108,10 @@ def compile_spec(path_or_text: str | Path, *, arch: str, defines: Mapping[str, A
                               [k.name for k in program.kernels()], {"index": time.perf_counter() - start}), record["abi"]
     stem = Path(name).stem if name != "<text>" else "tl_kernel"
     lowered = time.perf_counter()
-    state, _ = lower_to_kernel_ir(data, name, arch, defs, name=kernel_name(name), lse=lse)
+    state, _ = lower_to_kernel_ir(data, name, arch, defs, name=module_kernel_name(name, kernel), lse=lse,
+                                  kernel=kernel)
     lowered = time.perf_counter() - lowered
-    label = " ".join([Path(name).stem, *(f"{k}={v}" for k, v in sorted(defs.items()))])
+    label = " ".join([Path(name).stem + (f".{kernel}" if kernel else ""), *(f"{k}={v}" for k, v in sorted(defs.items()))])
     with progress_label(label):
         compiled = compile_kir(state.kir, arch, source_name=Path(name).name, cu_name=f"{stem}.cu")
     compiled.timings["lower"] = lowered
@@ -139,6 +145,17 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
     key = (data, name, tuple(sorted(defs.items())), arch, lse, _switches())
     if key in _DISPATCH:
         return _DISPATCH[key]
+    from tlc.api import kernel_names
+    names = kernel_names(data, name)
+    if names:   # a program of several kernels: each built as its own, run in order by one callable
+        from tlc.api import compile_module
+        from tlc.backend_cute.launch_module import ModuleKernel
+
+        roles = compile_module(data, name, defines=defs)[0].roles()
+        kernel = ModuleKernel([(k, Kernel(*compile_spec(path_or_text, arch=arch, defines=defs, lse=lse, kernel=k)))
+                               for k in names], roles)
+        _DISPATCH[key] = kernel
+        return kernel
     compiled, abi = compile_spec(path_or_text, arch=arch, defines=defs, lse=lse)
     kernel = Kernel(compiled, abi)
     _DISPATCH[key] = kernel

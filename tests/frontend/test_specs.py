@@ -11,12 +11,15 @@ from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.ops import ReshapeOp
 from tests.frontend.document_reference import document_reference, kv_lengths_reference
+from tests.frontend.group_sum_reference import group_sum_reference
 from tests.frontend.lse_reference import lse_reference
+from tests.frontend.merge_reference import merge_states
 from tests.frontend.window_reference import window_reference
 from tlc.testing import Shapes, check_interpreter, program_info
+from tests.spec_files import ONE_KERNEL_SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
-SPECS = sorted((ROOT / "specs").glob("*.tl"))
+SPECS = ONE_KERNEL_SPECS   # several kernels: tests/frontend/test_kernels.py
 NAMES = [p.name for p in SPECS]
 
 # Small, odd parameter values: every spec must take them through -D.
@@ -26,7 +29,11 @@ SMALL = {"HeadDim": "5", "DQK": "7", "DV": "3", "K1": "5", "N2": "3", "BM": "3",
 OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.params["Window"]),
                  "document_mask_fwd.tl": lambda graph: document_reference(graph.params["Causal"], graph.params["Align"]),
                  "kv_lengths_fwd.tl": lambda graph: kv_lengths_reference(graph.params["Causal"]),
-                 "mha_lse_fwd.tl": lambda graph: lse_reference(graph.params["Causal"], graph.params["Align"])}
+                 "mha_lse_fwd.tl": lambda graph: lse_reference(graph.params["Causal"], graph.params["Align"]),
+                 "group_sum_fwd.tl": lambda graph: group_sum_reference(graph.params["Causal"], graph.params["Align"]),
+                 "merge_states.tl": lambda graph: merge_states}
+# Own-reference specs without a Causal switch: the program itself says which keys (if any) a row sees.
+NO_CAUSAL = {"sliding_window_fwd.tl", "merge_states.tl"}
 
 # (batch, heads, kv_heads, seqlen_q, seqlen_k): 1, exact tiles, ragged tails, q != k, GQA groups.
 SIZES = [(1, 1, 1, 1, 1), (1, 2, 1, 3, 8), (2, 4, 2, 7, 9), (1, 2, 2, 10, 3), (1, 3, 1, 1, 13)]
@@ -52,7 +59,7 @@ def test_specs_exist() -> None:
 def test_spec_lowers_with_defaults_and_has_a_sketch(path: Path) -> None:
     graph = lower_program(parse_file(path))
     if path.name in OWN_REFERENCE:
-        assert "Variant" not in graph.params and ("Causal" in graph.params) == (path.name != "sliding_window_fwd.tl")
+        assert "Variant" not in graph.params and ("Causal" in graph.params) == (path.name not in NO_CAUSAL)
     else:
         assert {"Variant", "Causal", "Align"} <= set(graph.params)
     assert "Sketch:" in path.read_text()

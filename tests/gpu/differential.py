@@ -17,9 +17,14 @@ def built(case: str, source: Source, arch: str):
     import tlc
     from tlc.api import compile_graph
 
+    from tlc.api import compile_module, kernel_names
+
     if (case, arch) not in _BUILT:
         data, name, defines = source(case)
-        graph, _ = compile_graph(data, name, defines=defines, run_passes=False)
+        if kernel_names(data, name):   # a program of several kernels: the module as written
+            graph = compile_module(data, name, defines=defines, run_passes=False)[0]
+        else:
+            graph, _ = compile_graph(data, name, defines=defines, run_passes=False)
         _BUILT[case, arch] = (graph, tlc.build(data.decode(), arch=arch, defines=defines))
     return _BUILT[case, arch]
 
@@ -31,30 +36,40 @@ def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1,
     import torch
 
     from tlc.ir.interpreter import run_program
+    from tlc.ir.module import Module, run_module
     graph, kern = built(case, source, arch)
+    module = isinstance(graph, Module)
     gen = torch.Generator().manual_seed(sq * 1000 + sk)
     rows = {"seqlen_q": sq, "seqlen_k": sk}
     tensors = {}
     for arg in kern.inputs:
         heads = H if arg.head == "head_idx" else (Hkv or H)
         n = rows.get(arg.rows, int(arg.rows) if arg.rows.isdigit() else 0)
-        t = torch.randn(B, heads, n, arg.cols, generator=gen)
+        t = torch.randn(B, heads, n, *([arg.cols] if arg.cols else []), generator=gen)   # cols 0: a vector
         if arg.name == "K" and key_growth != 1.0:
             t = t * torch.linspace(1.0, key_growth, n)[None, None, :, None]
-        tensors[arg.name] = t.to(torch.bfloat16)
-    scalars = {k: v for k, v in rows.items() if k in graph.inputs}
-    if "scale" in graph.inputs:
+        tensors[arg.name] = t.to(torch.float32 if arg.dtype == "fp32" else torch.bfloat16)
+    graphs = graph.graphs if module else (graph,)
+    declared = {n: k for g in graphs for n, k in g.inputs.items()}
+    scalars = {k: v for k, v in rows.items() if k in declared}
+    if "scale" in declared:
         scalars["scale"] = 1.0 / math.sqrt(kern.inputs[0].cols)
-    runtime = tensor_inputs(graph, B, H, Hkv or H, rows, gen)
-    poison_unseen_rows(graph, tensors, dict(scalars, **runtime))
+    runtime = {}
+    for g in graphs:
+        runtime.update(tensor_inputs(g, B, H, Hkv or H, rows, gen))
+        poison_unseen_rows(g, tensors, dict(scalars, **runtime))
     ref_in = {k: v.double() for k, v in tensors.items()}
-    for arg in kern.outputs:
-        shape = (B, H, rows.get(arg.rows, 0)) + ((arg.cols,) if arg.cols else ())   # cols 0: a row vector
-        ref_in[arg.name] = torch.full(shape, float("nan"), dtype=torch.float64)
-    ref = run_program(graph, ref_in, dict(scalars, **runtime))
+    # cols 0: a row vector; a reduce-store's target starts at zero (the launch zeroes it); a workspace as the kernel
+    # storing it allocates it
+    for arg in (*kern.outputs, *getattr(kern, "workspaces", ())):
+        shape = (B, arg.head_count(H, H // (Hkv or H)), rows.get(arg.rows, 0)) + ((arg.cols,) if arg.cols else ())
+        ref_in[arg.name] = torch.zeros(shape, dtype=torch.float64) if arg.added else \
+            torch.full(shape, float("nan"), dtype=torch.float64)
+    ref = (run_module if module else run_program)(graph, ref_in, dict(scalars, **runtime))
     args = [tensors[a.name].cuda() for a in kern.inputs]
-    out_name = kern.outputs[0].name
-    poisoned = torch.full(ref[out_name].shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+    first = kern.outputs[0]
+    poisoned = torch.full(ref[first.name].shape, float("nan"), device="cuda",
+                          dtype=torch.float32 if first.dtype == "fp32" else torch.bfloat16)
     extra = {k: v for k, v in scalars.items() if k not in rows and k != "group"}
     extra.update({k: v.cuda() for k, v in runtime.items()})
     nan_memory = torch.full((1 << 24,), float("nan"), device="cuda")

@@ -107,6 +107,12 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "lse128_causal": ("mha_lse_fwd", {"Causal": "true"}),
     "lse64_bm192_causal_br": ("mha_lse_fwd", {"HeadDim": "64", "BM": "192", "BN": "128", "Causal": "true",
                                               "Align": "bottom_right"}),
+    "group_sum128_causal": ("group_sum_fwd", {"Causal": "true"}),   # a reduce-store from the consumers
+    "group_sum64_bm192": ("group_sum_fwd", {"HeadDim": "64", "BM": "192", "BN": "128"}),
+    "merge128": ("merge_states", {}),   # no GEMM: the sm_80 family's rules, compiled for sm_90a
+    "merge128_bm128_8warps": ("merge_states", {"BM": "128", "Warps": "8"}),
+    "split_kv64": ("split_kv_fwd", {}),   # wgmma halves, then the merge by the sm_80 rules
+    "split_kv128_bm128": ("split_kv_fwd", {"HeadDim": "128", "BM": "128", "BN": "128"}),
     "gqa256_bn64_causal_l2_prefetch_next": ("gqa_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
                                                         "L2Sections": "true", "PrefetchNext": "true"}),
 }
@@ -151,6 +157,11 @@ def test_sm90a_kernel_equals_interpreter(case: str, sq: int, sk: int) -> None:
 
 def test_sm90a_grouped_heads_and_batches() -> None:
     run_case("gqa64", 77, 333, B=2, H=8, Hkv=2)
+
+
+@pytest.mark.parametrize("case, hkv", [("group_sum128_causal", 2), ("group_sum64_bm192", 1)])
+def test_sm90a_reduce_store_sums_every_query_head_of_a_group(case: str, hkv: int) -> None:
+    run_case(case, 333, 200, B=2, H=8, Hkv=hkv)
 
 
 @pytest.mark.parametrize("case,hkv", [("mha128_persistent", None), ("mha128_causal_persistent", None),

@@ -54,6 +54,13 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     # a row vector output: each row's log-sum-exp, fp32 (batch, heads, rows)
     "lse64": ("mha_lse_fwd", {"HeadDim": "64"}),
     "lse64_causal_br": ("mha_lse_fwd", {"HeadDim": "64", "Causal": "true", "Align": "bottom_right"}),
+    # a reduce-store: each query head's output added (atomically) into its KV head's rows of an fp32 tensor
+    "group_sum64": ("group_sum_fwd", {"HeadDim": "64"}),
+    "group_sum64_causal": ("group_sum_fwd", {"HeadDim": "64", "Causal": "true"}),
+    # a kernel without GEMMs: fp32 tiles and vectors loaded straight into registers (the split-KV combine)
+    "merge64": ("merge_states", {"HeadDim": "64"}),
+    # a program of three kernels: two halves of the keys into fp32 workspaces, then their merge
+    "split_kv64": ("split_kv_fwd", {}),
 }
 
 
@@ -85,9 +92,16 @@ def test_kernel_equals_interpreter(case, sq, sk):
     run_case(case, sq, sk)
 
 
-@pytest.mark.parametrize("case", ["gqa", "mqa_causal", "documents64", "kv_lengths64_causal"])
+@pytest.mark.parametrize("case", ["gqa", "mqa_causal", "documents64", "kv_lengths64_causal", "group_sum64_causal",
+                                  "split_kv64"])
 def test_grouped_heads(case):
     run_case(case, 77, 333, B=2 if case in ("gqa", "mqa_causal") else 3, H=8, Hkv=2 if case != "mqa_causal" else 1)
+
+
+@pytest.mark.parametrize("hkv", [1, 4])
+def test_reduce_store_sums_every_query_head_of_a_group(hkv):
+    """8 query heads added into 1 (MQA) or 4 KV heads' rows: blocks of several heads add into the same rows."""
+    run_case("group_sum64", 333, 200, B=2, H=8, Hkv=hkv)
 
 
 @pytest.mark.parametrize("sq,sk", [(1, 1000), (2, 4097), (16, 300), (5, 1)])

@@ -106,9 +106,9 @@ def test_sm90a_stores_it_from_the_consumers_and_keeps_the_exact_running_max() ->
     ("Allocate LSE in global (seqlen_q) as fp32", "Allocate LSE in global (seqlen_q, 8)", "lse.tl:58:1",
      "'LSE' is a row vector; store it into a global vector"),
     ("Allocate LSE in global (seqlen_q) as fp32", "Allocate LSE in global (seqlen_q)", "lse.tl:33:1",
-     "global vector 'LSE' (bf16) must be an fp32 output"),
-    ("Allocate LSE in global (seqlen_q) as fp32", "Allocate LSE in global (seqlen_q, 8) as fp32", "lse.tl:33:1",
-     "(fp32 only as a row vector output)"),
+     "global vector 'LSE' (bf16) must be fp32, stored as a row vector"),
+    ("Allocate LSE in global (seqlen_q) as fp32", "Allocate LSE in global (seqlen_q, 8) as fp32", "lse.tl:58:1",
+     "'LSE' is a row vector; store it into a global vector"),
     ("Copy LSE (BM) in coordinate [L = block_idx] from", "Copy LSE (BM) in coordinate [L = block_idx from end] from",
      "lse.tl:58:1", "'LSE' is stored at [L = block_idx from end] of BM-row tiles"),
 ])

@@ -26,6 +26,8 @@ BUILDS = {  # spec → (arch, -D bindings)
     "b2b_gemm_relu": ("sm_90", GEMMS),
     "chain3_fwd": ("sm_80", dict(GEMMS, N3="32")),
     "mla_decode_fwd": ("sm_90", {"DQK": "64", "DV": "64", "BM": "16", "BN": "32"}),  # 16 rows on 4 warps
+    "group_sum_fwd": ("sm_80", ATTENTION),   # a reduce-store: atomicAdd into fp32
+    "merge_states": ("sm_90", {"HeadDim": "32"}),   # no GEMM: tiles loaded straight into registers
 }
 
 

@@ -15,9 +15,10 @@ from tlc.frontend.parser import parse_text
 from tlc.ir.graph import Graph
 from tlc.passes.pipeline import DEFAULT_PIPELINE
 from tlc.passes.registry import lookup
+from tests.spec_files import ONE_KERNEL_SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
-SPECS = sorted((ROOT / "specs").glob("*.tl"))
+SPECS = ONE_KERNEL_SPECS
 MY_PIPELINE = ["verify", "infer-shapes", "resolve-transpose", "insert-reshape", "verify-final"]
 
 # Variants: name → the pass that must repair it (None: nothing to repair).

@@ -11,9 +11,10 @@ import pytest
 
 from tlc.api import check_source
 from tlc.cli import main
+from tests.spec_files import ONE_KERNEL_SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
-SPECS = sorted((ROOT / "specs").glob("*.tl"))
+SPECS = ONE_KERNEL_SPECS
 MHA = "".join(line for line in (ROOT / "specs" / "mha_fwd.tl").read_text().splitlines(True)
               if not line.startswith("#"))
 STORE_O = "Copy O (BM, HeadDim) in coordinate [L = block_idx] from register to global\n"

@@ -14,9 +14,10 @@ from tlc.ir.printer import print_graph
 from tlc.passes.base import PassContext
 from tlc.passes.online_softmax import LOG2E, OnlineSoftmaxPass
 from tlc.testing.checks import Shapes, as_graph
+from tests.spec_files import ONE_KERNEL_SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
-SPECS = sorted(p for p in (ROOT / "specs").glob("*.tl") if "Softmax" in p.read_text())  # GEMM chains have none
+SPECS = sorted(p for p in ONE_KERNEL_SPECS if "Softmax" in p.read_text())  # GEMM chains have none
 ONLINE = OnlineSoftmaxPass()
 
 

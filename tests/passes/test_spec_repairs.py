@@ -72,7 +72,8 @@ def test_each_pass_is_idempotent(spec, kind: str, name: str) -> None:
     assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("spec", [p for p in SPECS if "\nReshape" in p.read_text() or "  Reshape" in p.read_text()],
+                         ids=lambda p: p.stem)   # a program with a GEMM-to-GEMM Reshape to delete
 def test_layout_check_fails_before_insert_reshape_and_passes_after(spec) -> None:
     variant = make_variant(spec, "no_reshape")
     assert variant is not None

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from tlc.cli import main
+from tests.spec_files import ONE_KERNEL_SPECS
 
-SPECS = sorted((Path(__file__).resolve().parents[2] / "specs").glob("*.tl"))
+SPECS = ONE_KERNEL_SPECS
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)

@@ -18,8 +18,9 @@ from tlc.ir.printer import print_graph
 from tlc.kir.expr import BINOPS, FUNCTIONS, BinOp, Call, Const, Expr, Index, Neg, Var, parse_expr, print_expr
 from tlc.kir.text import parse_kir, print_kir
 from tlc.lowering.emit_text import emit_text
+from tests.spec_files import ONE_KERNEL_SPECS
 
-SPECS = sorted(Path(__file__).resolve().parents[2].joinpath("specs").glob("*.tl"))
+SPECS = ONE_KERNEL_SPECS
 REFUSED_BY_BACKEND = {"mla_decode_fwd"}  # over the register budget: the lowering refuses it
 
 
@@ -48,7 +49,7 @@ def test_kernel_ir_of_every_spec_round_trips(stem: str, kir_texts: dict[str, str
 @pytest.mark.parametrize("stem", [s.stem for s in SPECS])
 def test_tl_ir_of_every_spec_after_the_default_passes_round_trips(stem: str, ir_texts: dict[str, str]) -> None:
     text = ir_texts[stem]
-    assert "loop(" in text and "loc(" in text
+    assert ("loop(" in text or stem == "merge_states") and "loc(" in text   # merge_states: no loop
     assert print_graph(parse_ir(text)) == text
 
 

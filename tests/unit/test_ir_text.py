@@ -10,8 +10,9 @@ from tlc.diagnostics import TlcError
 from tlc.ir.irparser import parse_ir
 from tlc.ir.printer import print_graph
 from tlc.ir.verify import verify_structure
+from tests.spec_files import ONE_KERNEL_SPECS
 
-SPECS = sorted(Path(__file__).resolve().parents[2].joinpath("specs").glob("*.tl"))
+SPECS = ONE_KERNEL_SPECS
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)

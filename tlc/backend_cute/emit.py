@@ -23,7 +23,7 @@ from tlc.kir.scopes import check_scopes
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
                          CounterAddOp, CounterOp, CounterSetOp, Exp2ScaleOp, ForOp, FragmentOp, GlobalTensorOp,
                          GlobalTileOp, IdentityTileOp, IfOp, KernelOp, LetOp, MapOp, MaskOp, MmaOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
-                         RowBroadcastOp, RowReduceOp, RowStoreOp, RowVectorOp, TimestampOp, TraceBufferOp, WarpAnyOp, SharedBufferOp, SharedViewOp,
+                         RowBroadcastOp, RowReduceOp, RowStoreOp, FragStoreOp, FragLoadOp, RowLoadOp, RowVectorOp, TimestampOp, TraceBufferOp, WarpAnyOp, SharedBufferOp, SharedViewOp,
                          SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, WaitOp, walk)
 
 
@@ -500,6 +500,52 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
                 with self.w.block(f"for (int mi = 0; mi < size<0>({op.coord}_rc); ++mi)"):
                     self.w.line(f"const int row = get<0>({op.coord}_rc(mi, 0));")
                     self.w.line(f"if (row < row_limit_) {{ {op.dst}(row) = {op.vec}(mi); }}")
+
+    @emit.register
+    def _(self, op: FragStoreOp) -> None:
+        self._at(op)
+        with self.w.block(""):
+            self.w.line(f"const int row_limit_ = {_ix(op.row_limit)};")
+            tests = ["row < row_limit_"]
+            if op.col_limit is not None:
+                self.w.line(f"const int col_limit_ = {_ix(op.col_limit)};")
+                tests.append("col < col_limit_")
+            if op.row_first is not None:
+                self.w.line(f"const int row_first_ = {_ix(op.row_first)};")
+                tests.append("row >= row_first_")
+            write = (f"atomicAdd(&{op.dst}(row, col), {op.src}(i));" if op.add else f"{op.dst}(row, col) = {op.src}(i);")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int i = 0; i < size({op.src}); ++i)"):
+                self.w.line(f"const int row = get<0>({op.coord}(i)), col = get<1>({op.coord}(i));")
+                self.w.line(f"if ({' && '.join(tests)}) {{ {write} }}")
+
+    @emit.register
+    def _(self, op: FragLoadOp) -> None:
+        self._at(op)
+        with self.w.block(""):
+            self.w.line(f"const int row_limit_ = {_ix(op.row_limit)};")
+            tests = ["row < row_limit_"]
+            if op.col_limit is not None:
+                self.w.line(f"const int col_limit_ = {_ix(op.col_limit)};")
+                tests.append("col < col_limit_")
+            if op.row_first is not None:
+                self.w.line(f"const int row_first_ = {_ix(op.row_first)};")
+                tests.append("row >= row_first_")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int i = 0; i < size({op.dst}); ++i)"):
+                self.w.line(f"const int row = get<0>({op.coord}(i)), col = get<1>({op.coord}(i));")
+                self.w.line(f"{op.dst}(i) = ({' && '.join(tests)}) ? static_cast<float>({op.src}(row, col)) : 0.f;")
+
+    @emit.register
+    def _(self, op: RowLoadOp) -> None:
+        self._at(op)
+        with self.w.block(""):
+            self._rows(op.coord)
+            self.w.line(f"const int row_limit_ = {_ix(op.row_limit)};")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block(f"for (int mi = 0; mi < size<0>({op.coord}_rc); ++mi)"):
+                self.w.line(f"const int row = get<0>({op.coord}_rc(mi, 0));")
+                self.w.line(f"{op.dst}(mi) = row < row_limit_ ? static_cast<float>({op.src}(row)) : 0.f;")
 
     # ------------------------------------------------------------------ control flow
     @emit.register

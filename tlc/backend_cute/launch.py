@@ -31,7 +31,7 @@ from tlc.recent import Recent
 
 _CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64, "ptr<i32>": ctypes.c_uint64,
            "i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}
-_TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+_TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 _INT32_MAX = 2**31 - 1
 
 
@@ -290,18 +290,23 @@ class Kernel:
             raise fail(f"{arg.name} is on {t.device}; move the tensors to a CUDA device")
         if t.dtype != want:
             raise fail(f"{arg.name} has dtype {t.dtype}; this kernel was built for {want} (rebuild with -D dtype=...)")
-        if t.dim() != 4:
+        if arg.cols == 0:   # a global vector, loaded into registers element by element
+            if t.dim() != 3:
+                raise fail(f"{arg.name} is a vector per (batch, head): it must be 3-D (batch, heads, rows), got shape "
+                           f"{tuple(t.shape)}")
+        elif t.dim() != 4:
             raise fail(f"{arg.name} must be 4-D (batch, heads, rows, cols) like SDPA, got shape {tuple(t.shape)}")
-        if t.shape[3] != arg.cols:
+        elif t.shape[3] != arg.cols:
             raise fail(f"{arg.name} has {t.shape[3]} columns; this kernel was built for {arg.cols}")
         if t.stride(-1) != 1 and t.shape[-1] > 1:
             raise fail(f"{arg.name}'s last dimension must be contiguous (stride 1), got stride {t.stride(-1)}; "
                        "call .contiguous()")
-        _check_aligned(t, arg)
-        for dim in range(3):
-            if (t.stride(dim) * t.element_size()) % 16 and t.shape[dim] > 1:
-                raise fail(f"{arg.name}.stride({dim}) = {t.stride(dim)} elements is not a multiple of 16 bytes "
-                           "(needed by cp.async); call .contiguous()")
+        if arg.dtype != "fp32":   # bf16/fp16 inputs move through cp.async or TMA; fp32 ones are loaded per element
+            _check_aligned(t, arg)
+            for dim in range(3):
+                if (t.stride(dim) * t.element_size()) % 16 and t.shape[dim] > 1:
+                    raise fail(f"{arg.name}.stride({dim}) = {t.stride(dim)} elements is not a multiple of 16 bytes "
+                               "(needed by cp.async); call .contiguous()")
         if any(x > _INT32_MAX for x in t.shape):
             raise fail(f"{arg.name} has a dimension above 2^31-1: {tuple(t.shape)}")
 
@@ -447,8 +452,8 @@ class Kernel:
             if rows is None:
                 raise fail(f"the rows of output {arg.name} ({arg.rows}) are not set by any input tensor")
             # a row vector (cols 0: the log-sum-exp of each row) is (batch, heads, rows) of fp32
-            shape = (dims["batch"], dims["heads"], rows) + ((arg.cols,) if arg.cols else ())
-            odt = torch.float32 if arg.dtype == "fp32" else dtype
+            shape = (dims["batch"], arg.head_count(dims["heads"], dims["group"]), rows) + ((arg.cols,) if arg.cols else ())
+            odt = getattr(torch, _TORCH_DTYPE[arg.dtype])   # as built: the inputs may be of another type
             if out is not None and i == 0:
                 if tuple(out.shape) != shape or out.stride(-1) != 1 or out.dtype != odt:
                     raise fail(f"out must be {odt} {shape} with a contiguous last dimension")
@@ -476,9 +481,13 @@ class Kernel:
         descriptors."""
         import torch
         for arg, t in zip(self.inputs, tensors):
-            _check_aligned(t, arg)
+            if arg.dtype != "fp32":
+                _check_aligned(t, arg)
         outs = [out if (out is not None and i == 0) else torch.empty(shape, dtype=odt, device=plan.device)
                 for i, (shape, odt) in enumerate(zip(plan.shapes, plan.dtypes))]
+        for arg, t in zip(self.outputs, outs):
+            if arg.added:   # a reduce-store's target: the kernel adds into it, so it starts at zero (`out=` too)
+                t.zero_()
         if plan.template is not None:
             bound = {arg.ptr: t for arg, t in zip(self.inputs + self.outputs, (*tensors, *outs))}
             bound.update(runtime or {})

@@ -79,6 +79,7 @@ class CopyStmt(Stmt):
     src: str
     dst: str
     from_end: tuple[str, ...] = ()       # coordinate keys counted from the tensor's end (`[L = i from end]`)
+    add: bool = False                    # `… to global and add`: a reduce-store (the tile added in)
     name_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
     src_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
     dst_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
@@ -178,12 +179,20 @@ class ForStmt(Stmt):
 
 
 @dataclass(frozen=True)
+class KernelStmt(Stmt):
+    """`Kernel combine` — a kernel boundary: what follows, up to the next one, is the kernel `name`."""
+
+    name: str
+    name_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
+
+
+@dataclass(frozen=True)
 class Program:
     file: str
     body: tuple[Stmt, ...]
 
 
 __all__ = ["AllocateStmt", "Arg", "BinOp", "Call", "ComputeStmt", "Const", "CopyStmt", "Expr", "ExprError",
-           "ForStmt", "GemmStmt", "InputStmt", "MaskStmt", "Name", "Neg", "Num", "Operand", "ParamStmt",
+           "ForStmt", "GemmStmt", "InputStmt", "KernelStmt", "MaskStmt", "Name", "Neg", "Num", "Operand", "ParamStmt",
            "Program", "ReshapeStmt", "SoftmaxStmt", "Stmt", "TL_FUNCTIONS", "Var", "call_problem", "eval_expr",
            "expr_names"]

@@ -47,6 +47,8 @@ def _stmt(s: A.Stmt) -> str:
         if s.offset is not None:
             text += f" with offset {s.offset}"
         return text
+    if isinstance(s, A.KernelStmt):
+        return f"Kernel {s.name}"
     if isinstance(s, A.CopyStmt):
         text = f"Copy {s.name}"
         if s.tile is not None:
@@ -54,7 +56,7 @@ def _stmt(s: A.Stmt) -> str:
         if s.coord:
             text += " in coordinate [" + ", ".join(f"{k} = {e}{' from end' if k in s.from_end else ''}"
                                                    for k, e in s.coord) + "]"
-        return f"{text} from {s.src} to {s.dst}"
+        return f"{text} from {s.src} to {s.dst}" + (" and add" if s.add else "")
     if isinstance(s, A.GemmStmt):
         mode = "accumulate" if s.accumulate else "get"
         return f"Compute GEMM {s.a}, {s.b} and {mode} {s.out}"

@@ -61,6 +61,7 @@ class Lowerer:
         self.bad_params: set[str] = set()  # already reported: stay quiet where they are used
         self.loop_vars: list[str] = []
         self.softmaxes: list[tuple[Graph, SoftmaxOp, str | None]] = []
+        self.store_modes: dict[str, tuple[bool, Loc]] = {}   # global tensor → (stored by `and add`, first store)
 
     # ------------------------------------------------------------ helpers
     def err(self, msg: str, loc: Loc, *notes: Note) -> None:
@@ -293,6 +294,10 @@ class Lowerer:
             handler(s)
 
     # ------------------------------------------------------------ statements
+    def stmt_KernelStmt(self, s: A.KernelStmt) -> None:
+        self.err(f"'Kernel {s.name}': this program has several kernels, lowered one by one "
+                 "(tlc.api.compile_module, tlc/frontend/kernels.py); this entry point takes a one-kernel program", s.loc)
+
     def stmt_InputStmt(self, s: A.InputStmt) -> None:
         tensor = s.dims is not None
         if tensor and s.kind not in TENSOR_DTYPES:
@@ -379,6 +384,20 @@ class Lowerer:
                              offset=s.offset, loc=s.loc))
         self.define(s.name, space, v, s.name_loc, empty=space == "shared")
 
+    def check_store_mode(self, s: A.CopyStmt, target: Value, src: str) -> None:
+        """A reduce-store (`and add`) adds a register tile into an fp32 tensor of (rows, cols); a tensor is
+        stored one way only (a plain store after an add would overwrite the sum, or race with it)."""
+        if s.add and (src != "register" or target.type.dtype != "fp32" or len(target.type.shape or ()) != 2):
+            self.err(f"'and add' adds a register tile into an fp32 global tensor of (rows, cols); '{s.name}' is "
+                     f"{target.type.dtype}{'' if len(target.type.shape or ()) == 2 else ' (a vector)'} and the tile "
+                     f"comes from {src} (write 'Allocate {s.name} in global (rows, cols) as fp32' and add a "
+                     "register tile)", s.loc)
+        first = self.store_modes.setdefault(s.name, (s.add, s.loc))
+        if first[0] != s.add:
+            how = "adds into" if first[0] else "stores"
+            self.err(f"'{s.name}' is stored {'with' if s.add else 'without'} 'and add' here but line "
+                     f"{first[1].line} {how} it; store a tensor one way", s.loc, Note("first store here", first[1]))
+
     def producer_is_alloc(self, v: Value) -> bool:
         op = self.regions[-1].producer(v)
         return isinstance(op, AllocateOp)
@@ -436,12 +455,17 @@ class Lowerer:
                 return
             operands = (source.value, target.value)
             dtype = target.value.type.dtype
+            self.check_store_mode(s, target.value, src)
         elif src == "global" or dst == "shared":
             dtype = source.value.type.dtype
         ty = TileType(dst, tuple(s.tile) if s.tile is not None else None, dtype)
         v = self.fresh(s.name, ty)
+        if s.add and dst != "global":
+            self.err(f"'and add' adds a tile into a global tensor; this copy writes {dst} memory (write "
+                     f"'Copy {s.name} (…) in coordinate […] from register to global and add')", s.loc)
+            return
         self.emit(CopyOp((v,), operands, src_space=src, dst_space=dst, tile=s.tile, coord=s.coord,
-                         from_end="L" in s.from_end, loc=s.loc))
+                         from_end="L" in s.from_end, add=s.add and dst == "global", loc=s.loc))
         self.define(s.name, dst, v, s.name_loc)
 
     def operand(self, name: str, loc: Loc, what: str) -> Value | None:

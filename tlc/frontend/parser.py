@@ -207,6 +207,9 @@ class _ToAst(Transformer):
         return A.AllocateStmt(str(name), str(space), shape, dtype, offset, name_loc=self._loc(name),
                               space_loc=self._loc(space), loc=self._loc(meta))
 
+    def copy_add(self, items):
+        return "add"
+
     @v_args(meta=True)
     def copy(self, meta, items):
         name = items[0]
@@ -219,8 +222,9 @@ class _ToAst(Transformer):
             coord_items = rest.pop(0)[1]
             coord = tuple((k, e) for k, e, _ in coord_items)
             ends = tuple(k for k, _, end in coord_items if end)
-        src, dst = rest
-        return A.CopyStmt(str(name), tile, coord, str(src), str(dst), from_end=ends, name_loc=self._loc(name),
+        add = bool(rest) and rest[-1] == "add"
+        src, dst = rest[:-1] if add else rest
+        return A.CopyStmt(str(name), tile, coord, str(src), str(dst), from_end=ends, add=add, name_loc=self._loc(name),
                           src_loc=self._loc(src), dst_loc=self._loc(dst), loc=self._loc(meta))
 
     @v_args(meta=True)
@@ -286,6 +290,10 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def for_in(self, meta, items):
         return ("for", str(items[0]), items[1], items[2], True, self._loc(meta))
+
+    @v_args(meta=True)
+    def kernel(self, meta, items):
+        return A.KernelStmt(str(items[0]), name_loc=self._loc(items[0]), loc=self._loc(meta))
 
     @v_args(meta=True)
     def end(self, meta, items):
@@ -515,6 +523,9 @@ def parse_text(data: bytes | str, file: str = "<input>", layout: Layout | None =
                 sink.error(f"loops nest more than {MAX_LOOP_DEPTH} deep; flatten them", replace(loc, col=indent + 1))
             stack.append(_Block(var, start, stop, indented, indent, replace(loc, col=indent + 1), broken=too_deep,
                                 indent_chars=set(lead)))
+        elif isinstance(item, A.KernelStmt) and stack:
+            sink.error(f"'Kernel {item.name}' inside loop '{stack[-1].var}': a kernel boundary stands at the top "
+                       "level; close the loop first", item.loc)
         elif isinstance(item, tuple) and item[0] == "end":
             if not stack:
                 sink.error("'end' without an open loop; remove it or add a 'for' header above", item[1])

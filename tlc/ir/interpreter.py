@@ -197,6 +197,8 @@ class Interpreter:
 
     def load(self, op: CopyOp, ref: GlobalRef, env) -> Tile:
         t = ref.slice
+        if t.dim() == 1:
+            return self.load_rows(op, ref, env)
         rows, cols = self._index(op, env, tuple(t.shape))
         r_ok, c_ok = (rows >= 0) & (rows < t.shape[0]), cols < t.shape[1]
         inside = r_ok[:, None] & c_ok[None, :]
@@ -205,6 +207,20 @@ class Interpreter:
         if op.oob == "zero":
             return Tile(torch.where(inside, data, torch.zeros_like(data)), torch.ones_like(inside), rows, cols)
         return Tile(data, inside, rows, cols, row_ok=r_ok, col_ok=c_ok)
+
+    def load_rows(self, op: CopyOp, ref: GlobalRef, env) -> Tile:
+        """A tile of a global vector, a row vector: rows past the vector's end (or before its start) absent."""
+        t = ref.slice
+        height = int(self.eval(op.tile[0], env, op)) if op.tile else t.shape[0]
+        at = int(self.eval(dict(op.coord).get("L", 0), env, op)) if op.coord else 0
+        first = t.shape[0] - (at + 1) * height if op.from_end else at * height
+        rows = first + torch.arange(height)
+        inside = (rows >= 0) & (rows < t.shape[0])
+        data = torch.full((height,), float("nan"), dtype=torch.float64)
+        data[inside] = t[rows[inside]].to(torch.float64)
+        if op.oob == "zero":
+            return Tile(torch.where(inside, data, torch.zeros_like(data)), torch.ones_like(inside), rows)
+        return Tile(data, inside, rows)
 
     def store(self, op: CopyOp, tile: Tile, ref: GlobalRef, env) -> GlobalRef:
         t = ref.slice
@@ -218,7 +234,10 @@ class Interpreter:
             if not 0 <= rows[i] < t.shape[0]:
                 continue
             sel = keep[i]
-            t[rows[i], cols[sel]] = tile.data[i, sel].to(t.dtype)
+            if op.add:   # a reduce-store: the tile's elements are added in (the target starts at zero)
+                t[rows[i], cols[sel]] += tile.data[i, sel].to(t.dtype)
+            else:
+                t[rows[i], cols[sel]] = tile.data[i, sel].to(t.dtype)
         return ref
 
     def store_rows(self, op: CopyOp, tile: Tile, ref: GlobalRef, env) -> GlobalRef:

@@ -93,8 +93,9 @@ class CopyOp(Op):
     coord: tuple[tuple[str, Expr], ...] = ()
     oob: str = "absent"
     from_end: bool = False
+    add: bool = False   # a reduce-store: the tile is added into the global tensor (which starts at zero)
     mnemonic: ClassVar[str] = "copy"
-    quiet_defaults: ClassVar[tuple[str, ...]] = ("from_end",)
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("from_end", "add")
     has_effect: ClassVar[bool] = True
     n_operands: ClassVar[tuple[int, ...] | None] = (1, 2)
 
@@ -107,6 +108,8 @@ class CopyOp(Op):
             msgs.append(f"oob must be absent or zero, not '{self.oob}'")
         if self.dst_space == "global" and len(self.operands) != 2:
             msgs.append("a store to global takes the tile and the global tensor")
+        if self.add and (self.src_space, self.dst_space) != ("register", "global"):
+            msgs.append("only a store from register to global adds into its target")
         return msgs
 
 

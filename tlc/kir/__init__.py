@@ -34,6 +34,8 @@ Fragment math
   Exp2ScaleOp(target, row_max, scale_log2)          x = exp2(x·s − m·s), −inf rows → 0
   RowBroadcastOp(target, vec, fn(x, r))   MapOp(target, srcs, fn(x0, x1, ...))   e.g. softcap, ReLU
   ConvertOp(name, src, dtype)   RetileAccToAOp(name, src, mma)   RowStoreOp(dst, vec, coord, row_limit)
+  FragStoreOp(dst, src, coord, row_limit, col_limit, row_first, add)
+  FragLoadOp(dst, src, coord, row_limit, col_limit, row_first)   RowLoadOp(dst, src, coord, row_limit)
 Control flow and schedule
   ForOp(var, start, stop, step, body, stages, prefetch, unroll)   IfOp(cond, body)
 Profiling (trace-phases, Param Trace)

@@ -13,8 +13,8 @@ from tlc.kir.ops_decl import (FragmentOp, GlobalTensorOp, GlobalTileOp, Identity
                               PartitionOp, ProgramOp, RowVectorOp, SharedBufferOp, SharedViewOp, SmemLayoutOp,
                               SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, TraceBufferOp)
 from tlc.kir.ops_exec import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
-                              CounterAddOp, CounterOp, CounterSetOp, Exp2ScaleOp, ForOp, IfOp, MapOp, MaskOp, MmaOp, RetileAccToAOp,
-                              RowBroadcastOp, RowReduceOp, RowStoreOp, TimestampOp, WaitOp, WarpAnyOp)
+                              CounterAddOp, CounterOp, CounterSetOp, Exp2ScaleOp, ForOp, FragLoadOp, FragStoreOp, IfOp, MapOp, MaskOp, MmaOp, RetileAccToAOp,
+                              RowBroadcastOp, RowLoadOp, RowReduceOp, RowStoreOp, TimestampOp, WaitOp, WarpAnyOp)
 from tlc.kir.ops_sm90 import SM90_OP_CLASSES
 from tlc.kir.ops_views import VIEW_OP_CLASSES
 
@@ -22,15 +22,15 @@ OP_CLASSES: dict[str, type[Op]] = {cls.__name__: cls for cls in (
     ProgramOp, ParamsOp, KernelOp, LetOp, TiledMmaOp, SmemLayoutOp, SmemTransposeLayoutOp, SharedBufferOp,
     SharedViewOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, TiledCopyOp, PartitionOp, FragmentOp,
     RowVectorOp, AsyncCopyOp, CommitOp, WaitOp, BarrierOp, CopyOp, ClearOp, MmaOp, MaskOp, RowReduceOp,
-    AllReduceOp, Exp2ScaleOp, RowBroadcastOp, MapOp, ConvertOp, RetileAccToAOp, RowStoreOp, ForOp, IfOp,
+    AllReduceOp, Exp2ScaleOp, RowBroadcastOp, MapOp, ConvertOp, RetileAccToAOp, RowStoreOp, FragStoreOp, FragLoadOp, RowLoadOp, ForOp, IfOp,
     CounterOp, CounterAddOp, CounterSetOp, BreakOp, WarpAnyOp, TraceBufferOp, TimestampOp,
     *SM90_OP_CLASSES,  # the Hopper path's ops (ops_sm90): TMA, mbarriers, wgmma, warp roles
     *VIEW_OP_CLASSES)}  # fold-partitions' flat views (ops_views)
 
 __all__ = ["AllReduceOp", "AsyncCopyOp", "BarrierOp", "BreakOp", "ClearOp", "CommitOp", "ConvertOp", "CopyOp", "CounterAddOp",
-           "CounterOp", "CounterSetOp", "Exp2ScaleOp", "ForOp", "FragmentOp", "MmaOp", "GlobalTensorOp", "GlobalTileOp",
+           "CounterOp", "CounterSetOp", "Exp2ScaleOp", "ForOp", "FragLoadOp", "FragStoreOp", "FragmentOp", "MmaOp", "GlobalTensorOp", "GlobalTileOp",
            "IdentityTileOp", "IfOp", "KernelOp", "LetOp", "MapOp", "MaskOp", "ParamsOp", "PartitionOp",
-           "ProgramOp", "RetileAccToAOp", "RowBroadcastOp", "RowReduceOp", "RowStoreOp", "RowVectorOp",
+           "ProgramOp", "RetileAccToAOp", "RowBroadcastOp", "RowLoadOp", "RowReduceOp", "RowStoreOp", "RowVectorOp",
            "SharedBufferOp", "SharedViewOp", "SmemLayoutOp", "SmemTransposeLayoutOp", "TiledCopyOp",
            "TiledMmaOp", "TimestampOp", "TraceBufferOp", "WaitOp", "WarpAnyOp", "COPY_ATOMS", "DTYPES", "MMA_ATOMS", "OP_CLASSES", "PARAM_TYPES",
            "PARTITIONS", "SCALAR_TYPES", "Op", "names_defined", "names_used", "nested_effects", "op_label", "rewrite_ops",

@@ -346,6 +346,62 @@ class RowStoreOp(Op):
             check_ident(n, "tensor")
 
 
+@dataclass(frozen=True, kw_only=True)
+class FragStoreOp(Op):
+    """Store (or with `add`, atomically add) each element of fp32 fragment `src` into global tile `dst` at its
+    (row, col) in C-coordinates `coord` (partitioned like `src`), skipping rows ≥ `row_limit` (and < `row_first`)
+    and columns ≥ `col_limit`: an fp32 output written from the registers, no staging (a reduce-store's
+    elements are summed by the memory system, whichever CTA adds first)."""
+
+    dst: str
+    src: str
+    coord: str
+    row_limit: Expr
+    col_limit: Expr | None = None
+    row_first: Expr | None = None
+    add: bool = False
+    declared_effects = EffectDecl(reads=("src", "coord"), writes=("dst",), kinds=Effect.GLOBAL_WRITE)
+
+    def check(self) -> None:
+        for n in (self.dst, self.src, self.coord):
+            check_ident(n, "tensor")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FragLoadOp(Op):
+    """Load each element of fp32 fragment `dst` from global tile `src` at its (row, col) in C-coordinates
+    `coord` (partitioned like `dst`), converted to fp32; rows ≥ `row_limit` (or < `row_first`) and columns ≥
+    `col_limit` read 0: a register tile no GEMM produces, loaded straight from global memory."""
+
+    dst: str
+    src: str
+    coord: str
+    row_limit: Expr
+    col_limit: Expr | None = None
+    row_first: Expr | None = None
+    declared_effects = EffectDecl(reads=("src", "coord"), writes=("dst",))
+
+    def check(self) -> None:
+        for n in (self.dst, self.src, self.coord):
+            check_ident(n, "tensor")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowLoadOp(Op):
+    """Load row vector `dst` from global vector tile `src` at the rows of C-coordinates `coord` (the row
+    layout's identity partition); every lane loads its rows, those ≥ `row_limit` read 0."""
+
+    dst: str
+    src: str
+    coord: str
+    row_limit: Expr
+    declared_effects = EffectDecl(reads=("src", "coord"), writes=("dst",))
+
+    def check(self) -> None:
+        for n in (self.dst, self.src, self.coord):
+            check_ident(n, "tensor")
+
+
 # ----------------------------------------------------------------------------- control flow
 @dataclass(frozen=True, kw_only=True)
 class ForOp(Op):

@@ -18,7 +18,7 @@ from tlc.kir.expr import Expr, Index, Var, free_names
 INERT = (K.ParamsOp, K.TiledMmaOp, K.SmemLayoutOp, K.SmemTransposeLayoutOp, K.SharedBufferOp, K.SharedViewOp,
           K.GlobalTensorOp, K.GlobalTileOp, K.IdentityTileOp, K.TiledCopyOp, K.PartitionOp, K.FragmentOp,
           K.RowVectorOp, K.ClearOp, K.MmaOp, K.MaskOp, K.RowReduceOp, K.AllReduceOp, K.Exp2ScaleOp,
-          K.RowBroadcastOp, K.MapOp, K.ConvertOp, K.RetileAccToAOp, K.RowStoreOp, K.TimestampOp,
+          K.RowBroadcastOp, K.MapOp, K.ConvertOp, K.RetileAccToAOp, K.RowStoreOp, K.FragStoreOp, K.FragLoadOp, K.RowLoadOp, K.TimestampOp,
           K.TraceBufferOp, H.TmaDescriptorOp, H.GmmaSmemLayoutOp, H.MbarrierOp, H.TmaPrefetchOp,
           H.TmaPrefetchTileOp, H.WgmmaTiledMmaOp, H.WgmmaFragmentOp, H.WgmmaFenceOperandOp, H.WgmmaArriveOp,
           H.CarryOp, H.TileSlotOp)

@@ -51,8 +51,9 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
         if arg.name not in tensors:
             raise TileEvalError(f"no tensor given for input {arg.name}")
         t = tensors[arg.name]
-        if t.dim() != 4 or t.shape[3] != arg.cols:
-            raise TileEvalError(f"{arg.name} must be (batch, heads, rows, {arg.cols}), got {tuple(t.shape)}")
+        if (t.dim() != 3) if arg.cols == 0 else (t.dim() != 4 or t.shape[3] != arg.cols):
+            want = "(batch, heads, rows)" if arg.cols == 0 else f"(batch, heads, rows, {arg.cols})"
+            raise TileEvalError(f"{arg.name} must be {want}, got {tuple(t.shape)}")
         if not arg.rows.isdigit() and env.setdefault(arg.rows, t.shape[2]) != t.shape[2]:
             raise TileEvalError(f"{arg.name} has {t.shape[2]} rows but an earlier tensor gave {arg.rows}")
         store[arg.name] = t.detach().to(F64).contiguous().clone()
@@ -78,11 +79,13 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
     dims = {"batch": batch, "heads": heads, "group": heads // kv}
     for arg in abi.tensors:
         if arg.output:
-            shape = (batch, heads, _rows(arg, env), arg.cols) if arg.cols else (batch, heads, _rows(arg, env))
+            count = arg.head_count(heads, heads // kv)
+            shape = (batch, count, _rows(arg, env), arg.cols) if arg.cols else (batch, count, _rows(arg, env))
             given = tensors.get(arg.name)
             if given is not None and tuple(given.shape) != shape:
                 raise TileEvalError(f"output {arg.name} must be {shape}, got {tuple(given.shape)}")
-            store[arg.name] = torch.full(shape, float("nan"), dtype=F64)
+            # NaN where no kernel writes; a reduce-store's target starts at zero, as the launch gives it
+            store[arg.name] = torch.zeros(shape, dtype=F64) if arg.added else torch.full(shape, float("nan"), dtype=F64)
     fields: dict[str, object] = {f"p.{k}": v for k, v in {**env, **dims}.items()}
     for arg in abi.tensors:
         for which, stride in zip(("batch", "head", "row"), store[arg.name].stride()[:3]):

@@ -281,6 +281,45 @@ def _row_store(blk: Block, op: K.RowStoreOp) -> None:
     write_window(dst, vec.data, blk.integer(op.row_limit), None, blk.cta)
 
 
+@handles(K.FragStoreOp)
+def _frag_store(blk: Block, op: K.FragStoreOp) -> None:
+    src, dst, coord = blk.frag(op.src, 2), blk.value(op.dst), blk.value(op.coord)
+    if not isinstance(dst, Window) or len(dst.shape) != 2:
+        raise TileFault(f"{op.dst} is not a 2-D tile of a global tensor")
+    if not isinstance(coord, Coords) or not tuple(coord.shape) == tuple(src.data.shape) == tuple(dst.shape):
+        raise TileFault(f"{op.coord}, {op.src} and {op.dst} cover different tiles")
+    if src.dtype != "fp32" or dst.view.dtype != "fp32":
+        raise TileFault(f"{op.src} ({src.dtype}) is stored element by element into {dst.view.name} "
+                        f"({dst.view.dtype}); both must be fp32")
+    col_limit = blk.integer(op.col_limit) if op.col_limit is not None else None
+    row_first = blk.integer(op.row_first) if op.row_first is not None else None
+    write_window(dst, src.data, blk.integer(op.row_limit), col_limit, blk.cta, row_first, add=op.add)
+
+
+@handles(K.FragLoadOp)
+def _frag_load(blk: Block, op: K.FragLoadOp) -> None:
+    dst, src, coord = blk.frag(op.dst, 2), blk.value(op.src), blk.value(op.coord)
+    if not isinstance(src, Window) or len(src.shape) != 2:
+        raise TileFault(f"{op.src} is not a 2-D tile of a global tensor")
+    if not isinstance(coord, Coords) or not tuple(coord.shape) == tuple(dst.data.shape) == tuple(src.shape):
+        raise TileFault(f"{op.coord}, {op.dst} and {op.src} cover different tiles")
+    col_limit = blk.integer(op.col_limit) if op.col_limit is not None else None
+    row_first = blk.integer(op.row_first) if op.row_first is not None else None
+    dst.data.copy_(read_window(src, blk.integer(op.row_limit), col_limit, row_first))
+
+
+@handles(K.RowLoadOp)
+def _row_load(blk: Block, op: K.RowLoadOp) -> None:
+    vec, src, coord = blk.frag(op.dst, 1), blk.value(op.src), blk.value(op.coord)
+    if isinstance(src, GlobalView) and src.data.dim() == 1:   # rows index the vector itself
+        src = Window(src, (0,), (vec.data.shape[0],), rank=1)
+    if not isinstance(src, Window) or len(src.shape) != 1:
+        raise TileFault(f"{op.src} is not a tile of a global vector")
+    if not isinstance(coord, Coords) or coord.shape[0] != vec.data.shape[0] or src.shape[0] != vec.data.shape[0]:
+        raise TileFault(f"{op.coord}, {op.dst} and {op.src} cover different rows")
+    vec.data.copy_(read_window(src, blk.integer(op.row_limit), None))
+
+
 # ----------------------------------------------------------------------------- control flow
 @handles(K.IfOp)
 def _if(blk: Block, op: K.IfOp) -> None:

@@ -173,9 +173,10 @@ def read_window(w: Window, row_limit: int | None, col_limit: int | None, row_fir
 
 
 def write_window(w: Window, value: torch.Tensor, row_limit: int | None, col_limit: int | None, cta: int,
-                 row_first: int | None = None) -> None:
+                 row_first: int | None = None, add: bool = False) -> None:
     """Store the tile (rounded to the tensor's dtype), skipping elements at or past the limits (or
-    before `row_first`). Only outputs are writable, and no element by two CTAs (that is a race between them)."""
+    before `row_first`). Only outputs are writable, and no element by two CTAs (that is a race between them),
+    unless every write adds (`add`: atomic adds, summed in whatever order the CTAs come)."""
     if tuple(value.shape) != w.shape:
         raise TileFault(f"stores a {tuple(value.shape)} tile into a {w.shape} window of {w.view.name}")
     if w.view.owner is None:
@@ -183,6 +184,14 @@ def write_window(w: Window, value: torch.Tensor, row_limit: int | None, col_limi
     local = _extent(w, (row_limit, col_limit), row_first)
     region = tuple(slice(s + k.start, s + k.stop) for s, k in zip(w.start, local))
     owner = w.view.owner[region]
+    if add:   # -2: added into; a plain store by any CTA there is then a race with the adds
+        if (owner >= 0).any():
+            raise TileFault(f"adds into elements of {w.view.name} that a CTA stored (a race: stored and added)")
+        owner.fill_(-2)
+        w.view.data[region] = round_to(w.view.data[region] + value[local], w.view.dtype)
+        return
+    if (owner == -2).any():
+        raise TileFault(f"stores elements of {w.view.name} that CTAs add into (a race: stored and added)")
     others = owner[(owner >= 0) & (owner != cta)]
     if others.numel():
         raise TileFault(f"stores elements of {w.view.name} that CTA #{int(others[0])} stored too (a race between "

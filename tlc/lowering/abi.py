@@ -32,6 +32,7 @@ class TensorArg:
     cols: int
     head: str
     output: bool
+    added: bool = False   # stored by `and add` (a reduce-store): the launch zeroes it first
 
     @property
     def ptr(self) -> str:
@@ -39,6 +40,17 @@ class TensorArg:
 
     def stride(self, which: str) -> str:
         return f"{self.name}_{which}_stride"
+
+    def head_count(self, heads: int, group: int) -> int:
+        """How many heads the tensor has for a launch of `heads` query heads in groups of `group`: one past the
+        head the last query head reads (`head_idx`: heads, `head_idx / group`: heads / group, `0`: 1). An
+        output's heads; an input's come from its tensor and are checked against this."""
+        from tlc.frontend.ast import ExprError, eval_expr
+        from tlc.frontend.parser import parse_expr
+        try:
+            return int(eval_expr(parse_expr(self.head), {"head_idx": max(heads - 1, 0), "group": max(group, 1)})) + 1
+        except ExprError as exc:
+            raise fail(f"cannot evaluate {self.name}'s head offset '{self.head}': {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -66,7 +78,8 @@ class LaunchABI:
         return ParamsOp(name=f"{self.name}_params", fields=self.fields())
 
     def to_json(self) -> dict:
-        out = {"tensors": [asdict(t) for t in self.tensors], "inputs": [list(i) for i in self.inputs],
+        # `added` only where set: the records of programs without reduce-stores stay as they were
+        out = {"tensors": [{k: v for k, v in asdict(t).items() if k != "added" or v} for t in self.tensors], "inputs": [list(i) for i in self.inputs],
                "grid_rows": self.grid_rows, "grid_tile": self.grid_tile}
         if self.tensor_inputs:   # absent without any: the records of programs without them stay as they were
             out["tensor_inputs"] = [[n, d, list(dims)] for n, d, dims in self.tensor_inputs]
@@ -107,6 +120,10 @@ def _rows_text(e: A.Expr, graph: Graph, loc: Loc) -> str:
 def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
     """The ABI of `graph` (after the TL passes); `int_value(expr, loc, what)` evaluates Params."""
     stored = _stored(graph)
+    added = {op.operands[1].base for _, op in graph.walk() if isinstance(op, CopyOp) and op.add}
+    loads = [op for _, op in graph.walk() if isinstance(op, CopyOp) and op.src_space == "global"]
+    registers = ({op.operands[0].base for op in loads if op.dst_space == "register"}
+                 - {op.operands[0].base for op in loads if op.dst_space != "register"})
     tensors: list[TensorArg] = []
     for op in graph.ops():
         if not (isinstance(op, AllocateOp) and op.space == "global"):
@@ -116,21 +133,24 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
             raise fail(f"tlc build: a global tensor is (rows, cols), or (rows) for a row vector; '{op.name}' has "
                        f"{len(op.shape)} dimensions", op.loc)
         dtype = op.result.type.dtype or str(graph.params.get("dtype", "bf16"))
-        if len(op.shape) == 1:   # a row vector per (batch, head): fp32, stored (the log-sum-exp of each row)
-            if dtype != "fp32" or op.name not in stored:
-                raise fail(f"tlc build: global vector '{op.name}' ({dtype}) must be an fp32 output (a row vector the "
-                           "program stores, `Allocate LSE in global (seqlen_q) as fp32`); reading one is not "
-                           "supported yet", op.loc)
-        elif dtype not in ("bf16", "fp16"):
-            raise fail(f"tlc build: global tensor '{op.name}' is {dtype}; tlc's kernels read and write "
-                       "bf16 or fp16 tensors (fp32 only as a row vector output)", op.loc)
-        if op.name in stored and op.offset is not None and str(op.offset) != "head_idx":
+        in_registers = op.name in registers and op.name not in stored   # read only by register loads
+        if len(op.shape) == 1:   # a row vector per (batch, head): fp32 (the log-sum-exp of each row)
+            if dtype != "fp32" or not (op.name in stored or in_registers):
+                raise fail(f"tlc build: global vector '{op.name}' ({dtype}) must be fp32, stored as a row vector "
+                           "(`Allocate LSE in global (seqlen_q) as fp32`) or loaded into registers as one", op.loc)
+        elif dtype not in ("bf16", "fp16") and not (dtype == "fp32" and (op.name in stored or in_registers)):
+            raise fail(f"tlc build: global tensor '{op.name}' is {dtype}; tlc's kernels read bf16 or fp16 tensors "
+                       "through shared memory (fp32 only as an output the program stores, or loaded straight into "
+                       "registers in a kernel without GEMMs)", op.loc)
+        if (op.name in stored and op.name not in added and op.offset is not None
+                and str(op.offset) != "head_idx"):
             raise fail(f"tlc build: output '{op.name}' is written at head `{op.offset}`, so the blocks of several "
-                       "query heads would write the same rows at once; an output takes `with offset head_idx`",
-                       op.loc)
+                       "query heads would write the same rows at once; an output takes `with offset head_idx` "
+                       "(or sums what they write: an fp32 tensor stored `and add`)", op.loc)
         cols = 0 if len(op.shape) == 1 else int_value(op.shape[1], op.loc, f"the columns of '{op.name}'")
         tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc), cols,
-                                 str(op.offset) if op.offset is not None else "head_idx", op.name in stored))
+                                 str(op.offset) if op.offset is not None else "head_idx", op.name in stored,
+                                 op.name in added))
     if not any(t.output for t in tensors):
         raise fail("tlc build: the program stores no global tensor (add `Copy O (…) in coordinate [L = block_idx] "
                    "from register to global`)")

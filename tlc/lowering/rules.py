@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tlc.arch import ArchInfo
+from tlc.arch import SM80_MMA_ATOMS, ArchInfo
 from tlc.diagnostics import fail
 from tlc.ir.graph import Graph
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp, RowReduceOp,
@@ -68,12 +68,13 @@ class Family:
     kernel_op: type[K.Op]      # the kernel-IR op of the kernel
     plan: Callable[..., Any]   # (graph, Param Warps or None, exprs, names) → the warp plan (warps.py)
     tma_copies: bool           # a later pass may turn global→shared copies into TMA boxes, which take any rows
+    mma_atoms: dict[str, str] | None = None   # dtype → the MMA atom its TiledMMAs use (None: the arch's)
 
 
 FAMILIES: dict[str, Family] = {
     # 16-byte cp.async chunks and mma.sync k16/n16 steps: widths pad to 32 (FlashAttention's head dims).
     "mma.sync": Family(path="mma.sync", label="sm_80-family", col_unit=32, kernel_op=K.KernelOp, plan=plan_warps,
-                       tma_copies=False),
+                       tma_copies=False, mma_atoms=SM80_MMA_ATOMS),
     # GMMA and TMA read 128-byte swizzle atoms: widths pad to 64; warp-specialize may make copies TMA boxes.
     "wgmma": Family(path="wgmma", label="sm_90a", col_unit=64, kernel_op=H.Sm90KernelOp, plan=plan_wgmma,
                     tma_copies=True),
@@ -102,6 +103,16 @@ def family_of(arch: ArchInfo) -> Family:
     if family is None:
         raise fail(f"tlc build: --arch {arch.name} uses {arch.mma_path}, which has no lowering rules (target "
                    f"families: {', '.join(FAMILIES)}; tlc/lowering/rules.py)")
+    return family
+
+
+def family_for(arch: ArchInfo, graph: Graph) -> Family:
+    """The family a program lowers with on `arch`: the arch's, except that a kernel without GEMMs lowers by
+    the sm_80 family's rules on every target — with no wgmma there is nothing for warp groups, TMA rings or
+    GMMA layouts to do, and its register tiles take mma.sync's accumulator layout (tile_copies)."""
+    family = family_of(arch)
+    if family.tma_copies and not any(isinstance(op, GemmOp) for _, op in graph.walk()):
+        return FAMILIES["mma.sync"]
     return family
 
 

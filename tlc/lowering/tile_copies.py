@@ -58,8 +58,74 @@ def lower_copy(cx: TileOpLowering, op: CopyOp, region: Graph, out: list[K.Op]) -
         return
     if route == ("register", "global"):
         return _store(cx, op, out)
+    if route == ("global", "register"):
+        return _load_registers(cx, op, out)
     raise fail(f"tlc build: a copy from {op.src_space} to {op.dst_space} has no lowering (supported: "
-               "global→shared, shared→register for a GEMM operand, register→global)", op.loc)
+               "global→shared, shared→register for a GEMM operand, register→global, global→register in a "
+               "kernel without GEMMs)", op.loc)
+
+
+def _load_registers(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
+    """A tile (or a row vector) loaded from global memory straight into fp32 registers, each lane its own
+    elements, laid out like an accumulator of the warp plan's row TiledMMA (FragLoadOp, RowLoadOp): the
+    register tiles of a kernel without GEMMs. Elements past the tensor's end read 0 (absent: the stores
+    skip their rows). A kernel with GEMMs would have to lay such a tile out like each GEMM that meets it:
+    not supported yet."""
+    if any(isinstance(u, GemmOp) for _, u in cx.g.walk()):
+        raise fail(f"tlc build: '{op.result.base}' is loaded from global memory into registers in a kernel with "
+                   "GEMMs (an additive bias, a mask tensor); the lowering loads registers from global only in "
+                   "kernels without GEMMs yet: copy it to shared memory as a GEMM operand", op.loc)
+    g = cx.slot(op.operands[0], op)
+    if g.kind != "global":
+        raise fail("tlc build: a copy from global reads a global tensor", op.loc)
+    tile = [cx.x.int_value(d, op.loc, "the copied tile") for d in (op.tile or ())]
+    coord = dict(op.coord)
+    if g.cols == 0:   # a global vector: a row vector of the block's rows
+        if len(tile) != 1 or set(coord) - {"L"} or op.from_end:
+            raise fail(f"tlc build: a global vector is loaded as a row vector, `Copy {op.result.base} (BM) in "
+                       "coordinate [L = …] from global to register` (tiles counted from the start)", op.loc)
+        rows = _block_rows(cx, tile[0], op)
+        r = cx.x.lower(coord.get("L", A.Num(0)), op.loc)
+        mma, cols = cx.warp_plan.row_layout()
+        ident = cx.identity(rows, cols)
+        rc = cx.partition(("C", ident, mma), f"tR{ident}", cx.warp_plan.slice_of(mma), "partition_C", Var(ident))
+        view = cx.names.fresh("g" + g.name[1:] + "_rows")
+        dst = cx.bind(op.result, cx.fresh_like(Slot("row", "", rows), op.result.base, out, op.loc))
+        out += [K.GlobalTileOp(name=view, src=g.name, tile=(rows,), coord=(r,), loc=op.loc),
+                K.RowLoadOp(dst=dst.name, src=view, coord=rc,
+                            row_limit=BinOp("-", cx.global_rows[g.name], BinOp("*", r, Const(rows))), loc=op.loc)]
+        return
+    if len(tile) != 2:
+        raise fail(f"tlc build: a copy into registers takes a (rows, cols) tile, `Copy {op.result.base} (BM, cols) "
+                   "in coordinate [L = …] from global to register`", op.loc)
+    tr, tc, logical, r, c = _copy_tile(cx, op, g, (tile[0], tile[1]), "the tile")
+    _block_rows(cx, tr, op)
+    mma = cx.warp_plan.mma_of_register(op.result.base)
+    r, shift, limit, first = _row_tiles(cx, op, g, tr, r)
+    ident = cx.identity(tr, tc)
+    coord_view = cx.partition(("C", ident, mma), f"tC{ident}", cx.warp_plan.slice_of(mma), "partition_C", Var(ident))
+    view = cx.names.fresh("g" + g.name[1:] + "_in")
+    name = cx.names.fresh(f"r{op.result.base}")
+    out += [cx.warp_plan.accumulator(name, mma, (tr, tc), op.loc),
+            K.GlobalTileOp(name=view, src=g.name, tile=(tr, tc), coord=(r, c), row_shift=shift, loc=op.loc),
+            K.FragLoadOp(dst=name, src=view, coord=coord_view, row_limit=limit,
+                         col_limit=Const(logical) if tc != logical else None, row_first=first, loc=op.loc)]
+    cx.bind(op.result, Slot("frag", name, tr, tc, region=cx.region, logical_cols=logical, mma=mma))
+
+
+def _block_rows(cx: TileOpLowering, rows: int, op: CopyOp) -> int:
+    """`rows`, the block's rows (the first register tile fixes them, as a GEMM's M does), which the warp plan's
+    accumulator layout must tile: 16 rows per warp."""
+    if cx.m_rows is None:
+        step = 16 * cx.warp_plan.warps_m
+        if rows % step:
+            raise fail(f"tlc build: a register tile of {rows} rows on {cx.warps} warps; each warp holds 16 rows "
+                       f"of it, so the rows must be a multiple of {step} (set BM, or -D Warps)", op.loc)
+        cx.m_rows = rows
+    elif rows != cx.m_rows:
+        raise fail(f"tlc build: a register tile of {rows} rows in a block of {cx.m_rows}; the block's tiles share "
+                   "their rows", op.loc)
+    return rows
 
 
 def _coords(cx: TileOpLowering, op: CopyOp, rows_tile: int, cols_tile: int, cols: int) -> tuple[Expr, Expr]:
@@ -212,6 +278,8 @@ def _store(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
                    "fp32 register tiles (GEMM results) to global", op.loc)
     tr, tc, logical, r, c = _copy_tile(cx, op, g, (src.rows, src.logical_cols), f"'{op.operands[0].base}'")
     t = next(t for t in cx.abi.tensors if t.ptr == f"{op.operands[1].base}_ptr")
+    if t.dtype == "fp32" or op.add:
+        return _store_elements(cx, op, src, g, (tr, tc, logical, r, c), out)
     stage = Buffer(f"{t.name}_out", cx.names.fresh(f"s{t.name}_out"), tr, tc, t.dtype, op.loc, reuse=True)
     cx.buffers[stage.tl_name] = stage
     rname = cx.names.fresh(f"r{t.name}_out")
@@ -235,6 +303,26 @@ def _store(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
             K.CopyOp(copy=s2g, src=Var(s_src), dst=Index(Var(g_dst), (ALL, ALL, ALL, r, c)), pred=Var(pred),
                      row_limit=limit, col_limit=Const(logical) if tc != logical else None, row_first=first,
                      reads=(stage.name,), loc=op.loc)]
+    cx.bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
+
+
+def _store_elements(cx: TileOpLowering, op: CopyOp, src: Slot, g: Slot, tile: tuple, out: list[K.Op]) -> None:
+    """An fp32 register tile into an fp32 tensor, each lane its own elements at their C-coordinates, in-range
+    ones only (FragStoreOp): no conversion and no staging; `and add` adds them atomically (a reduce-store)."""
+    tr, tc, logical, r, c = tile
+    if cx.warp_plan.replicas > 1 and src.mma != "tiled_mma_n":
+        raise fail(f"tlc build: '{op.operands[0].base}' is computed by every warp group alike (a block of "
+                   f"{src.rows} rows on {cx.warps} warps); storing it is not supported — store a GEMM "
+                   "accumulator you allocated in registers, or use more rows per block", op.loc)
+    r, shift, limit, first = _row_tiles(cx, op, g, tr, r)
+    ident = cx.identity(tr, tc)
+    coord = cx.partition(("C", ident, src.mma), f"tC{ident}", cx.warp_plan.slice_of(src.mma), "partition_C",
+                         Var(ident))
+    view = cx.names.fresh("g" + g.name[1:] + ("_add" if op.add else "_tile"))
+    out += [K.GlobalTileOp(name=view, src=g.name, tile=(tr, tc), coord=(r, c), row_shift=shift, loc=op.loc),
+            K.FragStoreOp(dst=view, src=src.name, coord=coord, row_limit=limit,
+                          col_limit=Const(logical) if tc != logical else None, row_first=first, add=op.add,
+                          loc=op.loc)]
     cx.bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
 
 

@@ -31,7 +31,7 @@ from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import Const, E, Expr, Var
 from tlc.lowering.abi import LaunchABI, derive_abi
 from tlc.lowering.exprs import BUILTINS, ExprLowering
-from tlc.lowering.rules import UNLOWERED, family_of, rule_for
+from tlc.lowering.rules import UNLOWERED, family_for, rule_for
 from tlc.lowering.storage import Buffer, Namer, Slot, last_uses
 from tlc.lowering.tile_copies import kblock
 from tlc.lowering.tile_math import LOG2E
@@ -49,7 +49,7 @@ class TileOpLowering:
 
     def __init__(self, graph: Graph, arch: ArchInfo, name: str) -> None:
         self.g, self.arch, self.name = graph, arch, name
-        self.family = family_of(arch)
+        self.family = family_for(arch, graph)
         self.dtype = str(graph.params.get("dtype", "bf16"))
         self.warps = self._int_param("Warps", 4)
         self.names = Namer(reserved=(*BUILTINS, "p", "tidx", "smem_"))
@@ -86,7 +86,8 @@ class TileOpLowering:
         self.warps = self.warp_plan.warps
         self.lower_region(self.g, body)
         if self.m_rows is None:
-            raise fail("tlc build: the program has no GEMM; the lowering needs one to fix the thread layout")
+            raise fail("tlc build: the program computes no register tile (no GEMM and no tile loaded into "
+                       "registers): nothing fixes the block's thread layout")
         # a loop whose trips grow with block_idx (causal): its longest tiles first, the hardware's launch order;
         # rows counted from the end put them first already
         rev = any(isinstance(op, LoopOp) and op.stop is not None and "block_idx" in str(op.stop)
@@ -95,7 +96,7 @@ class TileOpLowering:
                 K.LetOp(name="head_idx", type="i32", value=E("blockIdx.y")),
                 K.LetOp(name="batch_idx", type="i32", value=E("blockIdx.z")),
                 K.LetOp(name="group", type="i32", value=Var("p.group"))]
-        mmas = self.mma_decls + self.warp_plan.decls(self.arch.mma_atoms[self.dtype])
+        mmas = self.mma_decls + self.warp_plan.decls((self.family.mma_atoms or self.arch.mma_atoms)[self.dtype])
         smem = self._smem_decls()
         rows = Var(f"p.{self.abi.grid_rows}") if not self.abi.grid_rows.isdigit() else Const(int(self.abi.grid_rows))
         grid = (E(f"ceil_div({rows}, {self.abi.grid_tile})"), Var("p.heads"), Var("p.batch"))

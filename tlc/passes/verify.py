@@ -26,7 +26,7 @@ _REGISTER_ONLY = (ElementwiseOp, MaskOp, SoftmaxOp, ReshapeOp)
 # the first refusal a user meets names what works rather than a copy that the next stage refuses.
 LOWERED_OPERANDS = ("the sm_80-family and sm_90a lowerings take GEMM results, values computed from them, softmax "
                     "row statistics and scalars as Compute and Reshape operands, not tiles loaded from memory "
-                    "(an additive bias or a mask tensor is not supported yet)")
+                    "in a kernel with GEMMs (an additive bias or a mask tensor is not supported yet)")
 _TL_FN = {fn: tl.title() for tl, (fn, _) in reversed(ELEMENTWISE.items())}  # the first TL spelling of each
 
 

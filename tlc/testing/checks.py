@@ -79,6 +79,7 @@ class TensorInfo:
     heads: str            # "q" (one per query head), "kv" (offset uses group) or "one"
     transposed: bool      # stored (cols, seq) although the reference wants (seq, cols)
     output: bool
+    added: bool = False   # stored by `and add` (a reduce-store): it starts at zero, not NaN
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ def program_info(graph: Graph) -> ProgramInfo:
     ints = tuple(n for n, k in graph.inputs.items() if k == "int")
     floats = tuple(n for n, k in graph.inputs.items() if k != "int")
     stored = {op.operands[1].base for _, op in graph.walk() if isinstance(op, CopyOp) and op.dst_space == "global"}
+    added = {op.operands[1].base for _, op in graph.walk() if isinstance(op, CopyOp) and op.add}
     tensors = []
     for _, op in graph.walk():
         if not (isinstance(op, AllocateOp) and op.space == "global") or any(t.name == op.name for t in tensors):
@@ -108,7 +110,7 @@ def program_info(graph: Graph) -> ProgramInfo:
             continue   # the lowering refused it
         seq = [bool(_names(d) & set(ints)) for d in held]
         transposed = len(seq) == 2 and not seq[0] and seq[1]
-        tensors.append(TensorInfo(op.name, held, heads, transposed, op.name in stored))
+        tensors.append(TensorInfo(op.name, held, heads, transposed, op.name in stored, op.name in added))
     env = _param_env(graph)
     dims = {t.name: t.dims for t in tensors}
     tiles = [1]  # the tile extents along sequence axes: the dims that coordinates step over
@@ -153,7 +155,8 @@ def random_tensor(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.
 
 def make_inputs(graph: Graph, shapes: Shapes, seed: int, dtype: torch.dtype = torch.float64):
     """(tensors for the interpreter, tensors in the reference's layout, scalars).
-    Outputs are NaN-poisoned, so an element the program never writes shows up."""
+    Outputs are NaN-poisoned, so an element the program never writes shows up; a reduce-store's target
+    starts at zero, as the launch gives it."""
     info = program_info(graph)
     env = dict(_param_env(graph), **shapes.ints)
     heads = {"q": shapes.heads, "kv": shapes.kv_heads, "one": 1}
@@ -165,7 +168,8 @@ def make_inputs(graph: Graph, shapes: Shapes, seed: int, dtype: torch.dtype = to
             raise SizingError(f"cannot size global tensor '{t.name}': {exc}") from None
         canon = tuple(reversed(dims)) if t.transposed else tuple(dims)
         full = (shapes.batch, heads[t.heads], *canon)
-        x = (torch.full(full, float("nan"), dtype=torch.float64) if t.output
+        x = (torch.zeros(full, dtype=torch.float64) if t.added
+             else torch.full(full, float("nan"), dtype=torch.float64) if t.output
              else random_tensor(full, seed * 1000 + i, dtype).to(torch.float64))
         ref[t.name] = x
         interp[t.name] = x.transpose(-1, -2).contiguous() if t.transposed else x

@@ -1,0 +1,106 @@
+"""specs/split_kv_fwd.tl built: three kernels lowered one by one for both targets, their kernel IR run in order on
+the tile evaluator (sm_90; each kernel's fp32 workspaces handed to the next) equal to the interpreter of the whole
+program at odd sizes, and the launcher of the program (tlc.backend_cute.launch_module) on the CPU: the kernels
+launched in order, each workspace one kernel stores bound to the next kernel's pointer, the outputs returned."""
+from __future__ import annotations
+
+import ctypes
+import math
+import types
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+
+from tlc.api import compile_module
+from tlc.backend_cute import launch
+from tlc.backend_cute.launch_module import ModuleKernel
+from tlc.builder import lower_to_kernel_ir, module_kernel_name
+from tlc.diagnostics import TlcError
+from tlc.ir.module import run_module
+from tlc.kir import ops_sm90 as H
+from tlc.kir.tile_eval import evaluate_program
+
+SPEC = Path(__file__).resolve().parents[2] / "specs" / "split_kv_fwd.tl"
+SMALL = {"HeadDim": "32", "BM": "64", "BN": "32"}
+NAMES = ("first_half", "second_half", "merge")
+
+
+@lru_cache(maxsize=None)
+def lowered(arch: str):
+    return [(k, *lower_to_kernel_ir(SPEC.read_bytes(), "skv.tl", arch, SMALL, name=module_kernel_name("skv.tl", k),
+                                    kernel=k)[:1]) for k in NAMES]
+
+
+@pytest.mark.parametrize("sq, sk", [(1, 1), (17, 33), (65, 100), (70, 31)])
+def test_the_kernels_in_order_equal_the_interpreter(sq: int, sk: int, arch: str = "sm_90") -> None:
+    """sm_90 (the tile evaluator has no wgmma; sm_90a's kernels run on the GPU, tests/gpu)."""
+    module, _ = compile_module(SPEC.read_text(), "skv.tl", defines=SMALL, run_passes=False)
+    g = torch.Generator().manual_seed(sq * 100 + sk)
+    env = {n: torch.randn(2, 4 if n == "Q" else 2, sq if n == "Q" else sk, 32, generator=g).to(torch.bfloat16).double()
+           for n in "QKV"}
+    scalars = {"seqlen_q": sq, "seqlen_k": sk, "scale": 1 / math.sqrt(32)}
+    given = dict(env)
+    for name, role in module.roles().items():
+        if role != "input":
+            given[name] = torch.full((2, 4, sq, 32) if name.startswith("O") else (2, 4, sq), float("nan"),
+                                     dtype=torch.float64)
+    want = run_module(module, given, scalars)
+    for _, state in lowered(arch):
+        ins = {a.name: env[a.name] for a in state.abi.tensors if not a.output}
+        env.update(evaluate_program(state.kir, state.abi, ins, {k: v for k, v in scalars.items()
+                                                                  if k in dict(state.abi.inputs)}))
+    for name, tol in (("O", 2e-2), ("LSE", 1e-4)):
+        assert not torch.isnan(env[name]).any()
+        err = (env[name] - want[name]).abs().max().item()
+        assert err <= tol * max(1.0, want[name].abs().max().item()), f"{arch} {sq}x{sk} {name}: {err:.3e}"
+
+
+def test_sm90a_runs_the_attention_halves_on_wgmma_and_the_merge_on_the_sm80_rules() -> None:
+    kinds = [type(state.kir.kernels()[0]) for _, state in lowered("sm_90a")]
+    assert kinds[0] is H.Sm90KernelOp and kinds[1] is H.Sm90KernelOp and kinds[2] is not H.Sm90KernelOp
+
+
+class _Driver:
+    """cuLaunchKernel's stand-in that records (kernel name, the struct's bytes) of each launch."""
+    CUresult = types.SimpleNamespace(CUDA_SUCCESS=0)
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.sizes, self.launches = sizes, []
+
+    def CUstream(self, stream):  # noqa: N802 - the driver's name
+        return stream
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, smem, stream, args, extra):  # noqa: N802
+        struct = ctypes.c_void_p.from_address(args).value
+        self.launches.append((function, ctypes.string_at(struct, self.sizes[function])))
+        return (0,)
+
+
+def test_the_program_launches_its_kernels_in_order_and_hands_on_the_workspaces(monkeypatch) -> None:
+    from bench.launch_stand_ins import no_gpu, qkv, stand_in_kernel
+
+    no_gpu(monkeypatch.setattr)
+    kernels = []
+    for name, state in lowered("sm_90a"):
+        k = stand_in_kernel(state.kir, state.abi)
+        k._loaded[0] = types.SimpleNamespace(resident_ctas=132, function=name)
+        kernels.append((name, k))
+    roles = compile_module(SPEC.read_text(), "skv.tl", defines=SMALL)[0].roles()
+    program = ModuleKernel(kernels, roles)
+    driver = _Driver({n: ctypes.sizeof(k._struct) for n, k in kernels})
+    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    q, k, v = qkv(2, 4, 2, 40, 50, False, d=32)
+    o, lse = program(q, k, v, scale=0.2)
+    assert (o.shape, o.dtype, lse.shape, lse.dtype) == ((2, 4, 40, 32), torch.bfloat16, (2, 4, 40), torch.float32)
+    assert [name for name, _ in driver.launches] == list(NAMES)
+    structs = {name: dict(kernels)[name]._struct.from_buffer_copy(raw) for name, raw in driver.launches}
+    assert structs["first_half"].O_a_ptr == structs["merge"].O_a_ptr != 0
+    assert structs["second_half"].LSE_b_ptr == structs["merge"].LSE_b_ptr != 0
+    assert structs["merge"].O_ptr == o.data_ptr() and structs["merge"].LSE_ptr == lse.data_ptr()
+    assert structs["first_half"].scale == pytest.approx(0.2)
+    with pytest.raises(TlcError, match="this program has no Input 'scael'"):
+        program(q, k, v, scael=0.2)
+    with pytest.raises(TlcError, match=r"this program takes 3 tensor\(s\) \(Q, K, V\), got 2"):
+        program(q, k)

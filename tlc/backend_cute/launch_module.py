@@ -1,0 +1,49 @@
+"""A built program of several kernels (`Kernel NAME` lines) on torch tensors: one call runs its kernels in order.
+
+`kernel(q, k, v, scale=…)` takes the program's inputs (the global tensors no kernel stores, in Allocate order)
+and its runtime Inputs by keyword; each kernel gets the tensors and Inputs it names. A tensor one kernel stores and
+a later one loads (a workspace) is allocated by the kernel that stores it and handed to the next, never returned;
+the outputs come back in Allocate order, as a one-kernel program's do.
+"""
+from __future__ import annotations
+
+from tlc.backend_cute.launch import Kernel
+from tlc.diagnostics import fail
+from tlc.ir.tensor_inputs import tensor_pointer  # noqa: F401 - the tensor Inputs' fields, named as the kernels name them
+
+
+class ModuleKernel:
+    """The kernels of one program, in launch order, with the roles of its global tensors (tlc/ir/module.py)."""
+
+    def __init__(self, kernels: list[tuple[str, Kernel]], roles: dict[str, str]) -> None:
+        self.kernels, self.roles = kernels, roles
+        first_use = {}
+        for _, k in kernels:
+            for arg in (*k.inputs, *k.outputs):
+                first_use.setdefault(arg.name, arg)
+        producer = {a.name: a for _, k in kernels for a in k.outputs}
+        self.inputs = [first_use[n] for n, r in roles.items() if r == "input"]
+        self.outputs = [producer[n] for n, r in roles.items() if r == "output"]
+        self.workspaces = [producer[n] for n, r in roles.items() if r == "workspace"]
+        self._keywords = {n for _, k in kernels for n in (*k._input_names, *(t for t, _, _ in k.abi.tensor_inputs))}
+
+    def __call__(self, *tensors, out=None, **inputs):
+        if len(tensors) != len(self.inputs):
+            raise fail(f"this program takes {len(self.inputs)} tensor(s) ({', '.join(a.name for a in self.inputs)}), "
+                       f"got {len(tensors)}")
+        unknown = sorted(k for k, v in inputs.items() if v is not None and k not in self._keywords)
+        if unknown:
+            raise fail(f"this program has no Input '{unknown[0]}'; its Inputs are {', '.join(sorted(self._keywords))}")
+        env = dict(zip((a.name for a in self.inputs), tensors))
+        first = self.outputs[0].name if self.outputs else None
+        for name, k in self.kernels:
+            own = {n for n in (*k._input_names, *(t for t, _, _ in k.abi.tensor_inputs))}
+            given = {n: v for n, v in inputs.items() if n in own}
+            place = out if (out is not None and k.outputs and k.outputs[0].name == first) else None
+            if out is not None and place is None and any(a.name == first for a in k.outputs):
+                raise fail(f"out= gives the program's first output, {first}, which kernel '{name}' stores after "
+                           "another; call without out=")
+            made = k(*(env[a.name] for a in k.inputs), out=place, **given)
+            env.update(zip((a.name for a in k.outputs), made if isinstance(made, tuple) else (made,)))
+        result = tuple(env[a.name] for a in self.outputs)
+        return result[0] if len(result) == 1 else result
