@@ -306,14 +306,15 @@ def _build(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) -> tu
     names = kernel_names(data, path)
     if not names:
         return _build_kernel(src_path, data, arch, out_dir, defines, None, src_path.stem)
-    # several kernels: `<stem>.<kernel>.{cu,cubin,json}` each, and `<stem>.json` saying what runs in which order
+    # several kernels: `<stem>.<kernel>.{cu,cubin,json}` each, and `<stem>.json` saying what runs in which order;
+    # the program's tensor roles are checked before anything is written
+    from tlc.api import compile_module
+    module, _ = compile_module(data, path, defines=defines)
     metas, warnings = [], []
     for kernel in names:
         meta, said = _build_kernel(src_path, data, arch, out_dir, defines, kernel, f"{src_path.stem}.{kernel}")
         metas.append(meta)
         warnings += said
-    from tlc.api import compile_module
-    module, _ = compile_module(data, path, defines=defines)
     index = {"tlc": __version__, "source": str(src_path), "defines": dict(defines), "arch": arch,
              "kernels": [{"name": k, "artifacts": f"{src_path.stem}.{k}"} for k in names],
              "tensors": module.roles()}

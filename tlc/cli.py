@@ -238,7 +238,8 @@ def cmd_interp(args) -> int:
         _say(f"{args.file}: note: with --no-passes the program as written is compared with itself, so this only "
              "runs it; drop --no-passes to check what tlc builds, or give --reference", err=True)
     params = {k: v for k, v in graph.params.items() if isinstance(v, int) and not isinstance(v, bool)}
-    d = int(eval_expr(info.tensors[0].dims[-1], params)) if info.tensors else 1
+    tiles = [t for t in info.tensors if len(t.dims) == 2]   # a vector has no columns to scale by
+    d = int(eval_expr(tiles[0].dims[-1], params)) if tiles else 1
     worst = 0.0
     for i, pair in enumerate(sizes):
         shapes = Shapes(batch=2, heads=4, kv_heads=2, ints=dict(zip(info.int_inputs, pair)),

@@ -123,3 +123,37 @@ def test_a_two_kernel_chain_runs_in_order() -> None:
     out = run_module(module, {"X": x, "Y": nan, "Z": nan.clone()}, {"seqlen_q": 6})
     assert torch.allclose(out["Z"], torch.exp(torch.exp(x)))
     assert math.isfinite(float(out["Z"].sum()))
+
+
+def test_a_kernel_loading_what_it_stores_is_refused() -> None:
+    """Found by review: its blocks would read what others have or have not written (a plain store read from
+    torch.empty, an add read while others add)."""
+    text = PROLOGUE + "Kernel k\n" + COPY.format(a="X", b="Y") + \
+        "Copy Y (BM, HeadDim) in coordinate [L = block_idx] from global to register\n" \
+        "Compute Exp Y and get Z\nCopy Z (BM, HeadDim) in coordinate [L = block_idx] from register to global\n"
+    with pytest.raises(TlcError, match="'Y' is loaded by the kernel that stores it"):
+        compile_module(text, "k.tl")
+
+
+def test_a_kernel_line_takes_no_when() -> None:
+    text = SPEC.read_text().replace("Kernel merge", "Kernel merge when Nothing")
+    with pytest.raises(TlcError, match="'Kernel merge' takes no 'when'"):
+        compile_module(text, "skv.tl", defines=SMALL)
+
+
+def test_a_kernel_takes_the_global_tensors_it_copies_and_the_inputs_it_reads() -> None:
+    """Found by review: every word of a kernel's statements was taken for a name, so a global tensor named like a
+    coordinate key or a local tile (`L`, `S`) joined kernels that do not copy it and was refused there; an Input
+    only a tensor Input's dimension named was dropped."""
+    text = SPEC.read_text().replace("LSE_a", "L").replace("Allocate O in global", "Allocate S in global (seqlen_q) "
+                                                                              "as fp32\nAllocate O in global")
+    text = text.replace("Copy LSE (BM) in coordinate [L = block_idx] from register to global",
+                        "Copy LSE (BM) in coordinate [L = block_idx] from register to global\n"
+                        "Compute Add log_w, 0 and get S\nCopy S (BM) in coordinate [L = block_idx] from register to global")
+    module, _ = compile_module(text, "skv.tl", defines=SMALL)
+    assert module.roles()["L"] == "workspace" and module.roles()["S"] == "output"
+    nb = PROLOGUE.replace("Input seqlen_q : int", "Input seqlen_q, nb : int\nInput lens : int32[nb]").replace(
+        "Allocate X in global (seqlen_q, HeadDim)", "Allocate X in global (min(lens[batch_idx], seqlen_q), HeadDim)").replace(
+        "Allocate Y in global (seqlen_q, HeadDim)", "Allocate Y in global (min(lens[batch_idx], seqlen_q), HeadDim)") + \
+        "Kernel k\n" + COPY.format(a="X", b="Y")
+    assert "nb" in dict(compile_module(nb, "k.tl")[0].kernels)["k"].inputs

@@ -152,3 +152,27 @@ def test_a_register_load_in_a_kernel_with_gemms_is_refused_at_its_line() -> None
         "Allocate O in global (seqlen_q, HeadDim) with offset head_idx\nAllocate B in global (seqlen_q, seqlen_k)")
     with pytest.raises(TlcError, match="reads 'B', a tile copied to registers from global memory; .* in a kernel with GEMMs"):
         lower_to_kernel_ir(text.encode(), "bias.tl", "sm_90", {"HeadDim": "64"}, name="bias")
+
+
+@pytest.mark.parametrize("coord_b", ["block_idx + 1", "block_idx from end", "0"])
+def test_a_tile_whose_rows_come_from_two_loads_of_other_rows_is_refused(coord_b: str) -> None:
+    """Found by review: `Add X, Z` of tiles loaded at two coordinates was stored unchecked; the kernel's zero-filled
+    rows then reached rows the program leaves absent."""
+    text = SPEC.read_text().replace("Copy O_b (BM, HeadDim) in coordinate [L = block_idx]",
+                                    f"Copy O_b (BM, HeadDim) in coordinate [L = {coord_b}]")
+    with pytest.raises(TlcError, match="the rows of 'O' come from loads of different rows"):
+        lowered("sm_90", text)
+
+
+def test_an_explicit_input_that_disagrees_with_the_tensors_is_refused(monkeypatch) -> None:
+    """Found by review: `seqlen_q=4000` with 33-row tensors went into the struct (a 63-tile grid, reads past the
+    ends); the tile evaluator refused it, the launcher did not."""
+    from bench.launch_stand_ins import no_gpu, record, stand_in_kernel
+
+    no_gpu(monkeypatch.setattr)
+    _, kir, abi = lowered("sm_90a")
+    kernel = stand_in_kernel(kir, abi)
+    record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
+    t = {k: v.float() for k, v in inputs(33).items()}
+    with pytest.raises(TlcError, match=r"seqlen_q = 4000 was given, but the tensors have 33 rows there \(O_a, LSE_a"):
+        kernel(t["O_a"], t["LSE_a"], t["O_b"], t["LSE_b"], seqlen_q=4000)

@@ -154,3 +154,32 @@ def test_the_launcher_zeroes_the_output_it_adds_into(monkeypatch) -> None:
     assert kernel(q, k, v, out=given) is given and bool((given == 0).all())
     struct = kernel._struct.from_buffer_copy(driver.launches[-1][-1])
     assert struct.O_ptr == given.data_ptr() and struct.O_head_stride == 40 * 32
+
+
+@pytest.mark.parametrize("offset, words", [
+    ("head_idx % 3", r"a reduce-store's target takes `with offset head_idx` \(a head per query head\)"),
+    ("head_idx - 1", "a reduce-store's target takes `with offset head_idx`"),
+])
+def test_a_reduce_store_at_a_head_the_launch_cannot_size_is_refused(offset: str, words: str) -> None:
+    """Found by review: any offset was taken, and the output sized by the last query head's (heads 1, 2 of
+    `head_idx % 3` added past the end of a 1-head tensor; `2 - head_idx` launched nothing)."""
+    text = SPEC.read_text().replace("as fp32 with offset head_idx / group", f"as fp32 with offset {offset}")
+    with pytest.raises(TlcError, match=words):
+        lowered("sm_90", "false", text)
+
+
+def test_a_reduce_store_per_kv_head_needs_an_input_that_fixes_the_group() -> None:
+    """Found by review: without a `group` input the launch took group 1 and stored every query head unsummed."""
+    text = """Param HeadDim = 32
+Param BM = 64
+Param BN = 32
+Param Causal = false
+Input seqlen_q : int
+Allocate X in global (seqlen_q, HeadDim) as fp32 with offset head_idx
+Allocate Y in global (seqlen_q, HeadDim) as fp32 with offset head_idx / group
+Copy X (BM, HeadDim) in coordinate [L = block_idx] from global to register
+Compute Exp X and get Y
+Copy Y (BM, HeadDim) in coordinate [L = block_idx] from register to global and add
+"""
+    with pytest.raises(TlcError, match="no input tensor is read at a `group` offset"):
+        lowered("sm_90", "false", text)

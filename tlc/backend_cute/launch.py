@@ -210,6 +210,12 @@ def _on_gpu(t) -> bool:
     return t.is_cuda
 
 
+def default_scale(tensors) -> float:
+    """SDPA's default softmax scale, 1/sqrt of the first (rows, cols) input's columns (a vector has none)."""
+    cols = next((a.cols for a in tensors if a.cols), 1)
+    return 1.0 / math.sqrt(cols)
+
+
 def _check_aligned(t, arg: TensorArg) -> None:
     if t.data_ptr() % 16:
         raise fail(f"{arg.name}'s data pointer is not 16-byte aligned (needed by cp.async); pass a fresh tensor")
@@ -322,10 +328,14 @@ class Kernel:
         for name, kind in self.abi.inputs:
             if name in inputs:
                 value = inputs[name]
+                if name in env and int(value) != env[name]:   # a row count the tensors set: the struct must agree
+                    raise fail(f"{name} = {value} was given, but the tensors have {env[name]} rows there "
+                               f"({', '.join(a.name for a in self.inputs if a.rows == name)}); drop {name}= or pass "
+                               "tensors of that length")
                 env[name] = int(value) if kind == "int" else float(value)
             elif name not in env:
                 if name == "scale" and kind == "float":
-                    env[name] = 1.0 / math.sqrt(self.inputs[0].cols if self.inputs else 1)
+                    env[name] = default_scale(self.inputs)
                 else:
                     raise fail(f"this kernel needs the runtime input '{name}': pass {name}=<value>")
         batch = {t.shape[0] for t in tensors}

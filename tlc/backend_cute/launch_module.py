@@ -7,9 +7,10 @@ the outputs come back in Allocate order, as a one-kernel program's do.
 """
 from __future__ import annotations
 
-from tlc.backend_cute.launch import Kernel
-from tlc.diagnostics import fail
-from tlc.ir.tensor_inputs import tensor_pointer  # noqa: F401 - the tensor Inputs' fields, named as the kernels name them
+import dataclasses
+
+from tlc.backend_cute.launch import Kernel, default_scale
+from tlc.diagnostics import TlcError, fail
 
 
 class ModuleKernel:
@@ -35,15 +36,28 @@ class ModuleKernel:
         if unknown:
             raise fail(f"this program has no Input '{unknown[0]}'; its Inputs are {', '.join(sorted(self._keywords))}")
         env = dict(zip((a.name for a in self.inputs), tensors))
+        inputs = {k: v for k, v in inputs.items() if v is not None}
+        # one value of each Input for every kernel: a row count from the program's input tensors, SDPA's scale
+        for arg, t in zip(self.inputs, tensors):
+            if not arg.rows.isdigit() and arg.rows not in inputs and hasattr(t, "shape") and len(t.shape) > 2:
+                inputs[arg.rows] = int(t.shape[2])
+        if "scale" not in inputs and any(("scale", "float") in k.abi.inputs for _, k in self.kernels):
+            inputs["scale"] = default_scale(self.inputs)
         first = self.outputs[0].name if self.outputs else None
         for name, k in self.kernels:
             own = {n for n in (*k._input_names, *(t for t, _, _ in k.abi.tensor_inputs))}
             given = {n: v for n, v in inputs.items() if n in own}
-            place = out if (out is not None and k.outputs and k.outputs[0].name == first) else None
-            if out is not None and place is None and any(a.name == first for a in k.outputs):
-                raise fail(f"out= gives the program's first output, {first}, which kernel '{name}' stores after "
-                           "another; call without out=")
-            made = k(*(env[a.name] for a in k.inputs), out=place, **given)
+            place = None
+            if out is not None and any(a.name == first for a in k.outputs):
+                if k.outputs[0].name != first:
+                    raise fail(f"out= gives the program's first output, {first}, but kernel '{name}' stores it after "
+                               f"{k.outputs[0].name}; call without out=")
+                place = out
+            try:
+                made = k(*(env[a.name] for a in k.inputs), out=place, **given)
+            except TlcError as exc:   # which kernel said it
+                raise TlcError([dataclasses.replace(d, message=f"kernel '{name}': {d.message}")
+                                for d in exc.diagnostics]) from None
             env.update(zip((a.name for a in k.outputs), made if isinstance(made, tuple) else (made,)))
         result = tuple(env[a.name] for a in self.outputs)
         return result[0] if len(result) == 1 else result

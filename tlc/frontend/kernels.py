@@ -38,18 +38,27 @@ def has_kernels(program: A.Program) -> bool:
     return any(isinstance(s, A.KernelStmt) for s in program.body)
 
 
-def _names(value) -> set[str]:
-    """Every name a statement mentions: tensors, Inputs and Params in its expressions, its operands."""
+def _expr_names(value) -> set[str]:
+    """The names a statement's expressions read (shapes, coordinates, bounds, arguments, predicates): the Inputs
+    and Params it uses."""
     if isinstance(value, Expr):
         return set(free_names(value))
-    if isinstance(value, str):
-        return {value}
     if isinstance(value, (tuple, list)):
-        return set().union(*(_names(v) for v in value)) if value else set()
+        return set().union(*(_expr_names(v) for v in value)) if value else set()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return set().union(*(_names(getattr(value, f.name)) for f in dataclasses.fields(value)
-                             if f.name not in ("loc", "when") and not f.name.endswith("_loc")))
+        return set().union(*(_expr_names(getattr(value, f.name)) for f in dataclasses.fields(value)))
     return set()
+
+
+def _global_copies(body) -> set[str]:
+    """The tensors a kernel's statements copy from or to global memory: the global tensors it uses."""
+    out: set[str] = set()
+    for s in body:
+        if isinstance(s, A.CopyStmt) and "global" in (s.src.lower(), s.dst.lower()):
+            out.add(s.name)
+        elif isinstance(s, A.ForStmt):
+            out |= _global_copies(s.body)
+    return out
 
 
 def _global(s: A.Stmt) -> bool:
@@ -65,6 +74,9 @@ def split_kernels(program: A.Program) -> list[KernelSection]:
     sections: list[tuple[A.KernelStmt, list[A.Stmt]]] = []
     for s in program.body:
         if isinstance(s, A.KernelStmt):
+            if s.when is not None:
+                sink.error(f"'Kernel {s.name}' takes no 'when': a kernel runs whatever the Params; guard its "
+                           "statements instead", s.loc)
             problem = identifier_problem(s.name)
             if problem:
                 sink.error(problem, s.name_loc)
@@ -91,9 +103,15 @@ def split_kernels(program: A.Program) -> list[KernelSection]:
     sink.raise_if_errors()
     out = []
     for k, body in sections:
-        named = _names(tuple(body))
-        tensors = [s for s in prologue if _global(s) and s.name in named]
-        named |= _names(tuple(tensors))
+        used = _global_copies(body)
+        tensors = [s for s in prologue if _global(s) and s.name in used]
+        named = _expr_names(tuple(body)) | _expr_names(tuple(tensors))
+        dims = {n: s.dims for s in prologue if isinstance(s, A.InputStmt) and s.dims for n in s.names}
+        grown = True
+        while grown:   # a tensor Input's dimensions may name other Inputs (`kv_lengths : int32[nb]`)
+            more = set().union(*(_expr_names(dims[n]) for n in named if n in dims)) if named & dims.keys() else set()
+            grown = not more <= named
+            named |= more
         inputs = []
         for s in prologue:
             if isinstance(s, A.InputStmt):

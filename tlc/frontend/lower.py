@@ -226,6 +226,7 @@ class Lowerer:
         if self.sketch:
             self.block(sketch_prelude(self.program.body))
         self.block(self.program.body)
+        self.refuse_loads_of_stored()
         self.finish_softmax()
         drop_dead_carried(self.graph)
         return self.graph
@@ -397,6 +398,18 @@ class Lowerer:
             how = "adds into" if first[0] else "stores"
             self.err(f"'{s.name}' is stored {'with' if s.add else 'without'} 'and add' here but line "
                      f"{first[1].line} {how} it; store a tensor one way", s.loc, Note("first store here", first[1]))
+
+    def refuse_loads_of_stored(self) -> None:
+        """A kernel reads no global tensor it writes: its blocks run in no order, so a load would see what other
+        blocks have or have not stored (or added) yet. A later kernel of the program reads it instead."""
+        copies = [op for _, op in self.graph.walk() if isinstance(op, CopyOp) and "global" in (op.src_space, op.dst_space)]
+        stored = {op.operands[1].base: op for op in copies if op.dst_space == "global"}
+        for op in copies:
+            if op.src_space == "global" and op.operands[0].base in stored:
+                name = op.operands[0].base
+                self.err(f"'{name}' is loaded by the kernel that stores it: its blocks run in no order, so this load "
+                         f"would read what other blocks have or have not written; read it in a later kernel "
+                         f"('Kernel NAME' lines)", op.loc, Note("stored here", stored[name].loc))
 
     def producer_is_alloc(self, v: Value) -> bool:
         op = self.regions[-1].producer(v)

@@ -60,7 +60,7 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
     for name, kind in abi.inputs:
         value = inputs.get(name, env.get(name))
         if value is None and name == "scale" and kind == "float":
-            value = 1.0 / math.sqrt(ins[0].cols if ins else 1)
+            value = 1.0 / math.sqrt(next((a.cols for a in ins if a.cols), 1))
         if value is None:
             raise TileEvalError(f"the program needs the runtime input '{name}'")
         if name in env and int(value) != env[name]:  # type: ignore[call-overload]

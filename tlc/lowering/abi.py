@@ -151,6 +151,18 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
         tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc), cols,
                                  str(op.offset) if op.offset is not None else "head_idx", op.name in stored,
                                  op.name in added))
+    for t in tensors:   # where an added output's heads come from: one per query head, per KV head or one
+        if not t.added:
+            continue
+        alloc = next(op for op in graph.ops() if isinstance(op, AllocateOp) and op.name == t.name)
+        if t.head not in ("head_idx", "head_idx / group", "0"):
+            raise fail(f"tlc build: '{t.name}' is added into at head `{t.head}`; a reduce-store's target takes `with "
+                       "offset head_idx` (a head per query head), `head_idx / group` (per KV head) or `0` (one head)",
+                       alloc.loc)
+        if t.head == "head_idx / group" and not any("group" in x.head for x in tensors if not x.output):
+            raise fail(f"tlc build: '{t.name}' is added into at head `head_idx / group`, but no input tensor is read at "
+                       "a `group` offset, so the launch cannot tell the group size; read the K/V heads there too, or "
+                       "add into `with offset head_idx`", alloc.loc)
     if not any(t.output for t in tensors):
         raise fail("tlc build: the program stores no global tensor (add `Copy O (…) in coordinate [L = block_idx] "
                    "from register to global`)")

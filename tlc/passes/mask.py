@@ -41,7 +41,7 @@ from tlc.passes.key_window import KeyWindow, key_window, unread_terms
 from tlc.passes.masked_trips import masked_trip_changes
 from tlc.frontend.names import BUILTINS
 from tlc.names import fresh_value_name
-from tlc.passes.tile_origin import Origin, origin, row_source
+from tlc.passes.tile_origin import Origin, origin, row_origins, row_source
 from tlc.passes.verify_final import global_allocation
 
 
@@ -157,6 +157,10 @@ def _refuse_masks_no_softmax_reads(ctx: PassContext, root: Graph) -> None:
                   "probabilities, multiply them by 0)", op.loc)
 
 
+def _place(c, t, e, end) -> str:
+    return f"[L = {c}{' from end' if end else ''}] of {t}-row tiles over {e} rows"
+
+
 def _refuse_stores_elsewhere(ctx: PassContext, root: Graph) -> set[int]:
     """A store writes the rows of the load its rows come from, or is refused. A kernel zero-fills what it
     loads, so rows a load leaves absent (past the tensor's end, or before its start when counted from the
@@ -174,18 +178,24 @@ def _refuse_stores_elsewhere(ctx: PassContext, root: Graph) -> set[int]:
                       "the softmax of scores whose rows come from one load", op.loc)
             continue
         if rows is None:
+            found = row_origins(root, op.operands[0])
+            if found:   # loads of different rows meet (`Add X, Z` of tiles loaded at two coordinates)
+                a, b = found[0], next(o for o in found if o.copy is not found[0].copy)
+                ctx.error(f"the rows of '{op.operands[0].base}' come from loads of different rows: "
+                          f"'{a.copy.operands[0].base}' at {_place(a.coord, a.tile, a.extent, a.from_end)} and "
+                          f"'{b.copy.operands[0].base}' at {_place(b.coord, b.tile, b.extent, b.from_end)}, so where "
+                          f"'{op.operands[1].base}' is stored cannot be checked; combine tiles loaded at the same "
+                          "coordinate, tile height and length", op.loc)
+                refused.add(id(a.copy))
             continue
         extent = alloc.shape[0] if alloc is not None and alloc.shape else None
         coord = dict(op.coord).get("L", Const(0))
         if (_same(root, coord, rows.coord) and _same(root, op.tile[0], rows.tile) and op.from_end == rows.from_end
                 and _same(root, extent, rows.extent)):
             continue
-
-        def place(c, t, e, end) -> str:
-            return f"[L = {c}{' from end' if end else ''}] of {t}-row tiles over {e} rows"
-        ctx.error(f"'{op.operands[1].base}' is stored at {place(coord, op.tile[0], extent, op.from_end)}, but its "
+        ctx.error(f"'{op.operands[1].base}' is stored at {_place(coord, op.tile[0], extent, op.from_end)}, but its "
                   f"rows come from '{rows.copy.operands[0].base}' loaded at "
-                  f"{place(rows.coord, rows.tile, rows.extent, rows.from_end)}: rows that load leaves absent would "
+                  f"{_place(rows.coord, rows.tile, rows.extent, rows.from_end)}: rows that load leaves absent would "
                   "be stored; store at the coordinate, tile height and length the rows are loaded with", op.loc)
         refused.add(id(rows.copy))
     return refused

@@ -123,6 +123,16 @@ def row_source(root: Graph, v: Value) -> Origin | None:
     tile operand: a row vector `m + log(l)` reaches the scores through either), row reductions and loops (a loop's
     result is what its body yields; a carried value is its initial value or what the body yields): the rows a
     store of `v` writes from. None when no load is reached, or when two paths reach loads of different rows."""
+    found = row_origins(root, v)
+    first = found[0] if found else None
+    if first is None or any((o.copy is not first.copy) and (str(o.coord), str(o.tile), str(o.extent), o.from_end)
+                            != (str(first.coord), str(first.tile), str(first.extent), first.from_end) for o in found):
+        return None
+    return first
+
+
+def row_origins(root: Graph, v: Value) -> list[Origin]:
+    """Every global load the rows of `v` reach (row_source's walk), in the order found."""
     producers = {r.uid: (region, op) for region, op in root.walk() for r in op.results}
     carried = {a.uid: (op, i) for _, op in root.walk() if isinstance(op, LoopOp) for i, a in enumerate(op.args[1:])}
     found: list[Origin] = []
@@ -155,11 +165,7 @@ def row_source(root: Graph, v: Value) -> Origin | None:
         step = _through(region, v, axis)
         if step is not None:
             stack.append(step)
-    first = found[0] if found else None
-    if first is None or any((o.copy is not first.copy) and (str(o.coord), str(o.tile), str(o.extent), o.from_end)
-                            != (str(first.coord), str(first.tile), str(first.extent), first.from_end) for o in found):
-        return None
-    return first
+    return found
 
 
 def all_users(root: Graph, v: Value) -> list[Op]:
