@@ -132,7 +132,9 @@ def _build(args: tuple[Job, str]) -> tuple[str, float, dict, bool, str | None]:
         kernel = tlc.build(source, arch=arch, defines=defines)
     except Exception as exc:  # report and continue: one bad build should not hide the others
         return label, time.perf_counter() - start, {}, False, str(exc)[:2000]
-    return label, time.perf_counter() - start, kernel.compiled.metadata.get("ptxas", {}), kernel.compiled.cached, None
+    parts = [k for _, k in kernel.kernels] if hasattr(kernel, "kernels") else [kernel]   # a program of several
+    return (label, time.perf_counter() - start, parts[0].compiled.metadata.get("ptxas", {}),
+            all(p.compiled.cached for p in parts), None)
 
 
 def main() -> int:

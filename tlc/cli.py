@@ -168,14 +168,20 @@ def cmd_show(args) -> int:
         from tlc.builder import check_target
 
         check_target(args.arch)
+    from tlc.api import kernel_names
+    names = kernel_names(data, args.file)
+    if names and args.kernel is None:
+        raise TlcError(_err(f"{args.file}: the program has {len(names)} kernels ({', '.join(names)}); say which to "
+                            f"show with --kernel NAME (e.g. --kernel {names[0]})"))
+    kernel = args.kernel if names or args.kernel else None
     if args.emit in ("kir", "cute"):
         from tlc.lowering.emit_text import emit_text
 
         sys.stdout.write(emit_text(data, args.file, args.arch or "sm_90", defines, args.emit,
-                                   line_directives=not args.no_locs))
+                                   line_directives=not args.no_locs, kernel=kernel))
         return 0
     if not (args.print_after or args.print_after_all or args.pipeline or args.time_passes or args.arch):
-        graph = lower_source(data, args.file, defines=defines, sketch=args.sketch)
+        graph = lower_source(data, args.file, defines=defines, sketch=args.sketch, kernel=kernel)
         sys.stdout.write(print_graph(graph, with_locs=not args.no_locs))
         return 0
     pipeline = args.pipeline
@@ -184,7 +190,7 @@ def cmd_show(args) -> int:
 
         pipeline = ",".join(full_pipeline(args.arch))
     _check_print_after(args.print_after or [], pipeline)
-    _, remarks = compile_graph(data, args.file, defines=defines, pipeline=pipeline,
+    _, remarks = compile_graph(data, args.file, defines=defines, pipeline=pipeline, kernel=kernel,
                                print_after=set(args.print_after or []), print_after_all=args.print_after_all,
                                time_passes=args.time_passes, verify_each=not args.no_verify_each)
     for d in remarks:
@@ -350,7 +356,8 @@ def cmd_precompile(args) -> int:
     for arch in args.arch or []:
         check_target(arch)
     defines = _defines(args.define)
-    jobs = [Job.make(Path(f), defines, arch, label=f) for f in args.files for arch in args.arch or ["sm_90"]]
+    jobs = [one for f in args.files for arch in args.arch or ["sm_90"]
+            for one in Job.make(Path(f), defines, arch, label=f).per_kernel()]
     for shapes in args.shapes or []:
         jobs += read_shape_file(shapes, args.arch or default_targets())
     return precompile(jobs, args.jobs)
@@ -422,6 +429,7 @@ def make_parser() -> argparse.ArgumentParser:
     sp.add_argument("--emit", choices=("tl", "kir", "cute"), default="tl",
                     help="what to print: the TL graph (default), the kernel IR after the lowering passes, or the "
                     "CuTe C++ (no NVRTC; --no-locs drops the #line directives)")
+    sp.add_argument("--kernel", metavar="NAME", help="which kernel of a program of several (`Kernel NAME` lines)")
     sp.set_defaults(fn=cmd_show)
 
     sp = sub.add_parser("opt", help="run kernel-IR transforms on kernel-IR text and print the result")

@@ -16,6 +16,7 @@ from tlc.frontend.format import format_program
 from tlc.frontend.kernels import split_kernels
 from tlc.frontend.parser import parse_text
 from tlc.ir.module import run_module
+from tlc.expr import Var
 from tlc.testing.checks import Shapes
 from tlc.testing.module_checks import check_module
 from tests.frontend.lse_reference import attention_with_lse
@@ -26,31 +27,35 @@ SMALL = {"HeadDim": "8", "BM": "4", "BN": "4"}
 
 def test_the_kernels_and_what_each_names() -> None:
     sections = split_kernels(parse_text(SPEC.read_text(), "skv.tl"))
-    assert [k.name for k in sections] == ["first_half", "second_half", "merge"]
-    first = format_program(sections[0].program)
-    assert "Allocate O_a in global" in first and "Allocate O_b in global" not in first and "Kernel" not in first
-    merge = format_program(sections[2].program)
-    assert "Input seqlen_q : int" in merge and "seqlen_k" not in merge and "Allocate Q in global" not in merge
-    assert kernel_names(SPEC.read_bytes(), "skv.tl") == ["first_half", "second_half", "merge"]
+    assert [(k.name, k.program.axes) for k in sections] == [("partial", (("split_idx", Var("Splits")),)),
+                                                           ("combine", ())]
+    partial = format_program(sections[0].program)
+    assert "Allocate O_part in global" in partial and "Allocate O in global" not in partial and "Kernel" not in partial
+    combine = format_program(sections[1].program)
+    assert "Input seqlen_q : int" in combine and "seqlen_k" not in combine and "Allocate Q in global" not in combine
+    assert kernel_names(SPEC.read_bytes(), "skv.tl") == ["partial", "combine"]
     assert kernel_names((SPEC.parent / "mha_fwd.tl").read_bytes(), "mha.tl") == []
 
 
 def test_the_roles_of_the_tensors() -> None:
     module, _ = compile_module(SPEC.read_text(), "skv.tl", defines=SMALL)
-    assert module.roles() == {"Q": "input", "K": "input", "V": "input", "O_a": "workspace", "LSE_a": "workspace",
-                              "O_b": "workspace", "LSE_b": "workspace", "O": "output", "LSE": "output"}
+    assert module.roles() == {"Q": "input", "K": "input", "V": "input", "O_part": "workspace",
+                              "LSE_part": "workspace", "O": "output", "LSE": "output"}
 
 
-@pytest.mark.parametrize("sq, sk", [(1, 1), (5, 3), (9, 17), (4, 8), (13, 40)])
-def test_split_kv_equals_attention_over_all_keys(sq: int, sk: int) -> None:
-    module, _ = compile_module(SPEC.read_text(), "skv.tl", defines=SMALL)
+@pytest.mark.parametrize("splits", [1, 3, 4])
+@pytest.mark.parametrize("sq, sk", [(1, 1), (5, 3), (9, 17), (4, 8), (13, 40), (2, 61)])
+def test_split_kv_equals_attention_over_all_keys(sq: int, sk: int, splits: int) -> None:
+    """Splits whose share of the key tiles is empty (sk ≤ BN · (splits − 1)) store O = 0, LSE = −inf: nothing."""
+    module, _ = compile_module(SPEC.read_text(), "skv.tl", defines=dict(SMALL, Splits=str(splits)))
     g = torch.Generator().manual_seed(sq * 100 + sk)
     q, k, v = (torch.randn(2, 4 if n == "q" else 2, sq if n == "q" else sk, 8, generator=g, dtype=torch.float64)
                for n in "qkv")
     tensors = {"Q": q, "K": k, "V": v}
     for name, role in module.roles().items():
         if role != "input":
-            rows = (2, 4, sq, 8) if name.startswith("O") else (2, 4, sq)
+            heads = 4 * splits if name.endswith("_part") else 4
+            rows = (2, heads, sq, 8) if name.startswith("O") else (2, heads, sq)
             tensors[name] = torch.full(rows, float("nan"), dtype=torch.float64)
     out = run_module(module, tensors, {"seqlen_q": sq, "seqlen_k": sk, "scale": 0.3})
     want = attention_with_lse(q, k, v, scale=0.3, causal=False, align="top_left")
@@ -71,12 +76,12 @@ def test_tlc_check_covers_every_kernel_on_both_targets() -> None:
 
 
 def test_a_one_kernel_entry_point_names_the_kernels() -> None:
-    with pytest.raises(TlcError, match=r"the program has 3 kernels \(first_half, second_half, merge\)"):
+    with pytest.raises(TlcError, match=r"the program has 2 kernels \(partial, combine\)"):
         compile_graph(SPEC.read_text(), "skv.tl")
-    graph, _ = compile_graph(SPEC.read_text(), "skv.tl", kernel="merge")
+    graph, _ = compile_graph(SPEC.read_text(), "skv.tl", kernel="combine")
     assert set(graph.inputs) == {"seqlen_q"}
-    with pytest.raises(TlcError, match="no kernel 'combine'; its kernels are first_half, second_half, merge"):
-        compile_graph(SPEC.read_text(), "skv.tl", kernel="combine")
+    with pytest.raises(TlcError, match="no kernel 'merge'; its kernels are partial, combine"):
+        compile_graph(SPEC.read_text(), "skv.tl", kernel="merge")
 
 
 PROLOGUE = """Param HeadDim = 8
@@ -136,8 +141,8 @@ def test_a_kernel_loading_what_it_stores_is_refused() -> None:
 
 
 def test_a_kernel_line_takes_no_when() -> None:
-    text = SPEC.read_text().replace("Kernel merge", "Kernel merge when Nothing")
-    with pytest.raises(TlcError, match="'Kernel merge' takes no 'when'"):
+    text = SPEC.read_text().replace("Kernel combine", "Kernel combine when Nothing")
+    with pytest.raises(TlcError, match="'Kernel combine' takes no 'when'"):
         compile_module(text, "skv.tl", defines=SMALL)
 
 
@@ -145,11 +150,11 @@ def test_a_kernel_takes_the_global_tensors_it_copies_and_the_inputs_it_reads() -
     """Found by review: every word of a kernel's statements was taken for a name, so a global tensor named like a
     coordinate key or a local tile (`L`, `S`) joined kernels that do not copy it and was refused there; an Input
     only a tensor Input's dimension named was dropped."""
-    text = SPEC.read_text().replace("LSE_a", "L").replace("Allocate O in global", "Allocate S in global (seqlen_q) "
+    text = SPEC.read_text().replace("LSE_part", "L").replace("Allocate O in global", "Allocate S in global (seqlen_q) "
                                                                               "as fp32\nAllocate O in global")
     text = text.replace("Copy LSE (BM) in coordinate [L = block_idx] from register to global",
                         "Copy LSE (BM) in coordinate [L = block_idx] from register to global\n"
-                        "Compute Add log_w, 0 and get S\nCopy S (BM) in coordinate [L = block_idx] from register to global")
+                        "Compute Add log_l, 0 and get S\nCopy S (BM) in coordinate [L = block_idx] from register to global")
     module, _ = compile_module(text, "skv.tl", defines=SMALL)
     assert module.roles()["L"] == "workspace" and module.roles()["S"] == "output"
     nb = PROLOGUE.replace("Input seqlen_q : int", "Input seqlen_q, nb : int\nInput lens : int32[nb]").replace(

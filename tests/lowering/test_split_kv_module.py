@@ -19,12 +19,13 @@ from tlc.backend_cute.launch_module import ModuleKernel
 from tlc.builder import lower_to_kernel_ir, module_kernel_name
 from tlc.diagnostics import TlcError
 from tlc.ir.module import run_module
+from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.tile_eval import evaluate_program
 
 SPEC = Path(__file__).resolve().parents[2] / "specs" / "split_kv_fwd.tl"
 SMALL = {"HeadDim": "32", "BM": "64", "BN": "32"}
-NAMES = ("first_half", "second_half", "merge")
+NAMES = ("partial", "combine")
 
 
 @lru_cache(maxsize=None)
@@ -44,7 +45,8 @@ def test_the_kernels_in_order_equal_the_interpreter(sq: int, sk: int, arch: str 
     given = dict(env)
     for name, role in module.roles().items():
         if role != "input":
-            given[name] = torch.full((2, 4, sq, 32) if name.startswith("O") else (2, 4, sq), float("nan"),
+            heads = 16 if name.endswith("_part") else 4   # the workspaces: a head per (query head, split)
+            given[name] = torch.full((2, heads, sq, 32) if name.startswith("O") else (2, heads, sq), float("nan"),
                                      dtype=torch.float64)
     want = run_module(module, given, scalars)
     for _, state in lowered(arch):
@@ -57,9 +59,21 @@ def test_the_kernels_in_order_equal_the_interpreter(sq: int, sk: int, arch: str 
         assert err <= tol * max(1.0, want[name].abs().max().item()), f"{arch} {sq}x{sk} {name}: {err:.3e}"
 
 
-def test_sm90a_runs_the_attention_halves_on_wgmma_and_the_merge_on_the_sm80_rules() -> None:
+def test_sm90a_runs_the_partial_kernel_on_wgmma_and_the_combine_on_the_sm80_rules() -> None:
     kinds = [type(state.kir.kernels()[0]) for _, state in lowered("sm_90a")]
-    assert kinds[0] is H.Sm90KernelOp and kinds[1] is H.Sm90KernelOp and kinds[2] is not H.Sm90KernelOp
+    assert kinds[0] is H.Sm90KernelOp and kinds[1] is not H.Sm90KernelOp
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+def test_the_split_axis_is_a_grid_axis_and_the_combine_views_each_split_in_its_loop(arch: str) -> None:
+    (_, partial), (_, combine) = lowered(arch)
+    kernel = partial.kir.kernels()[0]
+    assert str(kernel.grid[2]) == "p.batch * 4"
+    lets = {op.name: str(op.value) for op in kernel.body if isinstance(op, K.LetOp)}
+    assert lets["batch_idx"] == "blockIdx.z / 4" and lets["split_idx"] == "blockIdx.z % 4"
+    loop = next(op for op in K.walk(combine.kir) if isinstance(op, K.ForOp))
+    views = [op for op in K.walk(loop) if isinstance(op, K.GlobalTensorOp)]
+    assert len(views) == 2 and all("split_idx" in str(v.offset) for v in views)
 
 
 class _Driver:
@@ -96,10 +110,11 @@ def test_the_program_launches_its_kernels_in_order_and_hands_on_the_workspaces(m
     assert (o.shape, o.dtype, lse.shape, lse.dtype) == ((2, 4, 40, 32), torch.bfloat16, (2, 4, 40), torch.float32)
     assert [name for name, _ in driver.launches] == list(NAMES)
     structs = {name: dict(kernels)[name]._struct.from_buffer_copy(raw) for name, raw in driver.launches}
-    assert structs["first_half"].O_a_ptr == structs["merge"].O_a_ptr != 0
-    assert structs["second_half"].LSE_b_ptr == structs["merge"].LSE_b_ptr != 0
-    assert structs["merge"].O_ptr == o.data_ptr() and structs["merge"].LSE_ptr == lse.data_ptr()
-    assert structs["first_half"].scale == pytest.approx(0.2)
+    assert structs["partial"].O_part_ptr == structs["combine"].O_part_ptr != 0
+    assert structs["partial"].LSE_part_ptr == structs["combine"].LSE_part_ptr != 0
+    assert structs["partial"].O_part_head_stride == 40 * 32 and structs["combine"].O_part_batch_stride == 16 * 40 * 32
+    assert structs["combine"].O_ptr == o.data_ptr() and structs["combine"].LSE_ptr == lse.data_ptr()
+    assert structs["partial"].scale == pytest.approx(0.2)
     with pytest.raises(TlcError, match="this program has no Input 'scael'"):
         program(q, k, v, scael=0.2)
     with pytest.raises(TlcError, match=r"this program takes 3 tensor\(s\) \(Q, K, V\), got 2"):

@@ -35,6 +35,7 @@ class Job:
     arch: str
     label: str = ""
     fallback: "Job | None" = None  # built instead when this target's lowering refuses (tlc.attention's rule)
+    kernel: str | None = None      # which kernel of a program of several (`Kernel NAME` lines)
 
     @staticmethod
     def make(spec: str | Path, defines: Mapping[str, Any], arch: str, label: str = "",
@@ -45,7 +46,20 @@ class Job:
                    fallback)
 
     def describe(self) -> str:
-        return " ".join([self.label, *(f"{k}={v}" for k, v in self.defines)]) + f" [{self.arch}]"
+        label = self.label + (f" ({self.kernel})" if self.kernel else "")
+        return " ".join([label, *(f"{k}={v}" for k, v in self.defines)]) + f" [{self.arch}]"
+
+    def per_kernel(self) -> list["Job"]:
+        """This job, or one per kernel of a program of several: each is built (and cached) as tlc.build builds it."""
+        from dataclasses import replace
+
+        from tlc.api import kernel_names
+        try:
+            data = self.spec.encode() if "\n" in self.spec else Path(self.spec).read_bytes()
+            names = kernel_names(data, self.label or self.spec)
+        except (OSError, TlcError):
+            return [self]   # its build says what is wrong
+        return [replace(self, kernel=k) for k in names] or [self]
 
 
 @dataclass
@@ -105,7 +119,7 @@ def _compile(job: Job) -> JobResult:
     start = time.perf_counter()
     try:
         compiled, _ = compile_spec(job.spec if "\n" in job.spec else Path(job.spec), arch=job.arch,
-                                   defines=dict(job.defines))
+                                   defines=dict(job.defines), kernel=job.kernel)
     except TlcError as exc:
         if job.fallback is not None:  # tlc.attention builds the fallback then: so does precompile
             result = _compile(job.fallback)

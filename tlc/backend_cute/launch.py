@@ -26,7 +26,7 @@ from tlc.kir.ops import KernelOp, ParamsOp, walk
 from tlc.kir.ops_sm90 import (ELEMENT_BYTES, RESIDENT_CTAS_FIELD, TILE_COUNTER, AtomicAddOp, TmaDescriptorOp, TmaParamsOp,
                               TmaPrefetchTileOp, tma_descriptors)
 from tlc.ir.tensor_inputs import launch_sizes, tensor_pointer, tensor_shape
-from tlc.lowering.abi import LaunchABI, TensorArg
+from tlc.lowering.abi import LaunchABI, TensorArg, query_heads
 from tlc.recent import Recent
 
 _CTYPES = {"ptr<bf16>": ctypes.c_uint64, "ptr<fp16>": ctypes.c_uint64, "ptr<f32>": ctypes.c_uint64, "ptr<i32>": ctypes.c_uint64,
@@ -343,7 +343,7 @@ class Kernel:
             raise fail(f"batch sizes differ: {', '.join(f'{a.name} {t.shape[0]}' for a, t in zip(self.inputs, tensors))}")
         heads_of = {a.name: t.shape[1] for a, t in zip(self.inputs, tensors)}
         full = [a for a in self.inputs if a.head == "head_idx"]
-        heads = heads_of[full[0].name] if full else 1
+        heads = query_heads(self.inputs, heads_of, env)
         grouped = [a for a in self.inputs if "group" in a.head]
         group = 1
         if grouped:
@@ -352,22 +352,25 @@ class Kernel:
                 raise fail(f"{full[0].name if full else 'the query'} heads ({heads}) must be a multiple of "
                            f"{grouped[0].name}'s heads ({kv}) (GQA/MQA)")
             group = heads // kv
-        self._check_head_offsets(heads, group, heads_of)
+        self._check_head_offsets(heads, group, heads_of, env)
         return env, {"batch": batch.pop() if batch else 1, "heads": heads, "group": group}
 
-    def _check_head_offsets(self, heads: int, group: int, heads_of: dict[str, int]) -> None:
-        """Every tensor's head offset stays in its heads for the last query head (once per head
-        geometry: the offsets are parsed once per kernel, the check memoised)."""
-        key = (heads, group, tuple(heads_of.items()))
+    def _check_head_offsets(self, heads: int, group: int, heads_of: dict[str, int], env: Mapping) -> None:
+        """Every tensor's head offset stays in its heads for the last query head, at the last value of each grid
+        axis and loop variable it reads (once per head geometry: the offsets are parsed once per kernel, the
+        check memoised)."""
+        key = (heads, group, tuple(heads_of.items()), tuple(sorted((k, v) for k, v in env.items()
+                                                                  if isinstance(v, int))))
         if key in self._heads_ok:
             return
         from tlc.frontend.ast import ExprError, eval_expr
         from tlc.frontend.parser import parse_expr as parse_expr_text
         for a in self.inputs:
+            head = a.head_last or a.head
             try:
-                if a.head not in self._head_exprs:
-                    self._head_exprs[a.head] = parse_expr_text(a.head)
-                last = eval_expr(self._head_exprs[a.head], {"head_idx": heads - 1, "group": group})
+                if head not in self._head_exprs:
+                    self._head_exprs[head] = parse_expr_text(head)
+                last = eval_expr(self._head_exprs[head], dict(env, head_idx=heads - 1, group=group))
             except ExprError as exc:
                 raise fail(f"cannot evaluate {a.name}'s head offset '{a.head}': {exc}") from None
             if heads and not 0 <= last < heads_of[a.name]:
@@ -462,7 +465,7 @@ class Kernel:
             if rows is None:
                 raise fail(f"the rows of output {arg.name} ({arg.rows}) are not set by any input tensor")
             # a row vector (cols 0: the log-sum-exp of each row) is (batch, heads, rows) of fp32
-            shape = (dims["batch"], arg.head_count(dims["heads"], dims["group"]), rows) + ((arg.cols,) if arg.cols else ())
+            shape = (dims["batch"], arg.head_count(dims["heads"], dims["group"], env), rows) + ((arg.cols,) if arg.cols else ())
             odt = getattr(torch, _TORCH_DTYPE[arg.dtype])   # as built: the inputs may be of another type
             if out is not None and i == 0:
                 if tuple(out.shape) != shape or out.stride(-1) != 1 or out.dtype != odt:

@@ -184,12 +184,14 @@ class KernelStmt(Stmt):
 
     name: str
     name_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
+    axes: tuple[tuple[str, Expr], ...] = ()   # `over [split_idx = Splits]`: grid axes of its own
 
 
 @dataclass(frozen=True)
 class Program:
     file: str
     body: tuple[Stmt, ...]
+    axes: tuple[tuple[str, Expr], ...] = ()   # a kernel's own grid axes (tlc/frontend/kernels.py)
 
 
 __all__ = ["AllocateStmt", "Arg", "BinOp", "Call", "ComputeStmt", "Const", "CopyStmt", "Expr", "ExprError",

@@ -48,7 +48,8 @@ def _stmt(s: A.Stmt) -> str:
             text += f" with offset {s.offset}"
         return text
     if isinstance(s, A.KernelStmt):
-        return f"Kernel {s.name}"
+        axes = f" over [{', '.join(f'{n} = {e}' for n, e in s.axes)}]" if s.axes else ""
+        return f"Kernel {s.name}{axes}"
     if isinstance(s, A.CopyStmt):
         text = f"Copy {s.name}"
         if s.tile is not None:

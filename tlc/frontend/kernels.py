@@ -105,7 +105,7 @@ def split_kernels(program: A.Program) -> list[KernelSection]:
     for k, body in sections:
         used = _global_copies(body)
         tensors = [s for s in prologue if _global(s) and s.name in used]
-        named = _expr_names(tuple(body)) | _expr_names(tuple(tensors))
+        named = _expr_names(tuple(body)) | _expr_names(tuple(tensors)) | _expr_names(tuple(e for _, e in k.axes))
         dims = {n: s.dims for s in prologue if isinstance(s, A.InputStmt) and s.dims for n in s.names}
         grown = True
         while grown:   # a tensor Input's dimensions may name other Inputs (`kv_lengths : int32[nb]`)
@@ -119,5 +119,6 @@ def split_kernels(program: A.Program) -> list[KernelSection]:
                 if keep:
                     inputs.append(dataclasses.replace(s, names=keep))
         params = [s for s in prologue if isinstance(s, A.ParamStmt)]
-        out.append(KernelSection(k.name, k.loc, A.Program(program.file, (*params, *inputs, *tensors, *body))))
+        out.append(KernelSection(k.name, k.loc, A.Program(program.file, (*params, *inputs, *tensors, *body),
+                                                          axes=k.axes)))
     return out

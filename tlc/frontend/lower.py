@@ -98,7 +98,8 @@ class Lowerer:
         scope.newest[name] = space
 
     def scalar_names(self) -> set[str]:
-        return set(self.graph.params) | set(self.graph.inputs) | set(BUILTINS) | set(self.loop_vars)
+        return (set(self.graph.params) | set(self.graph.inputs) | set(BUILTINS) | set(self.loop_vars)
+                | set(self.graph.axes))
 
     def known_tile_names(self) -> list[str]:
         names: set[str] = set()
@@ -106,11 +107,12 @@ class Lowerer:
             names |= set(scope.defs)
         return sorted(names)
 
-    def check_expr(self, e: A.Expr, loc: Loc, what: str, *, loads_ok: bool = False) -> None:
-        """Names `e` reads are declared scalars; an indexed read (`seqlens[batch_idx]`) only where `loads_ok`."""
+    def check_expr(self, e: A.Expr, loc: Loc, what: str, *, loads_ok: bool = False, also=frozenset()) -> None:
+        """Names `e` reads are declared scalars (or in `also`); an indexed read (`seqlens[batch_idx]`) only where
+        `loads_ok`."""
         self.check_loads(e, loc, what, loads_ok)
         for n in sorted(scalar_names(e)):
-            if n in self.scalar_names():
+            if n in self.scalar_names() or n in also:
                 continue
             if n in self.graph.tensor_inputs:
                 continue   # check_loads said it: a tensor Input read without an index
@@ -223,6 +225,8 @@ class Lowerer:
             if value is None and not self.sketch:
                 self.err(f"parameter '{name}' has no value; write 'Param {name} = …' or pass -D {name}=…",
                          self.param_locs[name])
+        self.grid_axes()
+        self.all_loop_vars = _loop_vars(self.program.body)
         if self.sketch:
             self.block(sketch_prelude(self.program.body))
         self.block(self.program.body)
@@ -230,6 +234,20 @@ class Lowerer:
         self.finish_softmax()
         drop_dead_carried(self.graph)
         return self.graph
+
+    def grid_axes(self) -> None:
+        """A kernel's own grid axes (`Kernel partial over [split_idx = Splits]`): names its expressions may read,
+        each ranging over 0 … extent − 1, the extent an expression over Params and int Inputs."""
+        for name, extent in self.program.axes:
+            loc = next((s.loc for s in self.program.body), Loc(self.program.file, 0, 0))
+            problem = identifier_problem(name)
+            taken = name in self.graph.params or name in self.graph.inputs or name in BUILTINS \
+                or name in MASK_POSITIONS or name in self.graph.axes
+            if problem or taken:
+                self.err(problem or f"grid axis '{name}' is already a name of the program; choose another", loc)
+                continue
+            self.check_expr(extent, loc, f"the extent of grid axis '{name}'")
+            self.graph.axes[name] = extent
 
     def param(self, s: A.ParamStmt) -> None:
         if not self.check_ident(s.name, s.loc):
@@ -373,8 +391,9 @@ class Lowerer:
             held = stored_rows(d) if extent else d
             if isinstance(held, str):
                 self.err(f"'{s.name}': {held}", s.loc)
-        if s.offset is not None:
-            self.check_expr(s.offset, s.loc, f"the offset of '{s.name}'")
+        if s.offset is not None:   # it may read a loop's variable: each copy evaluates it where it stands
+            later = set(scalar_names(s.offset)) & self.all_loop_vars - self.scalar_names()
+            self.check_expr(s.offset, s.loc, f"the offset of '{s.name}'", also=later)
             if space != "global":
                 self.err("'with offset' selects a head of a global tensor; remove it from a "
                          f"{space} allocation", s.loc)
@@ -398,6 +417,17 @@ class Lowerer:
             how = "adds into" if first[0] else "stores"
             self.err(f"'{s.name}' is stored {'with' if s.add else 'without'} 'and add' here but line "
                      f"{first[1].line} {how} it; store a tensor one way", s.loc, Note("first store here", first[1]))
+
+    def check_offset_in_scope(self, s: A.CopyStmt, tensor: Value) -> None:
+        """A head offset that reads a loop's variable is evaluated at each copy: the loop must enclose it."""
+        alloc = self.regions[-1].producer(tensor) or self.graph.producer(tensor)
+        offset = getattr(alloc, "offset", None)
+        if offset is None:
+            return
+        missing = sorted(set(scalar_names(offset)) - self.scalar_names())
+        if missing:
+            self.err(f"'{s.name}' is at head `{offset}`, which reads '{missing[0]}', not defined here: copy it inside "
+                     f"the loop over '{missing[0]}'", s.loc)
 
     def refuse_loads_of_stored(self) -> None:
         """A kernel reads no global tensor it writes: its blocks run in no order, so a load would see what other
@@ -441,6 +471,8 @@ class Lowerer:
         assert source is not None
         if source.empty:
             self.report_empty(s.name, source, s.name_loc)
+        if src == "global":
+            self.check_offset_in_scope(s, source.value)
         for key, e in s.coord:
             if key not in COORD_KEYS:
                 self.err(f"unknown coordinate '{key}'; use L (tile index along rows) or C (along columns)", s.loc)
@@ -469,6 +501,7 @@ class Lowerer:
             operands = (source.value, target.value)
             dtype = target.value.type.dtype
             self.check_store_mode(s, target.value, src)
+            self.check_offset_in_scope(s, target.value)
         elif src == "global" or dst == "shared":
             dtype = source.value.type.dtype
         ty = TileType(dst, tuple(s.tile) if s.tile is not None else None, dtype)
@@ -703,6 +736,14 @@ class Lowerer:
         for region, op, sum_name in self.softmaxes:
             if sum_name is not None and sum_name in divisors:
                 region.replace(op, replace(op, normalized=False))
+
+
+def _loop_vars(stmts) -> set[str]:
+    out: set[str] = set()
+    for s in stmts:
+        if isinstance(s, A.ForStmt):
+            out |= {s.var} | _loop_vars(s.body)
+    return out
 
 
 def lower_program(program: A.Program, defines: dict[str, str] | None = None, sketch: bool = False) -> Graph:

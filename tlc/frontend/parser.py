@@ -291,9 +291,16 @@ class _ToAst(Transformer):
     def for_in(self, meta, items):
         return ("for", str(items[0]), items[1], items[2], True, self._loc(meta))
 
+    def kernel_axis(self, items):
+        return (str(items[0]), items[1])
+
+    def kernel_axes(self, items):
+        return ("axes", tuple(items))
+
     @v_args(meta=True)
     def kernel(self, meta, items):
-        return A.KernelStmt(str(items[0]), name_loc=self._loc(items[0]), loc=self._loc(meta))
+        axes = items[1][1] if len(items) > 1 else ()
+        return A.KernelStmt(str(items[0]), name_loc=self._loc(items[0]), axes=axes, loc=self._loc(meta))
 
     @v_args(meta=True)
     def end(self, meta, items):

@@ -28,6 +28,7 @@ class Graph:
         self.param_locs: dict[str, Any] = {}  # Param name → its statement's Loc, for errors about its value
         self.inputs: dict[str, str] = {}
         self.tensor_inputs: dict[str, TensorInput] = {}   # `Input seqlens : int32[batch]` (tlc/ir/tensor_inputs.py)
+        self.axes: dict[str, Any] = {}   # a kernel's own grid axes, name → extent (`Kernel k over [split_idx = S]`)
         self._order: list[Op] = []
         self._nx: nx.DiGraph | None = None  # nodes are positions in _order
         self._topo: list[int] | None = None  # topological order (positions), dropped whenever _nx is rebuilt

@@ -11,13 +11,15 @@ online form is checked against this meaning, not against itself.
 """
 from __future__ import annotations
 
+import itertools
+
 import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import torch
 
-from tlc.expr import ExprError, eval_expr
+from tlc.expr import ExprError, eval_expr, free_names
 from tlc.expr.evaluate_tensor import evaluate_tensor
 from tlc.ir.graph import Graph
 from tlc.ir.tensor_inputs import launch_sizes, stored_rows, tensor_shape
@@ -53,7 +55,8 @@ class Tile:
 @dataclass
 class GlobalRef:
     name: str
-    slice: torch.Tensor  # (rows, cols) view into the output or input tensor
+    slice: torch.Tensor | None  # (rows, cols) view into the output or input tensor
+    deferred: Any = None        # the Allocate whose head offset reads a loop's variable: resolved at each copy
 
 
 def _row_ok(t: Tile) -> torch.Tensor:
@@ -80,18 +83,30 @@ class Interpreter:
     # ------------------------------------------------------------ driver
     def run(self) -> None:
         laid_out = [t for name, t in self.tensors.items() if name not in self.graph.tensor_inputs]
-        heads = [t.shape[1] for t in laid_out]
+        # the query heads: the tensors at `head_idx`; the KV heads: those at a `group` offset (a tensor at another
+        # head, `head_idx * Splits + split_idx`, says neither)
+        offsets = {op.name: ("head_idx" if op.offset is None else str(op.offset))
+                   for _, op in self.graph.walk() if isinstance(op, AllocateOp) and op.space == "global"}
+        plain = {op.name for _, op in self.graph.walk() if isinstance(op, AllocateOp) and op.space == "global"
+                 and (op.offset is None or free_names(op.offset) <= {"head_idx", "group"})}
+        by_query = [t.shape[1] for n, t in self.tensors.items() if offsets.get(n) == "head_idx"]
+        by_group = [t.shape[1] for n, t in self.tensors.items() if "group" in offsets.get(n, "")]
+        heads = [t.shape[1] for n, t in self.tensors.items() if n in plain] or [t.shape[1] for t in laid_out]
         batch = laid_out[0].shape[0]
-        num_heads, num_kv = max(heads), min(heads)
-        if num_heads % num_kv:
+        num_heads = max(by_query) if by_query else max(heads)
+        num_kv = min(by_group) if by_group else min(heads)
+        if num_kv == 0 or num_heads % num_kv:
             raise InterpError(f"{num_heads} query heads are not a multiple of {num_kv} KV heads")
         env = dict(self.base_env, group=num_heads // num_kv, num_heads=num_heads)
         env.update(self.tensor_inputs(dict(env, **launch_sizes(batch, num_heads, num_kv))))
         blocks = self.grid_blocks(env)
+        axes = [(name, int(self.eval(extent, env, None))) for name, extent in self.graph.axes.items()]
         for b in range(batch):
             for h in range(num_heads):
                 for blk in range(blocks):
-                    self.region(self.graph, {}, dict(env, batch_idx=b, head_idx=h, block_idx=blk))
+                    for point in itertools.product(*(range(n) for _, n in axes)):
+                        self.region(self.graph, {}, dict(env, batch_idx=b, head_idx=h, block_idx=blk,
+                                                         **dict(zip((a for a, _ in axes), point))))
 
     def tensor_inputs(self, env: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The program's tensor Inputs, each checked against its declared element type and dimensions."""
@@ -152,6 +167,8 @@ class Interpreter:
         if op.space == "global":
             if op.name not in self.tensors:
                 raise InterpError(f"no tensor named '{op.name}' was given", op)
+            if op.offset is not None and free_names(op.offset) - set(env):   # a loop's variable: at each copy
+                return GlobalRef(op.name, None, deferred=op)
             t = self.tensors[op.name]
             h = int(self.eval(op.offset, env, op)) if op.offset is not None else int(env["head_idx"])
             if not 0 <= h < t.shape[1]:
@@ -178,12 +195,18 @@ class Interpreter:
     def op_CopyOp(self, op: CopyOp, args, vals, env):
         src = args[0]
         if op.src_space == "global":
-            return self.load(op, src, env)
+            return self.load(op, self.resolved(src, env), env)
         if op.dst_space == "global":
-            return self.store(op, src, args[1], env)
+            return self.store(op, src, self.resolved(args[1], env), env)
         if src is None:
             raise InterpError("copy reads a shared buffer that holds no tile", op)
         return src
+
+    def resolved(self, ref, env) -> "GlobalRef":
+        """A global tensor at the head its offset selects here (an offset reading a loop's variable, at this copy)."""
+        if isinstance(ref, GlobalRef) and ref.deferred is not None:
+            return self.op_AllocateOp(ref.deferred, [], {}, env)
+        return ref
 
     def _index(self, op: CopyOp, env, extent: tuple[int, int]):
         tile = [int(self.eval(d, env, op)) for d in op.tile] if op.tile else list(extent)

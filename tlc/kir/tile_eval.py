@@ -23,7 +23,7 @@ from tlc.kir.tile_eval_expr import F64, round_to
 from tlc.kir.tile_eval_state import HANDLERS, Block, Bound, TileEvalError
 from tlc.expr import ExprError
 from tlc.ir.tensor_inputs import launch_sizes, tensor_pointer, tensor_shape
-from tlc.lowering.abi import LaunchABI, TensorArg
+from tlc.lowering.abi import LaunchABI, TensorArg, query_heads
 
 __all__ = ["TileEvalError", "evaluate_program", "known_ops"]
 
@@ -70,8 +70,7 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
     if len(batches) > 1:
         raise TileEvalError(f"the input tensors' batch sizes differ: {sorted(batches)}")
     batch = batches.pop() if batches else 1
-    full = [a for a in ins if a.head == "head_idx"]
-    heads = store[full[0].name].shape[1] if full else 1
+    heads = query_heads(ins, {a.name: store[a.name].shape[1] for a in ins}, env)
     grouped = [a for a in ins if "group" in a.head]
     kv = store[grouped[0].name].shape[1] if grouped else heads
     if kv == 0 or heads % kv:
@@ -79,7 +78,7 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
     dims = {"batch": batch, "heads": heads, "group": heads // kv}
     for arg in abi.tensors:
         if arg.output:
-            count = arg.head_count(heads, heads // kv)
+            count = arg.head_count(heads, heads // kv, env)
             shape = (batch, count, _rows(arg, env), arg.cols) if arg.cols else (batch, count, _rows(arg, env))
             given = tensors.get(arg.name)
             if given is not None and tuple(given.shape) != shape:

@@ -14,7 +14,8 @@ from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp, CopyOp
 from tlc.ir.tensor_inputs import stored_rows, tensor_pointer
-from tlc.expr import substitute
+from tlc.expr import free_names, substitute
+from tlc.ir.heads import last_head
 from tlc.kir.expr import check_ident
 from tlc.kir.ops import ParamsOp
 
@@ -33,6 +34,7 @@ class TensorArg:
     head: str
     output: bool
     added: bool = False   # stored by `and add` (a reduce-store): the launch zeroes it first
+    head_last: str = ""   # the offset at the last value of each grid axis and loop variable it reads (tlc/ir/heads.py)
 
     @property
     def ptr(self) -> str:
@@ -41,14 +43,16 @@ class TensorArg:
     def stride(self, which: str) -> str:
         return f"{self.name}_{which}_stride"
 
-    def head_count(self, heads: int, group: int) -> int:
+    def head_count(self, heads: int, group: int, env: dict | None = None) -> int:
         """How many heads the tensor has for a launch of `heads` query heads in groups of `group`: one past the
-        head the last query head reads (`head_idx`: heads, `head_idx / group`: heads / group, `0`: 1). An
-        output's heads; an input's come from its tensor and are checked against this."""
+        head the last query head reads (`head_idx`: heads, `head_idx / group`: heads / group, `0`: 1,
+        `head_idx * Splits + split_idx`: heads · Splits). An output's heads; an input's come from its tensor and
+        are checked against this. `env`: the launch's Inputs, where the offset reads one."""
         from tlc.frontend.ast import ExprError, eval_expr
         from tlc.frontend.parser import parse_expr
         try:
-            return int(eval_expr(parse_expr(self.head), {"head_idx": max(heads - 1, 0), "group": max(group, 1)})) + 1
+            return int(eval_expr(parse_expr(self.head_last or self.head),
+                                 dict(env or {}, head_idx=max(heads - 1, 0), group=max(group, 1)))) + 1
         except ExprError as exc:
             raise fail(f"cannot evaluate {self.name}'s head offset '{self.head}': {exc}") from None
 
@@ -79,7 +83,8 @@ class LaunchABI:
 
     def to_json(self) -> dict:
         # `added` only where set: the records of programs without reduce-stores stay as they were
-        out = {"tensors": [{k: v for k, v in asdict(t).items() if k != "added" or v} for t in self.tensors], "inputs": [list(i) for i in self.inputs],
+        out = {"tensors": [{k: v for k, v in asdict(t).items() if k not in ("added", "head_last") or v}
+                           for t in self.tensors], "inputs": [list(i) for i in self.inputs],
                "grid_rows": self.grid_rows, "grid_tile": self.grid_tile}
         if self.tensor_inputs:   # absent without any: the records of programs without them stay as they were
             out["tensor_inputs"] = [[n, d, list(dims)] for n, d, dims in self.tensor_inputs]
@@ -117,9 +122,32 @@ def _rows_text(e: A.Expr, graph: Graph, loc: Loc) -> str:
                f"number, not '{e}'", loc)
 
 
+def query_heads(tensors, heads_of: dict[str, int], env: dict | None = None) -> int:
+    """The launch's query heads from its input tensors: those of a tensor at `head_idx`, else the count whose
+    last head a tensor at a head of its own (`head_idx * Splits + split_idx`) holds exactly; 1 when no input says."""
+    full = [a for a in tensors if a.head == "head_idx"]
+    if full:
+        return heads_of[full[0].name]
+    for a in tensors:
+        if a.head_last and "head_idx" in a.head and "group" not in a.head:
+            lo, hi = 1, max(heads_of[a.name], 1)
+            while lo < hi:   # the count is monotone in the query heads
+                mid = (lo + hi) // 2
+                if a.head_count(mid, 1, env) < heads_of[a.name]:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if a.head_count(lo, 1, env) != heads_of[a.name]:
+                raise fail(f"{a.name} has {heads_of[a.name]} heads, which no number of query heads gives at its offset "
+                           f"{a.head}")
+            return lo
+    return 1
+
+
 def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
     """The ABI of `graph` (after the TL passes); `int_value(expr, loc, what)` evaluates Params."""
     stored = _stored(graph)
+    numbers = {k: v for k, v in graph.params.items() if isinstance(v, int) and not isinstance(v, bool)}
     added = {op.operands[1].base for _, op in graph.walk() if isinstance(op, CopyOp) and op.add}
     loads = [op for _, op in graph.walk() if isinstance(op, CopyOp) and op.src_space == "global"]
     registers = ({op.operands[0].base for op in loads if op.dst_space == "register"}
@@ -143,14 +171,20 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
                        "through shared memory (fp32 only as an output the program stores, or loaded straight into "
                        "registers in a kernel without GEMMs)", op.loc)
         if (op.name in stored and op.name not in added and op.offset is not None
-                and str(op.offset) != "head_idx"):
+                and str(op.offset) != "head_idx" and not _one_head_per_instance(graph, op.offset)):
             raise fail(f"tlc build: output '{op.name}' is written at head `{op.offset}`, so the blocks of several "
                        "query heads would write the same rows at once; an output takes `with offset head_idx` "
                        "(or sums what they write: an fp32 tensor stored `and add`)", op.loc)
         cols = 0 if len(op.shape) == 1 else int_value(op.shape[1], op.loc, f"the columns of '{op.name}'")
+        head_last = ""
+        if op.offset is not None and free_names(op.offset) - {"head_idx", "group"} - set(graph.params) - set(graph.inputs):
+            last = last_head(graph, op.offset)
+            if isinstance(last, str):
+                raise fail(f"tlc build: '{op.name}': {last}", op.loc)
+            head_last = str(_with_params(last, numbers))
         tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc), cols,
                                  str(op.offset) if op.offset is not None else "head_idx", op.name in stored,
-                                 op.name in added))
+                                 op.name in added, head_last))
     for t in tensors:   # where an added output's heads come from: one per query head, per KV head or one
         if not t.added:
             continue
@@ -177,6 +211,11 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
                    "Input (names batch, heads and group are reserved)")
     grid_rows, grid_tile = _grid(graph, int_value)
     return LaunchABI(name, tuple(tensors), inputs, grid_rows, grid_tile, runtime)
+
+
+def _one_head_per_instance(graph: Graph, offset) -> bool:
+    """`head_idx * N + axis`, `axis` a grid axis of extent N: each (query head, axis value) its own head."""
+    return any(str(offset) == f"head_idx * {extent} + {axis}" for axis, extent in graph.axes.items())
 
 
 def _with_params(e: A.Expr, numbers: dict[str, int]) -> A.Expr:

@@ -53,6 +53,7 @@ class Slot:
     is_float: bool = True
     logical_cols: int = -1       # the program's width when `cols` is padded (-1: not padded)
     mma: str = "tiled_mma"       # frag / afrag / row: the TiledMMA whose thread layout it has
+    deferred: object = None      # global: the Allocate whose head offset reads a loop's variable (viewed per copy)
 
     def __post_init__(self) -> None:
         if self.logical_cols < 0:

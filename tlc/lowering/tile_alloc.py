@@ -12,6 +12,7 @@ from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp
 from tlc.kir import ops as K
+from tlc.expr import free_names
 from tlc.kir.expr import BinOp, Const, Var
 from tlc.lowering.storage import Buffer, Slot
 from tlc.lowering.tile_copies import kblock, padded
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
 def lower_allocate(cx: TileOpLowering, op: AllocateOp, region: Graph, out: list[K.Op]) -> None:
     if op.space == "global":
         return _global_view(cx, op)
+    if op.space == "register" and len(op.shape) == 1:   # a row vector of zeros: one value per row of the block
+        from tlc.lowering.tile_copies import block_rows
+        rows = block_rows(cx, cx.x.int_value(op.shape[0], op.loc, "a row vector's rows"), op)
+        cx.register_allocs[op.name] = (f"Allocate {op.name} in register", op.loc)
+        cx.bind(op.result, cx.fresh_like(Slot("row", "", rows), f"r{op.name}", out, op.loc))
+        return
     rows, logical = cx.tile_shape(op.shape, op.loc, f"'{op.name}'")
     cols = padded(logical, cx.family.col_unit)
     if op.space == "shared":
@@ -45,27 +52,31 @@ def lower_allocate(cx: TileOpLowering, op: AllocateOp, region: Graph, out: list[
 
 def _global_view(cx: TileOpLowering, op: AllocateOp) -> None:
     t = next(t for t in cx.abi.tensors if t.name == op.name)
-    if t.cols == 0:   # a row vector (batch, heads, rows): rows at stride 1
-        head = cx.x.lower(op.offset if op.offset is not None else A.Name("head_idx"), op.loc)
-        offset = BinOp("+", BinOp("*", Var("batch_idx"), Var(f"p.{t.stride('batch')}")),
-                       BinOp("*", head, Var(f"p.{t.stride('head')}")))
-        name = cx.names.fresh(f"m{op.name}")
-        cx.decls.append(K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset,
-                                         rows=cx.x.lower(op.shape[0], op.loc), cols=0,
-                                         row_stride=Const(1), loc=op.loc))
-        cx.global_rows[name] = cx.x.lower(op.shape[0], op.loc)
-        cx.bind(op.result, Slot("global", name, cols=0, region=-1, logical_cols=0))
-        return
-    if t.cols % 8:
+    if t.cols and t.cols % 8:
         raise fail(f"tlc build: global tensor '{op.name}' has {t.cols} columns; rows are copied in 16-byte "
                    "chunks, so the width must be a multiple of 8 (pad the tensor)", op.loc)
+    cols = padded(t.cols, cx.family.col_unit) if t.cols else 0
+    known = {"head_idx", "group", "batch_idx", "block_idx", *cx.g.params, *cx.g.inputs, *cx.g.axes}
+    if op.offset is not None and free_names(op.offset) - known:   # a loop's variable: a view at each copy
+        cx.bind(op.result, Slot("global", f"m{op.name}", cols=cols, region=-1, logical_cols=t.cols, deferred=op))
+        return
+    view = global_tensor(cx, op, cx.names.fresh(f"m{op.name}"))
+    cx.decls.append(view)
+    cx.bind(op.result, Slot("global", view.name, cols=cols, region=-1, logical_cols=t.cols))
+
+
+def global_tensor(cx: TileOpLowering, op: AllocateOp, name: str) -> K.GlobalTensorOp:
+    """The kernel's view of global tensor `op` (pointer, batch and head offset, rows; row stride), named `name`;
+    its rows, seen to the program's extent, recorded for the copies' predicates."""
+    t = next(t for t in cx.abi.tensors if t.name == op.name)
     head = cx.x.lower(op.offset if op.offset is not None else A.Name("head_idx"), op.loc)
     offset = BinOp("+", BinOp("*", Var("batch_idx"), Var(f"p.{t.stride('batch')}")),
                    BinOp("*", head, Var(f"p.{t.stride('head')}")))
-    name = cx.names.fresh(f"m{op.name}")
-    cols = padded(t.cols, cx.family.col_unit)
-    cx.decls.append(K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset,
-                                     rows=cx.x.lower(op.shape[0], op.loc), cols=cols,
-                                     row_stride=Var(f"p.{t.stride('row')}"), loc=op.loc))
-    cx.global_rows[name] = cx.x.lower(op.shape[0], op.loc)
-    cx.bind(op.result, Slot("global", name, cols=cols, region=-1, logical_cols=t.cols))
+    rows = cx.x.lower(op.shape[0], op.loc)
+    cx.global_rows[name] = rows
+    if t.cols == 0:   # a row vector (batch, heads, rows): rows at stride 1
+        return K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset, rows=rows, cols=0,
+                                row_stride=Const(1), loc=op.loc)
+    return K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset, rows=rows,
+                            cols=padded(t.cols, cx.family.col_unit), row_stride=Var(f"p.{t.stride('row')}"),
+                            loc=op.loc)

@@ -75,7 +75,7 @@ def _load_registers(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
         raise fail(f"tlc build: '{op.result.base}' is loaded from global memory into registers in a kernel with "
                    "GEMMs (an additive bias, a mask tensor); the lowering loads registers from global only in "
                    "kernels without GEMMs yet: copy it to shared memory as a GEMM operand", op.loc)
-    g = cx.slot(op.operands[0], op)
+    g = view_here(cx, cx.slot(op.operands[0], op), op, out, direct=True)
     if g.kind != "global":
         raise fail("tlc build: a copy from global reads a global tensor", op.loc)
     tile = [cx.x.int_value(d, op.loc, "the copied tile") for d in (op.tile or ())]
@@ -84,7 +84,7 @@ def _load_registers(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
         if len(tile) != 1 or set(coord) - {"L"} or op.from_end:
             raise fail(f"tlc build: a global vector is loaded as a row vector, `Copy {op.result.base} (BM) in "
                        "coordinate [L = …] from global to register` (tiles counted from the start)", op.loc)
-        rows = _block_rows(cx, tile[0], op)
+        rows = block_rows(cx, tile[0], op)
         r = cx.x.lower(coord.get("L", A.Num(0)), op.loc)
         mma, cols = cx.warp_plan.row_layout()
         ident = cx.identity(rows, cols)
@@ -99,7 +99,7 @@ def _load_registers(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
         raise fail(f"tlc build: a copy into registers takes a (rows, cols) tile, `Copy {op.result.base} (BM, cols) "
                    "in coordinate [L = …] from global to register`", op.loc)
     tr, tc, logical, r, c = _copy_tile(cx, op, g, (tile[0], tile[1]), "the tile")
-    _block_rows(cx, tr, op)
+    block_rows(cx, tr, op)
     mma = cx.warp_plan.mma_of_register(op.result.base)
     r, shift, limit, first = _row_tiles(cx, op, g, tr, r)
     ident = cx.identity(tr, tc)
@@ -113,7 +113,7 @@ def _load_registers(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
     cx.bind(op.result, Slot("frag", name, tr, tc, region=cx.region, logical_cols=logical, mma=mma))
 
 
-def _block_rows(cx: TileOpLowering, rows: int, op: CopyOp) -> int:
+def block_rows(cx: TileOpLowering, rows: int, op) -> int:
     """`rows`, the block's rows (the first register tile fixes them, as a GEMM's M does), which the warp plan's
     accumulator layout must tile: 16 rows per warp."""
     if cx.m_rows is None:
@@ -200,8 +200,24 @@ def _copy_tile(cx: TileOpLowering, op: CopyOp, g: Slot, want: tuple[int, int], w
     return tr, tc, logical, r, c
 
 
+def view_here(cx: TileOpLowering, g: Slot, op: CopyOp, out: list[K.Op], direct: bool) -> Slot:
+    """`g`, or — for a tensor whose head offset reads a loop's variable — its view at this copy, the offset
+    evaluated here (`direct`: a copy straight between registers and global memory; the staged and cp.async
+    copies declare their partitions once per kernel, before any loop, so they take no such view yet)."""
+    if g.kind != "global" or g.deferred is None:
+        return g
+    if not direct:
+        raise fail(f"tlc build: '{op.operands[0].base if op.src_space == 'global' else op.operands[1].base}' is at "
+                   f"head `{g.deferred.offset}`, which reads a loop's variable; such a tensor is copied straight "
+                   "between registers and global memory (an fp32 tile or vector) only", op.loc)
+    from tlc.lowering.tile_alloc import global_tensor
+    view = global_tensor(cx, g.deferred, cx.names.fresh(g.name))
+    out.append(view)
+    return Slot("global", view.name, cols=g.cols, region=-1, logical_cols=g.logical_cols)
+
+
 def _load(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
-    g = cx.slot(op.operands[0], op)
+    g = view_here(cx, cx.slot(op.operands[0], op), op, out, direct=False)
     if g.kind != "global":
         raise fail("tlc build: a copy from global reads a global tensor", op.loc)
     buf = cx.buffers.get(op.result.base)
@@ -271,6 +287,8 @@ def _store(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
     g = cx.slot(op.operands[1], op)
     if g.kind != "global":
         raise fail("tlc build: a copy to global writes a global tensor", op.loc)
+    t = next(t for t in cx.abi.tensors if t.ptr == f"{op.operands[1].base}_ptr")
+    g = view_here(cx, g, op, out, direct=src.kind == "row" or t.dtype == "fp32" or op.add)
     if src.kind == "row":
         return _store_rows(cx, op, src, g, out)
     if src.kind != "frag":

@@ -28,7 +28,7 @@ from tlc.ir.ops import CopyOp, LoopOp, Op
 from tlc.ir.types import Value
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
-from tlc.kir.expr import Const, E, Expr, Var
+from tlc.kir.expr import BinOp, Const, E, Expr, Var
 from tlc.lowering.abi import LaunchABI, derive_abi
 from tlc.lowering.exprs import BUILTINS, ExprLowering
 from tlc.lowering.rules import UNLOWERED, family_for, rule_for
@@ -52,9 +52,10 @@ class TileOpLowering:
         self.family = family_for(arch, graph)
         self.dtype = str(graph.params.get("dtype", "bf16"))
         self.warps = self._int_param("Warps", 4)
-        self.names = Namer(reserved=(*BUILTINS, "p", "tidx", "smem_"))
+        self.names = Namer(reserved=(*BUILTINS, *graph.axes, "p", "tidx", "smem_"))
         self.fields = {n: n for n in graph.inputs}
         self.x = ExprLowering(graph.params, graph.inputs, self.fields, graph.tensor_inputs)
+        self.x.scalars.update({a: a for a in graph.axes})   # a kernel's own grid axes: LetOps from blockIdx.z
         self.abi: LaunchABI = derive_abi(graph, name, self.x.int_value)
         self.layouts: list[K.Op] = []
         self.decls: list[K.Op] = []
@@ -92,14 +93,24 @@ class TileOpLowering:
         # rows counted from the end put them first already
         rev = any(isinstance(op, LoopOp) and op.stop is not None and "block_idx" in str(op.stop)
                   for _, op in self.g.walk()) and not self._rows_from_end()
+        # grid z: the batch, times each of the kernel's own axes (`over [split_idx = Splits]`), the last fastest
+        extents = [(a, self.x.lower(e, None)) for a, e in self.g.axes.items()]
+        z: Expr = Var("blockIdx.z")
+        axis_lets = []
+        for a, extent in reversed(extents):
+            axis_lets.insert(0, K.LetOp(name=a, type="i32", value=BinOp("%", z, extent)))
+            z = BinOp("/", z, extent)
         lets = [K.LetOp(name="block_idx", type="i32", value=E("gridDim.x - 1 - blockIdx.x" if rev else "blockIdx.x")),
                 K.LetOp(name="head_idx", type="i32", value=E("blockIdx.y")),
-                K.LetOp(name="batch_idx", type="i32", value=E("blockIdx.z")),
+                K.LetOp(name="batch_idx", type="i32", value=z), *axis_lets,
                 K.LetOp(name="group", type="i32", value=Var("p.group"))]
         mmas = self.mma_decls + self.warp_plan.decls((self.family.mma_atoms or self.arch.mma_atoms)[self.dtype])
         smem = self._smem_decls()
         rows = Var(f"p.{self.abi.grid_rows}") if not self.abi.grid_rows.isdigit() else Const(int(self.abi.grid_rows))
-        grid = (E(f"ceil_div({rows}, {self.abi.grid_tile})"), Var("p.heads"), Var("p.batch"))
+        batches: Expr = Var("p.batch")
+        for _, extent in extents:
+            batches = BinOp("*", batches, extent)
+        grid = (E(f"ceil_div({rows}, {self.abi.grid_tile})"), Var("p.heads"), batches)
         kernel = self.family.kernel_op(name=self.name, params=self.abi.params_op().name, threads=32 * self.warps,
                                        min_blocks=1, grid=grid, smem_bytes=smem_extent(smem),
                                        body=tuple(lets + mmas + smem + self.layouts + self.decls + body))

@@ -130,10 +130,13 @@ class VerifyFinalPass(Pass):
     # ------------------------------------------------------------ names in expressions
     def names(self, ctx: PassContext, graph: Graph, region: Graph, loop_vars: set[str]) -> None:
         params = {k for k, v in graph.params.items() if v is not None}
-        known = params | set(graph.inputs) | set(BUILTINS) | loop_vars
+        known = params | set(graph.inputs) | set(BUILTINS) | loop_vars | set(graph.axes)
+        # a global tensor's head offset may read any loop's variable: each copy evaluates it where it stands
+        every_loop = {op.var for _, op in graph.walk() if isinstance(op, LoopOp)}
         for op in region.ops():
             for what, e in _exprs(op):
-                for n in sorted(scalar_names(e) - known):
+                allowed = known | every_loop if isinstance(op, AllocateOp) and op.space == "global" else known
+                for n in sorted(scalar_names(e) - allowed):
                     why = "has no value (bind it with -D or 'Param … = …')" if n in graph.params else "is not defined"
                     ctx.error(f"'{n}' in {what} {why}; use parameters, inputs, "
                               f"{', '.join(sorted(BUILTINS))} or an enclosing loop variable", op.loc)

@@ -24,6 +24,7 @@ from tlc.expr import Expr, ExprError, eval_expr, free_names
 from tlc.frontend.lower import lower_program
 from tlc.frontend.parser import parse_file, parse_text
 from tlc.ir.graph import Graph
+from tlc.ir.heads import last_head
 from tlc.ir.interpreter import InterpError, run_program
 from tlc.ir.ops import AllocateOp, CopyOp, ReshapeOp
 from tlc.ir.tensor_inputs import launch_sizes, stored_rows, tensor_shape
@@ -80,6 +81,14 @@ class TensorInfo:
     transposed: bool      # stored (cols, seq) although the reference wants (seq, cols)
     output: bool
     added: bool = False   # stored by `and add` (a reduce-store): it starts at zero, not NaN
+    head_last: Expr | None = None   # an offset reading a grid axis or a loop's variable, at their last values
+
+    def head_count(self, shapes: "Shapes", env: Mapping[str, Any]) -> int:
+        """The tensor's heads at `shapes`: by its kind, or one past its last head (tlc/ir/heads.py)."""
+        if self.head_last is None:
+            return {"q": shapes.heads, "kv": shapes.kv_heads, "one": 1}[self.heads]
+        return int(eval_expr(self.head_last, dict(env, head_idx=shapes.heads - 1,
+                                                  group=max(shapes.heads // max(shapes.kv_heads, 1), 1)))) + 1
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,11 @@ def program_info(graph: Graph) -> ProgramInfo:
             continue   # the lowering refused it
         seq = [bool(_names(d) & set(ints)) for d in held]
         transposed = len(seq) == 2 and not seq[0] and seq[1]
-        tensors.append(TensorInfo(op.name, held, heads, transposed, op.name in stored, op.name in added))
+        last = None
+        if op.offset is not None and _names(op.offset) - {"head_idx", "group"} - set(graph.params) - set(graph.inputs):
+            found = last_head(graph, op.offset)
+            last = found if not isinstance(found, str) else None
+        tensors.append(TensorInfo(op.name, held, heads, transposed, op.name in stored, op.name in added, last))
     env = _param_env(graph)
     dims = {t.name: t.dims for t in tensors}
     tiles = [1]  # the tile extents along sequence axes: the dims that coordinates step over
@@ -159,7 +172,6 @@ def make_inputs(graph: Graph, shapes: Shapes, seed: int, dtype: torch.dtype = to
     starts at zero, as the launch gives it."""
     info = program_info(graph)
     env = dict(_param_env(graph), **shapes.ints)
-    heads = {"q": shapes.heads, "kv": shapes.kv_heads, "one": 1}
     interp, ref = {}, {}
     for i, t in enumerate(info.tensors):
         try:
@@ -167,7 +179,7 @@ def make_inputs(graph: Graph, shapes: Shapes, seed: int, dtype: torch.dtype = to
         except ExprError as exc:
             raise SizingError(f"cannot size global tensor '{t.name}': {exc}") from None
         canon = tuple(reversed(dims)) if t.transposed else tuple(dims)
-        full = (shapes.batch, heads[t.heads], *canon)
+        full = (shapes.batch, t.head_count(shapes, env), *canon)
         x = (torch.zeros(full, dtype=torch.float64) if t.added
              else torch.full(full, float("nan"), dtype=torch.float64) if t.output
              else random_tensor(full, seed * 1000 + i, dtype).to(torch.float64))
@@ -279,13 +291,12 @@ def outputs_of(graph: Graph, shapes: Shapes) -> list[Output]:
     """The tensors `graph` stores, with the (batch, heads, rows, cols) shape a reference returns."""
     info = program_info(graph)
     env = dict(_param_env(graph), **shapes.ints)
-    heads = {"q": shapes.heads, "kv": shapes.kv_heads, "one": 1}
     outs = []
     for t in info.tensors:
         if t.output:
             dims = tuple(int(eval_expr(d, env)) for d in t.dims)
             rows_cols = tuple(reversed(dims)) if t.transposed else dims
-            outs.append(Output(t.name, (shapes.batch, heads[t.heads], *rows_cols), t.transposed))
+            outs.append(Output(t.name, (shapes.batch, t.head_count(shapes, env), *rows_cols), t.transposed))
     return outs
 
 

@@ -27,7 +27,6 @@ def module_inputs(module: Module, shapes: Shapes, seed: int) -> tuple[dict[str, 
             infos.setdefault(t.name, (t, g))
             if t.added:
                 added.add(t.name)
-    heads = {"q": shapes.heads, "kv": shapes.kv_heads, "one": 1}
     tensors = {}
     for i, name in enumerate(roles):
         t, g = infos[name]
@@ -36,7 +35,7 @@ def module_inputs(module: Module, shapes: Shapes, seed: int) -> tuple[dict[str, 
             dims = [int(eval_expr(d, env)) for d in t.dims]
         except ExprError as exc:
             raise SizingError(f"cannot size global tensor '{name}': {exc}") from None
-        full = (shapes.batch, heads[t.heads], *dims)
+        full = (shapes.batch, t.head_count(shapes, env), *dims)
         if roles[name] == "input":
             tensors[name] = random_tensor(full, seed * 1000 + i, torch.float64)
         else:
