@@ -119,3 +119,16 @@ def test_the_program_launches_its_kernels_in_order_and_hands_on_the_workspaces(m
         program(q, k, v, scael=0.2)
     with pytest.raises(TlcError, match=r"this program takes 3 tensor\(s\) \(Q, K, V\), got 2"):
         program(q, k)
+
+
+def test_transforms_that_renumber_the_grid_decline_a_kernel_with_axes_of_its_own() -> None:
+    """persistent and prefetch-next decode a tile's (x, y, z) and read z as the batch: on the partial kernel, whose
+    z is batch · Splits, they decline (its split_idx would be lost), and the kernel stays one tile per CTA."""
+    state, _ = lower_to_kernel_ir(SPEC.read_bytes(), "skv.tl", "sm_90a", dict(SMALL, Persistent="true",
+                                                                               PrefetchNext="true"),
+                                  name="skv_partial", kernel="partial")
+    kernel = state.kir.kernels()[0]
+    assert kernel.own_grid_axes() and str(kernel.grid[2]) == "p.batch * 4"
+    assert not any(isinstance(op, (H.TileSlotOp, H.AtomicAddOp)) for op in K.walk(kernel))
+    notes = " ".join(state.schedule)
+    assert "grid axes of its own" in notes, notes

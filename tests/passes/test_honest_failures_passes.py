@@ -57,14 +57,12 @@ def test_a_program_that_loads_everything_and_stores_nothing_is_rejected() -> Non
 
 def test_a_program_with_no_compute_is_rejected() -> None:
     text = ("Param dtype = bf16\nParam BM = 64\nParam D = 64\nInput seqlen_q : int\n"
-            "Allocate Q in global (seqlen_q, D)\nAllocate Q in shared (BM, D)\n"
-            "Copy Q (BM, D) in coordinate [L = block_idx] from global to shared\n"
-            "Copy Q from shared to register\n"
-            "Copy Q (BM, D) in coordinate [L = block_idx] from register to global\n")
+            "Allocate O in global (seqlen_q, D)\nAllocate O in register (BM, D)\n"
+            "Copy O (BM, D) in coordinate [L = block_idx] from register to global\n")
     (found,) = errors(text)
     assert found[:2] == (5, 1) and found[2].startswith("the program computes nothing: it has no Compute statement")
-    store = "Copy Q (BM, D) in coordinate [L = block_idx] from register"
-    assert errors(text.replace(store, "Compute Exp Q and get new Q\n" + store)) == []
+    store = "Copy O (BM, D) in coordinate [L = block_idx] from register"
+    assert errors(text.replace(store, "Compute Exp O and get new O\n" + store)) == []
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)

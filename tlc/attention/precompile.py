@@ -119,7 +119,7 @@ def _compile(job: Job) -> JobResult:
     start = time.perf_counter()
     try:
         compiled, _ = compile_spec(job.spec if "\n" in job.spec else Path(job.spec), arch=job.arch,
-                                   defines=dict(job.defines), kernel=job.kernel)
+                                   defines=dict(job.defines), **({"kernel": job.kernel} if job.kernel else {}))
     except TlcError as exc:
         if job.fallback is not None:  # tlc.attention builds the fallback then: so does precompile
             result = _compile(job.fallback)

@@ -501,40 +501,38 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
                     self.w.line(f"const int row = get<0>({op.coord}_rc(mi, 0));")
                     self.w.line(f"if (row < row_limit_) {{ {op.dst}(row) = {op.vec}(mi); }}")
 
+    def _element_limits(self, op) -> str:
+        """The in-range test of a per-element copy at (row, col), its limits declared first."""
+        self.w.line(f"const int row_limit_ = {_ix(op.row_limit)};")
+        tests = ["row < row_limit_"]
+        if op.col_limit is not None:
+            self.w.line(f"const int col_limit_ = {_ix(op.col_limit)};")
+            tests.append("col < col_limit_")
+        if op.row_first is not None:
+            self.w.line(f"const int row_first_ = {_ix(op.row_first)};")
+            tests.append("row >= row_first_")
+        return " && ".join(tests)
+
     @emit.register
     def _(self, op: FragStoreOp) -> None:
         self._at(op)
         with self.w.block(""):
-            self.w.line(f"const int row_limit_ = {_ix(op.row_limit)};")
-            tests = ["row < row_limit_"]
-            if op.col_limit is not None:
-                self.w.line(f"const int col_limit_ = {_ix(op.col_limit)};")
-                tests.append("col < col_limit_")
-            if op.row_first is not None:
-                self.w.line(f"const int row_first_ = {_ix(op.row_first)};")
-                tests.append("row >= row_first_")
+            test = self._element_limits(op)
             write = (f"atomicAdd(&{op.dst}(row, col), {op.src}(i));" if op.add else f"{op.dst}(row, col) = {op.src}(i);")
             self.w.line("CUTE_UNROLL")
             with self.w.block(f"for (int i = 0; i < size({op.src}); ++i)"):
                 self.w.line(f"const int row = get<0>({op.coord}(i)), col = get<1>({op.coord}(i));")
-                self.w.line(f"if ({' && '.join(tests)}) {{ {write} }}")
+                self.w.line(f"if ({test}) {{ {write} }}")
 
     @emit.register
     def _(self, op: FragLoadOp) -> None:
         self._at(op)
         with self.w.block(""):
-            self.w.line(f"const int row_limit_ = {_ix(op.row_limit)};")
-            tests = ["row < row_limit_"]
-            if op.col_limit is not None:
-                self.w.line(f"const int col_limit_ = {_ix(op.col_limit)};")
-                tests.append("col < col_limit_")
-            if op.row_first is not None:
-                self.w.line(f"const int row_first_ = {_ix(op.row_first)};")
-                tests.append("row >= row_first_")
+            test = self._element_limits(op)
             self.w.line("CUTE_UNROLL")
             with self.w.block(f"for (int i = 0; i < size({op.dst}); ++i)"):
                 self.w.line(f"const int row = get<0>({op.coord}(i)), col = get<1>({op.coord}(i));")
-                self.w.line(f"{op.dst}(i) = ({' && '.join(tests)}) ? static_cast<float>({op.src}(row, col)) : 0.f;")
+                self.w.line(f"{op.dst}(i) = ({test}) ? static_cast<float>({op.src}(row, col)) : 0.f;")
 
     @emit.register
     def _(self, op: RowLoadOp) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from tlc.kir.base import COPY_ATOMS, DTYPES, MMA_ATOMS, Op, PARAM_TYPES, PARTITIONS, SCALAR_TYPES, _ints
 from tlc.kir.effects import PURE
-from tlc.kir.expr import Expr, check_ident
+from tlc.kir.expr import BinOp, Expr, Var, check_ident
 
 # ----------------------------------------------------------------------------- program level
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +59,14 @@ class KernelOp(Op):
         self._need(self.threads % 32 == 0 and 0 < self.threads <= 1024, f"threads={self.threads} is not 32..1024 warps")
         self._need(self.smem_bytes >= 0, "smem_bytes must be >= 0")
         self._need(len(self.grid) == 3 and all(isinstance(g, Expr) for g in self.grid), "grid needs 3 expressions")
+
+    def own_grid_axes(self) -> bool:
+        """Grid z is the batch times axes of the kernel's own (`Kernel k over [split_idx = S]`: `p.batch * S`), which
+        LetOps decode from blockIdx.z: a transform that renumbers the grid's tiles must not read z as the batch."""
+        z = self.grid[2]
+        while isinstance(z, BinOp) and z.op == "*":
+            z = z.lhs
+        return z == Var("p.batch") and self.grid[2] != Var("p.batch")
 
 
 @dataclass(frozen=True, kw_only=True)

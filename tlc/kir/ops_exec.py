@@ -347,11 +347,10 @@ class RowStoreOp(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FragStoreOp(Op):
-    """Store (or with `add`, atomically add) each element of fp32 fragment `src` into global tile `dst` at its
-    (row, col) in C-coordinates `coord` (partitioned like `src`), skipping rows ≥ `row_limit` (and < `row_first`)
-    and columns ≥ `col_limit`: an fp32 output written from the registers, no staging (a reduce-store's
-    elements are summed by the memory system, whichever CTA adds first)."""
+class _ElementCopy(Op):
+    """A copy between fp32 fragment and a global tile, each lane its own elements at their (row, col) in
+    C-coordinates `coord` (partitioned like the fragment), those at rows ≥ `row_limit` (or < `row_first`) and
+    columns ≥ `col_limit` left out."""
 
     dst: str
     src: str
@@ -359,8 +358,6 @@ class FragStoreOp(Op):
     row_limit: Expr
     col_limit: Expr | None = None
     row_first: Expr | None = None
-    add: bool = False
-    declared_effects = EffectDecl(reads=("src", "coord"), writes=("dst",), kinds=Effect.GLOBAL_WRITE)
 
     def check(self) -> None:
         for n in (self.dst, self.src, self.coord):
@@ -368,22 +365,21 @@ class FragStoreOp(Op):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FragLoadOp(Op):
-    """Load each element of fp32 fragment `dst` from global tile `src` at its (row, col) in C-coordinates
-    `coord` (partitioned like `dst`), converted to fp32; rows ≥ `row_limit` (or < `row_first`) and columns ≥
-    `col_limit` read 0: a register tile no GEMM produces, loaded straight from global memory."""
+class FragStoreOp(_ElementCopy):
+    """Store (or with `add`, atomically add) fp32 fragment `src` into global tile `dst`, element by element: an
+    fp32 output written from the registers, no staging (a reduce-store's elements are summed by the memory
+    system, whichever CTA adds first)."""
 
-    dst: str
-    src: str
-    coord: str
-    row_limit: Expr
-    col_limit: Expr | None = None
-    row_first: Expr | None = None
+    add: bool = False
+    declared_effects = EffectDecl(reads=("src", "coord"), writes=("dst",), kinds=Effect.GLOBAL_WRITE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FragLoadOp(_ElementCopy):
+    """Load fp32 fragment `dst` from global tile `src`, element by element, converted to fp32; elements left out
+    read 0: a register tile no GEMM produces, loaded straight from global memory."""
+
     declared_effects = EffectDecl(reads=("src", "coord"), writes=("dst",))
-
-    def check(self) -> None:
-        for n in (self.dst, self.src, self.coord):
-            check_ident(n, "tensor")
 
 
 @dataclass(frozen=True, kw_only=True)

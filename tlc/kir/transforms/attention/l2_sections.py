@@ -69,7 +69,7 @@ def _sections(kernel: H.Sm90KernelOp, tail_only: bool) -> tuple[H.Sm90KernelOp, 
         raise Declined("no causal mask: every tile has the same length")
     if kernel.grid[1] == Const(1) and kernel.grid[2] == Const(1):
         raise Declined("a 1-D grid (persistent, or one head and batch)")
-    if str(kernel.grid[2]) != "p.batch":
+    if kernel.own_grid_axes():
         raise Declined(f"the grid's z is `{kernel.grid[2]}`: the kernel has grid axes of its own")
     ring = _ring_loop(roles[0])
     trip_bytes = sum(x.bytes for x in K.walk(ring) if isinstance(x, H.MbarrierArriveExpectTxOp))

@@ -95,7 +95,7 @@ class Persistent:
         if COUNTER in {n for n, _ in params.fields}:
             raise Declined(f"the parameter struct already has a field {COUNTER}")
         gx, gy, gz = self.kernel.grid
-        if str(gz) != "p.batch":   # the tile decode below reads z as the batch
+        if self.kernel.own_grid_axes():   # the tile decode below reads z as the batch
             raise Declined(f"the grid's z is `{gz}`: the kernel has grid axes of its own")
         for g in (gx, gy, gz):
             if any(not n.startswith("p.") for n in free_names(g)):

@@ -64,7 +64,7 @@ def _prefetch(program: K.ProgramOp) -> tuple[K.ProgramOp, list[str]]:
     if len(kernels) != 1 or not isinstance(kernels[0], H.Sm90KernelOp) or len(params) != 1:
         raise Declined("not one sm_90a kernel with TMA parameters")
     kernel, struct = kernels[0], params[0]
-    if str(kernel.grid[2]) != "p.batch":
+    if kernel.own_grid_axes():
         raise Declined(f"the grid's z is `{kernel.grid[2]}`: the kernel has grid axes of its own")
     roles = [op for op in kernel.body if isinstance(op, H.WarpSpecializeOp)]
     if len(roles) != 1:
