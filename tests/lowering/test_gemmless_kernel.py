@@ -176,3 +176,13 @@ def test_an_explicit_input_that_disagrees_with_the_tensors_is_refused(monkeypatc
     t = {k: v.float() for k, v in inputs(33).items()}
     with pytest.raises(TlcError, match=r"seqlen_q = 4000 was given, but the tensors have 33 rows there \(O_a, LSE_a"):
         kernel(t["O_a"], t["LSE_a"], t["O_b"], t["LSE_b"], seqlen_q=4000)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+def test_a_row_vector_allocate_in_a_kernel_with_gemms_lowers(arch: str) -> None:
+    """Found by review: on sm_90a its rows were checked against mma.sync's warp layout, which a wgmma plan has not
+    (an internal error)."""
+    from tlc.builder import lower_to_kernel_ir
+    text = (Path(SPEC).parent / "mha_lse_fwd.tl").read_text().replace(
+        "Allocate O in register (BM, HeadDim)", "Allocate O in register (BM, HeadDim)\nAllocate z in register (BM)")
+    lower_to_kernel_ir(text.encode(), "lse.tl", arch, {"HeadDim": "64"}, name="lse")

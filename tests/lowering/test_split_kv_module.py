@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 import types
 from functools import lru_cache
 from pathlib import Path
@@ -132,3 +133,99 @@ def test_transforms_that_renumber_the_grid_decline_a_kernel_with_axes_of_its_own
     assert not any(isinstance(op, (H.TileSlotOp, H.AtomicAddOp)) for op in K.walk(kernel))
     notes = " ".join(state.schedule)
     assert "grid axes of its own" in notes, notes
+
+
+AXIS = """Param dtype = bf16
+Param HeadDim = 32
+Param BM = 64
+Param S = 3
+Input seqlen_q : int
+Allocate X in global (seqlen_q, HeadDim) as fp32 with offset head_idx
+Allocate Y in global (seqlen_q, HeadDim) as fp32 with offset {offset}
+Kernel k over [a = {extent}]
+Copy X (BM, HeadDim) in coordinate [L = block_idx] from global to register
+Compute Exp X and get Y
+Copy Y (BM, HeadDim) in coordinate [L = block_idx] from register to global
+"""
+
+
+@pytest.mark.parametrize("offset, extent, words", [
+    ("head_idx * S - 1 + a", "S - 1", "is stored by every instance of the kernel's grid axes"),  # head −1
+    ("head_idx * S + 1 + a", "S + 1", "is stored by every instance of the kernel's grid axes"),  # two write head 4
+    ("head_idx", "S", "is stored by every instance of the kernel's grid axes"),                  # every a, one head
+    ("head_idx * S + S - 1 - a", "S", "is stored by every instance of the kernel's grid axes"),   # not the form
+    ("head_idx * 2 + a", "S", "is stored by every instance of the kernel's grid axes"),           # N is not a's extent
+])
+def test_an_offset_reading_a_grid_axis_takes_one_form(offset: str, extent: str, words: str) -> None:
+    """Found by review: the stored offset was matched as text (`head_idx * S - 1 + a` passed: head −1 written, and
+    with `S + 1` two instances wrote one head), a store at `head_idx` in a kernel with an axis raced, and a tensor
+    was sized by the head the last axis value reaches even where that was not the largest."""
+    text = AXIS.format(offset=offset, extent=extent)
+    with pytest.raises(TlcError, match=re.escape(words) if "`" in words else words):
+        lower_to_kernel_ir(text.encode(), "k.tl", "sm_90", {}, name="k_k", kernel="k")
+
+
+def test_loops_over_a_name_an_offset_reads_must_all_span_it() -> None:
+    """Found by review: of two loops over `s` the last was taken (0:2), so a tensor read up to head 4·h + 3 was sized
+    for 4·h + 1."""
+    text = """Param dtype = bf16
+Param HeadDim = 32
+Param BM = 64
+Input seqlen_q : int
+Allocate X in global (seqlen_q, HeadDim) as fp32 with offset head_idx * 4 + s
+Allocate Y in global (seqlen_q, HeadDim) as fp32 with offset head_idx
+Allocate Y in register (BM, HeadDim)
+for s = 0:4
+  Copy X (BM, HeadDim) in coordinate [L = block_idx] from global to register
+  Compute Add Y, X and get new Y
+end
+for s = 0:2
+  Compute Exp Y and get new Y
+end
+Copy Y (BM, HeadDim) in coordinate [L = block_idx] from register to global
+"""
+    with pytest.raises(TlcError, match=r"every loop over 's' must run 0:4 \(one runs 0:2\)"):
+        lower_to_kernel_ir(text.encode(), "k.tl", "sm_90", {}, name="k")
+
+
+def test_the_interpreter_and_the_launch_take_the_same_query_heads() -> None:
+    """Found by review: with no tensor at head_idx, the interpreter ran as many query heads as the largest plain
+    tensor has (1), the launch and the tile evaluator heads / N of the tensor at `head_idx * N + s` (3)."""
+    from tlc.api import compile_graph
+    from tlc.ir.interpreter import run_program
+    from tlc.lowering.passes import run_lowering
+
+    text = """Param dtype = bf16
+Param HeadDim = 32
+Param BM = 64
+Param S = 2
+Input seqlen_q : int
+Allocate X in global (seqlen_q, HeadDim) as fp32 with offset head_idx * S + s
+Allocate Y in global (seqlen_q, HeadDim) as fp32 with offset 0
+Allocate Y in register (BM, HeadDim)
+for s = 0:S
+  Copy X (BM, HeadDim) in coordinate [L = block_idx] from global to register
+  Compute Add Y, X and get new Y
+end
+Copy Y (BM, HeadDim) in coordinate [L = block_idx] from register to global and add
+"""
+    graph, _ = compile_graph(text, "h.tl")
+    state, _ = run_lowering(graph, "sm_90", name="h")
+    x = torch.randn(1, 6, 40, 32).float().double()
+    want = run_program(graph, {"X": x, "Y": torch.zeros(1, 1, 40, 32, dtype=torch.float64)}, {"seqlen_q": 40})["Y"]
+    got = evaluate_program(state.kir, state.abi, {"X": x}, {"seqlen_q": 40})["Y"]
+    assert torch.allclose(want, x.sum(1, keepdim=True)) and (got - want).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("axes, words", [("[p = 3]", "grid axis 'p' is already a name"),
+                                         ("[a = 2, b = a + 1]", "the extent of grid axis 'b' reads 'a'")])
+def test_what_a_grid_axis_cannot_be_is_refused(axes: str, words: str) -> None:
+    text = AXIS.format(offset="head_idx * 3 + a", extent="3").replace("over [a = 3]", f"over {axes}")
+    with pytest.raises(TlcError, match=re.escape(words)):
+        lower_to_kernel_ir(text.encode(), "k.tl", "sm_90", {}, name="k_k", kernel="k")
+
+
+def test_an_axis_may_extend_over_an_input() -> None:
+    text = AXIS.format(offset="head_idx * n + a", extent="n").replace("Input seqlen_q : int", "Input seqlen_q, n : int")
+    state, _ = lower_to_kernel_ir(text.encode(), "k.tl", "sm_90", {}, name="k_k", kernel="k")
+    assert str(state.kir.kernels()[0].grid[2]) == "p.batch * p.n"

@@ -192,6 +192,7 @@ class Program:
     file: str
     body: tuple[Stmt, ...]
     axes: tuple[tuple[str, Expr], ...] = ()   # a kernel's own grid axes (tlc/frontend/kernels.py)
+    axes_loc: Loc | None = field(default=None, compare=False)   # its Kernel line
 
 
 __all__ = ["AllocateStmt", "Arg", "BinOp", "Call", "ComputeStmt", "Const", "CopyStmt", "Expr", "ExprError",

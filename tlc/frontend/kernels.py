@@ -120,5 +120,5 @@ def split_kernels(program: A.Program) -> list[KernelSection]:
                     inputs.append(dataclasses.replace(s, names=keep))
         params = [s for s in prologue if isinstance(s, A.ParamStmt)]
         out.append(KernelSection(k.name, k.loc, A.Program(program.file, (*params, *inputs, *tensors, *body),
-                                                          axes=k.axes)))
+                                                          axes=k.axes, axes_loc=k.loc)))
     return out

@@ -230,6 +230,7 @@ class Lowerer:
         if self.sketch:
             self.block(sketch_prelude(self.program.body))
         self.block(self.program.body)
+        self.check_grid_axes()
         self.refuse_loads_of_stored()
         self.finish_softmax()
         drop_dead_carried(self.graph)
@@ -239,15 +240,24 @@ class Lowerer:
         """A kernel's own grid axes (`Kernel partial over [split_idx = Splits]`): names its expressions may read,
         each ranging over 0 … extent − 1, the extent an expression over Params and int Inputs."""
         for name, extent in self.program.axes:
-            loc = next((s.loc for s in self.program.body), Loc(self.program.file, 0, 0))
+            loc = self.program.axes_loc or Loc(self.program.file, 0, 0)
             problem = identifier_problem(name)
-            taken = name in self.graph.params or name in self.graph.inputs or name in BUILTINS \
-                or name in MASK_POSITIONS or name in self.graph.axes
+            taken = name in self.graph.params or name in BUILTINS or name in MASK_POSITIONS or name in self.graph.axes \
+                or name in KERNEL_RESERVED or any(name in s.names for s in self.program.body if isinstance(s, A.InputStmt))
             if problem or taken:
-                self.err(problem or f"grid axis '{name}' is already a name of the program; choose another", loc)
+                self.err(problem or f"grid axis '{name}' is already a name of the program or of the kernel's code; "
+                         "choose another", loc)
                 continue
-            self.check_expr(extent, loc, f"the extent of grid axis '{name}'")
             self.graph.axes[name] = extent
+
+    def check_grid_axes(self) -> None:
+        """Each grid axis's extent reads Params and int Inputs only (checked once the Inputs are declared)."""
+        loc = self.program.axes_loc or Loc(self.program.file, 0, 0)
+        for name, extent in self.graph.axes.items():
+            other = sorted(set(scalar_names(extent)) - set(self.graph.params) - set(self.graph.inputs))
+            if other:
+                self.err(f"the extent of grid axis '{name}' reads '{other[0]}'; an extent is an expression over "
+                         "Params and int Inputs", loc)
 
     def param(self, s: A.ParamStmt) -> None:
         if not self.check_ident(s.name, s.loc):
@@ -736,6 +746,9 @@ class Lowerer:
         for region, op, sum_name in self.softmaxes:
             if sum_name is not None and sum_name in divisors:
                 region.replace(op, replace(op, normalized=False))
+
+
+KERNEL_RESERVED = ("p", "tidx", "smem_")   # names the kernel's code takes for itself (tlc.lowering.tile_ops)
 
 
 def _loop_vars(stmts) -> set[str]:

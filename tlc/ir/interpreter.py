@@ -22,6 +22,7 @@ import torch
 from tlc.expr import ExprError, eval_expr, free_names
 from tlc.expr.evaluate_tensor import evaluate_tensor
 from tlc.ir.graph import Graph
+from tlc.ir.heads import split_form
 from tlc.ir.tensor_inputs import launch_sizes, stored_rows, tensor_shape
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
@@ -93,7 +94,13 @@ class Interpreter:
         by_group = [t.shape[1] for n, t in self.tensors.items() if "group" in offsets.get(n, "")]
         heads = [t.shape[1] for n, t in self.tensors.items() if n in plain] or [t.shape[1] for t in laid_out]
         batch = laid_out[0].shape[0]
-        num_heads = max(by_query) if by_query else max(heads)
+        by_split = [t.shape[1] // int(self.eval(form[0], self.base_env, None))
+                    for _, op in self.graph.walk() if isinstance(op, AllocateOp) and op.space == "global"
+                    and op.offset is not None and op.name in self.tensors
+                    and not isinstance(form := split_form(self.graph, op.offset), str)
+                    for t in (self.tensors[op.name],)]
+        # the query heads: a tensor at head_idx's, else one at `head_idx * N + v`'s / N (as the launch takes them)
+        num_heads = max(by_query) if by_query else by_split[0] if by_split else max(heads)
         num_kv = min(by_group) if by_group else min(heads)
         if num_kv == 0 or num_heads % num_kv:
             raise InterpError(f"{num_heads} query heads are not a multiple of {num_kv} KV heads")

@@ -15,7 +15,7 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp, CopyOp
 from tlc.ir.tensor_inputs import stored_rows, tensor_pointer
 from tlc.expr import free_names, substitute
-from tlc.ir.heads import last_head
+from tlc.ir.heads import last_head, split_form
 from tlc.kir.expr import check_ident
 from tlc.kir.ops import ParamsOp
 
@@ -123,24 +123,18 @@ def _rows_text(e: A.Expr, graph: Graph, loc: Loc) -> str:
 
 
 def query_heads(tensors, heads_of: dict[str, int], env: dict | None = None) -> int:
-    """The launch's query heads from its input tensors: those of a tensor at `head_idx`, else the count whose
-    last head a tensor at a head of its own (`head_idx * Splits + split_idx`) holds exactly; 1 when no input says."""
+    """The launch's query heads from its input tensors: those of a tensor at `head_idx`, else those of a tensor at
+    `head_idx * N + v` (tlc/ir/heads.py) — its heads / N, which must divide; 1 when no input says."""
     full = [a for a in tensors if a.head == "head_idx"]
     if full:
         return heads_of[full[0].name]
     for a in tensors:
-        if a.head_last and "head_idx" in a.head and "group" not in a.head:
-            lo, hi = 1, max(heads_of[a.name], 1)
-            while lo < hi:   # the count is monotone in the query heads
-                mid = (lo + hi) // 2
-                if a.head_count(mid, 1, env) < heads_of[a.name]:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if a.head_count(lo, 1, env) != heads_of[a.name]:
-                raise fail(f"{a.name} has {heads_of[a.name]} heads, which no number of query heads gives at its offset "
-                           f"{a.head}")
-            return lo
+        if a.head_last:
+            per = a.head_count(1, 1, env)   # N: the heads one query head's instances reach
+            if per <= 0 or heads_of[a.name] % per:
+                raise fail(f"{a.name} has {heads_of[a.name]} heads, not a multiple of the {per} its offset {a.head} "
+                           "gives each query head")
+            return heads_of[a.name] // per
     return 1
 
 
@@ -170,11 +164,8 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
             raise fail(f"tlc build: global tensor '{op.name}' is {dtype}; tlc's kernels read bf16 or fp16 tensors "
                        "through shared memory (fp32 only as an output the program stores, or loaded straight into "
                        "registers in a kernel without GEMMs)", op.loc)
-        if (op.name in stored and op.name not in added and op.offset is not None
-                and str(op.offset) != "head_idx" and not _one_head_per_instance(graph, op.offset)):
-            raise fail(f"tlc build: output '{op.name}' is written at head `{op.offset}`, so the blocks of several "
-                       "query heads would write the same rows at once; an output takes `with offset head_idx` "
-                       "(or sums what they write: an fp32 tensor stored `and add`)", op.loc)
+        if op.name in stored and op.name not in added:
+            _one_writer_per_head(graph, op)
         cols = 0 if len(op.shape) == 1 else int_value(op.shape[1], op.loc, f"the columns of '{op.name}'")
         head_last = ""
         if op.offset is not None and free_names(op.offset) - {"head_idx", "group"} - set(graph.params) - set(graph.inputs):
@@ -213,9 +204,22 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
     return LaunchABI(name, tuple(tensors), inputs, grid_rows, grid_tile, runtime)
 
 
-def _one_head_per_instance(graph: Graph, offset) -> bool:
-    """`head_idx * N + axis`, `axis` a grid axis of extent N: each (query head, axis value) its own head."""
-    return any(str(offset) == f"head_idx * {extent} + {axis}" for axis, extent in graph.axes.items())
+def _one_writer_per_head(graph: Graph, op: AllocateOp) -> None:
+    """A tensor stored (not added into) is written by one program instance per head: at `head_idx` in a kernel
+    without grid axes of its own, at `head_idx * N + axis` in a kernel with one (tlc/ir/heads.py)."""
+    offset = "head_idx" if op.offset is None else str(op.offset)
+    if not graph.axes:
+        if offset != "head_idx":
+            raise fail(f"tlc build: output '{op.name}' is written at head `{offset}`, so the blocks of several "
+                       "query heads would write the same rows at once; an output takes `with offset head_idx` "
+                       "(or sums what they write: an fp32 tensor stored `and add`)", op.loc)
+        return
+    form = split_form(graph, op.offset) if op.offset is not None else "it has no offset"
+    if isinstance(form, str) or form[1] not in graph.axes or len(graph.axes) > 1:
+        raise fail(f"tlc build: '{op.name}' is stored by every instance of the kernel's grid axes "
+                   f"({', '.join(graph.axes)}) at head `{offset}`, so several would write the same rows; in a kernel "
+                   "with one grid axis a stored tensor takes `with offset head_idx * N + axis` (N the axis's extent), "
+                   "or sums what they write (an fp32 tensor stored `and add`)", op.loc)
 
 
 def _with_params(e: A.Expr, numbers: dict[str, int]) -> A.Expr:

@@ -117,7 +117,8 @@ def block_rows(cx: TileOpLowering, rows: int, op) -> int:
     """`rows`, the block's rows (the first register tile fixes them, as a GEMM's M does), which the warp plan's
     accumulator layout must tile: 16 rows per warp."""
     if cx.m_rows is None:
-        step = 16 * cx.warp_plan.warps_m
+        # 16 rows per warp of the row TiledMMA; a wgmma plan's rows are its GEMMs', checked by their rule
+        step = 16 * getattr(cx.warp_plan, "warps_m", 1)
         if rows % step:
             raise fail(f"tlc build: a register tile of {rows} rows on {cx.warps} warps; each warp holds 16 rows "
                        f"of it, so the rows must be a multiple of {step} (set BM, or -D Warps)", op.loc)
