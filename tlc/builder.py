@@ -309,7 +309,7 @@ def _build(path: str, arch: str, out_dir: str, defines: Mapping[str, str]) -> tu
     # several kernels: `<stem>.<kernel>.{cu,cubin,json}` each, and `<stem>.json` saying what runs in which order;
     # the program's tensor roles are checked before anything is written
     from tlc.api import compile_module
-    module, _ = compile_module(data, path, defines=defines)
+    module, _ = compile_module(data, path, defines=defines, run_passes=False)
     metas, warnings = [], []
     for kernel in names:
         meta, said = _build_kernel(src_path, data, arch, out_dir, defines, kernel, f"{src_path.stem}.{kernel}")

@@ -151,7 +151,7 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
         from tlc.api import compile_module
         from tlc.backend_cute.launch_module import ModuleKernel
 
-        roles = compile_module(data, name, defines=defs)[0].roles()
+        roles = compile_module(data, name, defines=defs, run_passes=False)[0].roles()   # roles read the global copies, which no pass adds
         kernel = ModuleKernel([(k, Kernel(*compile_spec(path_or_text, arch=arch, defines=defs, lse=lse, kernel=k)))
                                for k in names], roles)
         _DISPATCH[key] = kernel

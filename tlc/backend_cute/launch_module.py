@@ -26,7 +26,9 @@ class ModuleKernel:
         self.inputs = [first_use[n] for n, r in roles.items() if r == "input"]
         self.outputs = [producer[n] for n, r in roles.items() if r == "output"]
         self.workspaces = [producer[n] for n, r in roles.items() if r == "workspace"]
-        self._keywords = {n for _, k in kernels for n in (*k._input_names, *(t for t, _, _ in k.abi.tensor_inputs))}
+        # each kernel's Inputs by keyword (scalar and tensor), once: a call hands each kernel its own
+        self._own = {name: {*k._input_names, *(t for t, _, _ in k.abi.tensor_inputs)} for name, k in kernels}
+        self._keywords = set().union(*self._own.values()) if self._own else set()
 
     def __call__(self, *tensors, out=None, **inputs):
         if len(tensors) != len(self.inputs):
@@ -45,8 +47,7 @@ class ModuleKernel:
             inputs["scale"] = default_scale(self.inputs)
         first = self.outputs[0].name if self.outputs else None
         for name, k in self.kernels:
-            own = {n for n in (*k._input_names, *(t for t, _, _ in k.abi.tensor_inputs))}
-            given = {n: v for n, v in inputs.items() if n in own}
+            given = {n: v for n, v in inputs.items() if n in self._own[name]}
             place = None
             if out is not None and any(a.name == first for a in k.outputs):
                 if k.outputs[0].name != first:

@@ -269,55 +269,62 @@ def _retile_acc(blk: Block, op: K.RetileAccToAOp) -> None:
     blk.values[op.name] = Frag(src.data, src.dtype, "A", op.name)
 
 
+def _vector_window(blk: Block, vec: Frag, tile: str, coord_name: str, what: str) -> Window:
+    """The global vector tile `tile` a row vector `vec` is stored to or loaded from, its rows checked against the
+    coordinates `coord_name`."""
+    window, coord = blk.value(tile), blk.value(coord_name)
+    if isinstance(window, GlobalView) and window.data.dim() == 1:   # rows index the vector itself
+        window = Window(window, (0,), (vec.data.shape[0],), rank=1)
+    if not isinstance(window, Window) or len(window.shape) != 1:
+        raise TileFault(f"{tile} is not a tile of a global vector")
+    if not isinstance(coord, Coords) or coord.shape[0] != vec.data.shape[0] or window.shape[0] != vec.data.shape[0]:
+        raise TileFault(f"{coord_name}, {what} and {tile} cover different rows")
+    return window
+
+
+def _element_window(blk: Block, frag: Frag, tile: str, coord_name: str, what: str) -> Window:
+    """The 2-D global tile a per-element copy of `frag` reads or writes, checked against its coordinates."""
+    window, coord = blk.value(tile), blk.value(coord_name)
+    if not isinstance(window, Window) or len(window.shape) != 2:
+        raise TileFault(f"{tile} is not a 2-D tile of a global tensor")
+    if not isinstance(coord, Coords) or not tuple(coord.shape) == tuple(frag.data.shape) == tuple(window.shape):
+        raise TileFault(f"{coord_name}, {what} and {tile} cover different tiles")
+    return window
+
+
+def _limits(blk: Block, op) -> tuple[int, int | None, int | None]:
+    return (blk.integer(op.row_limit), blk.integer(op.col_limit) if op.col_limit is not None else None,
+            blk.integer(op.row_first) if op.row_first is not None else None)
+
+
 @handles(K.RowStoreOp)
 def _row_store(blk: Block, op: K.RowStoreOp) -> None:
-    vec, dst, coord = blk.frag(op.vec, 1), blk.value(op.dst), blk.value(op.coord)
-    if isinstance(dst, GlobalView) and dst.data.dim() == 1:   # rows index the vector itself
-        dst = Window(dst, (0,), (vec.data.shape[0],), rank=1)
-    if not isinstance(dst, Window) or len(dst.shape) != 1:
-        raise TileFault(f"{op.dst} is not a tile of a global vector")
-    if not isinstance(coord, Coords) or coord.shape[0] != vec.data.shape[0] or dst.shape[0] != vec.data.shape[0]:
-        raise TileFault(f"{op.coord}, {op.vec} and {op.dst} cover different rows")
-    write_window(dst, vec.data, blk.integer(op.row_limit), None, blk.cta)
-
-
-@handles(K.FragStoreOp)
-def _frag_store(blk: Block, op: K.FragStoreOp) -> None:
-    src, dst, coord = blk.frag(op.src, 2), blk.value(op.dst), blk.value(op.coord)
-    if not isinstance(dst, Window) or len(dst.shape) != 2:
-        raise TileFault(f"{op.dst} is not a 2-D tile of a global tensor")
-    if not isinstance(coord, Coords) or not tuple(coord.shape) == tuple(src.data.shape) == tuple(dst.shape):
-        raise TileFault(f"{op.coord}, {op.src} and {op.dst} cover different tiles")
-    if src.dtype != "fp32" or dst.view.dtype != "fp32":
-        raise TileFault(f"{op.src} ({src.dtype}) is stored element by element into {dst.view.name} "
-                        f"({dst.view.dtype}); both must be fp32")
-    col_limit = blk.integer(op.col_limit) if op.col_limit is not None else None
-    row_first = blk.integer(op.row_first) if op.row_first is not None else None
-    write_window(dst, src.data, blk.integer(op.row_limit), col_limit, blk.cta, row_first, add=op.add)
-
-
-@handles(K.FragLoadOp)
-def _frag_load(blk: Block, op: K.FragLoadOp) -> None:
-    dst, src, coord = blk.frag(op.dst, 2), blk.value(op.src), blk.value(op.coord)
-    if not isinstance(src, Window) or len(src.shape) != 2:
-        raise TileFault(f"{op.src} is not a 2-D tile of a global tensor")
-    if not isinstance(coord, Coords) or not tuple(coord.shape) == tuple(dst.data.shape) == tuple(src.shape):
-        raise TileFault(f"{op.coord}, {op.dst} and {op.src} cover different tiles")
-    col_limit = blk.integer(op.col_limit) if op.col_limit is not None else None
-    row_first = blk.integer(op.row_first) if op.row_first is not None else None
-    dst.data.copy_(read_window(src, blk.integer(op.row_limit), col_limit, row_first))
+    vec = blk.frag(op.vec, 1)
+    write_window(_vector_window(blk, vec, op.dst, op.coord, op.vec), vec.data, blk.integer(op.row_limit), None, blk.cta)
 
 
 @handles(K.RowLoadOp)
 def _row_load(blk: Block, op: K.RowLoadOp) -> None:
-    vec, src, coord = blk.frag(op.dst, 1), blk.value(op.src), blk.value(op.coord)
-    if isinstance(src, GlobalView) and src.data.dim() == 1:   # rows index the vector itself
-        src = Window(src, (0,), (vec.data.shape[0],), rank=1)
-    if not isinstance(src, Window) or len(src.shape) != 1:
-        raise TileFault(f"{op.src} is not a tile of a global vector")
-    if not isinstance(coord, Coords) or coord.shape[0] != vec.data.shape[0] or src.shape[0] != vec.data.shape[0]:
-        raise TileFault(f"{op.coord}, {op.dst} and {op.src} cover different rows")
-    vec.data.copy_(read_window(src, blk.integer(op.row_limit), None))
+    vec = blk.frag(op.dst, 1)
+    vec.data.copy_(read_window(_vector_window(blk, vec, op.src, op.coord, op.dst), blk.integer(op.row_limit), None))
+
+
+@handles(K.FragStoreOp)
+def _frag_store(blk: Block, op: K.FragStoreOp) -> None:
+    src = blk.frag(op.src, 2)
+    dst = _element_window(blk, src, op.dst, op.coord, op.src)
+    if src.dtype != "fp32" or dst.view.dtype != "fp32":
+        raise TileFault(f"{op.src} ({src.dtype}) is stored element by element into {dst.view.name} "
+                        f"({dst.view.dtype}); both must be fp32")
+    row_limit, col_limit, row_first = _limits(blk, op)
+    write_window(dst, src.data, row_limit, col_limit, blk.cta, row_first, add=op.add)
+
+
+@handles(K.FragLoadOp)
+def _frag_load(blk: Block, op: K.FragLoadOp) -> None:
+    dst = blk.frag(op.dst, 2)
+    row_limit, col_limit, row_first = _limits(blk, op)
+    dst.data.copy_(read_window(_element_window(blk, dst, op.src, op.coord, op.dst), row_limit, col_limit, row_first))
 
 
 # ----------------------------------------------------------------------------- control flow
