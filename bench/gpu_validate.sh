@@ -8,10 +8,17 @@
 #   sanitize-specs  memcheck and racecheck on bench/sanitize_specs.py (the newer spec constructs), both targets
 #   bar          bench/precompile.py --set bar and bench/bench_attention.py --bar --arch sm_90a
 #   only=EXPR    `pytest -m gpu tests/gpu -k EXPR` (a rerun of some GPU tests)
+#   kv-decode    bench/bench_kv_decode.py --arch sm_90a (decode against a KV cache, tlc's specs and SDPA's backends)
 # usage (device): bash bench/gpu_validate.sh suite hang diff=0:200 sanitize
+# Every log and JSON goes to a folder of its own, packed at the end into $OUT/logs.tgz (the device returns a few
+# files only); the JSON files are copied to $OUT too.
 set -u
-OUT=${OUT:-/tmp/gpu-validate}
-mkdir -p "$OUT"
+RESULTS=${OUT:-/tmp/gpu-validate}
+OUT=$(mktemp -d /tmp/gpu-validate-logs.XXXX)
+export OUT
+mkdir -p "$RESULTS"
+pack() { tar czf "$RESULTS/logs.tgz" -C "$OUT" . ; cp "$OUT"/*.json "$RESULTS"/ 2>/dev/null; true; }
+trap pack EXIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > "$OUT/pip.txt" 2>&1 || { echo "wheel install failed"; cat "$OUT/pip.txt"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TLC_CACHE_DIR=${TLC_CACHE_DIR:-/tmp/tlc-cache}
@@ -24,6 +31,7 @@ step() {  # step NAME COMMAND...: run, log to $OUT/NAME.txt, print the tail
     local rc=$?
     echo "== $name: exit $rc in $((SECONDS - t0)) s"; tail -n 15 "$OUT/$name.txt"
     [ $rc -eq 0 ] || status=1
+    pack   # after each step: a call stopped at its limit still returns what ran
 }
 for what in "$@"; do
     case $what in
@@ -50,6 +58,7 @@ for what in "$@"; do
     bar)   step precompile-bar python3 bench/precompile.py --jobs 16 --set bar --arch sm_90a
            step bar python3 bench/bench_attention.py --bar --arch sm_90a ;;
     only=*) step only python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -k "${what#only=}" ;;
+    kv-decode) step kv-decode python3 bench/bench_kv_decode.py --arch sm_90a ;;
     *) echo "unknown step '$what'"; status=1 ;;
     esac
 done

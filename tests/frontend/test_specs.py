@@ -14,6 +14,7 @@ from tests.frontend.document_reference import document_reference, kv_lengths_ref
 from tests.frontend.group_sum_reference import group_sum_reference
 from tests.frontend.lse_reference import lse_reference
 from tests.frontend.merge_reference import merge_states
+from tests.frontend.paged_reference import paged_reference
 from tests.frontend.window_reference import window_reference
 from tlc.testing import Shapes, check_interpreter, program_info
 from tests.spec_files import ONE_KERNEL_SPECS
@@ -31,9 +32,10 @@ OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.p
                  "kv_lengths_fwd.tl": lambda graph: kv_lengths_reference(graph.params["Causal"]),
                  "mha_lse_fwd.tl": lambda graph: lse_reference(graph.params["Causal"], graph.params["Align"]),
                  "group_sum_fwd.tl": lambda graph: group_sum_reference(graph.params["Causal"], graph.params["Align"]),
-                 "merge_states.tl": lambda graph: merge_states}
+                 "merge_states.tl": lambda graph: merge_states,
+                 "paged_kv_fwd.tl": lambda graph: paged_reference(graph.params["PageSize"])}
 # Own-reference specs without a Causal switch: the program itself says which keys (if any) a row sees.
-NO_CAUSAL = {"sliding_window_fwd.tl", "merge_states.tl"}
+NO_CAUSAL = {"sliding_window_fwd.tl", "merge_states.tl", "paged_kv_fwd.tl"}
 
 # (batch, heads, kv_heads, seqlen_q, seqlen_k): 1, exact tiles, ragged tails, q != k, GQA groups.
 SIZES = [(1, 1, 1, 1, 1), (1, 2, 1, 3, 8), (2, 4, 2, 7, 9), (1, 2, 2, 10, 3), (1, 3, 1, 1, 13)]

@@ -41,14 +41,6 @@ def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1,
     module = isinstance(graph, Module)
     gen = torch.Generator().manual_seed(sq * 1000 + sk)
     rows = {"seqlen_q": sq, "seqlen_k": sk}
-    tensors = {}
-    for arg in kern.inputs:
-        heads = H if arg.head == "head_idx" else (Hkv or H)
-        n = rows.get(arg.rows, int(arg.rows) if arg.rows.isdigit() else 0)
-        t = torch.randn(B, heads, n, *([arg.cols] if arg.cols else []), generator=gen)   # cols 0: a vector
-        if arg.name == "K" and key_growth != 1.0:
-            t = t * torch.linspace(1.0, key_growth, n)[None, None, :, None]
-        tensors[arg.name] = t.to(torch.float32 if arg.dtype == "fp32" else torch.bfloat16)
     graphs = graph.graphs if module else (graph,)
     declared = {n: k for g in graphs for n, k in g.inputs.items()}
     scalars = {k: v for k, v in rows.items() if k in declared}
@@ -57,6 +49,18 @@ def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1,
     runtime = {}
     for g in graphs:
         runtime.update(tensor_inputs(g, B, H, Hkv or H, rows, gen))
+    tensors = {}
+    for arg in kern.inputs:
+        heads = H if arg.head == "head_idx" else (Hkv or H)
+        n = rows.get(arg.rows, int(arg.rows) if arg.rows.isdigit() else 0)
+        if arg.rows_at:   # a storage the batch shares, every row no sequence reads NaN
+            t = gathered_storage(graphs, arg.name, B, heads, n, arg.cols, dict(scalars, **runtime), gen)
+        else:
+            t = torch.randn(B, heads, n, *([arg.cols] if arg.cols else []), generator=gen)   # cols 0: a vector
+        if arg.name == "K" and key_growth != 1.0:
+            t = t * torch.linspace(1.0, key_growth, t.shape[2])[None, None, :, None]
+        tensors[arg.name] = t.to(torch.float32 if arg.dtype == "fp32" else torch.bfloat16)
+    for g in graphs:
         poison_unseen_rows(g, tensors, dict(scalars, **runtime))
     ref_in = {k: v.double() for k, v in tensors.items()}
     # cols 0: a row vector; a reduce-store's target starts at zero (the launch zeroes it); a workspace as the kernel
@@ -70,7 +74,8 @@ def run_case(case: str, source: Source, arch: str, sq: int, sk: int, B: int = 1,
     first = kern.outputs[0]
     poisoned = torch.full(ref[first.name].shape, float("nan"), device="cuda",
                           dtype=torch.float32 if first.dtype == "fp32" else torch.bfloat16)
-    extra = {k: v for k, v in scalars.items() if k not in rows and k != "group"}
+    bound = {a.rows for a in kern.inputs if not a.rows_at}   # the lengths the tensors give (not a storage's)
+    extra = {k: v for k, v in scalars.items() if k not in bound and k != "group"}
     extra.update({k: v.cuda() for k, v in runtime.items()})
     nan_memory = torch.full((1 << 24,), float("nan"), device="cuda")
     del nan_memory   # the caching allocator hands the outputs after the first this NaN memory: unwritten shows
@@ -94,15 +99,21 @@ def tensor_inputs(graph, B: int, H: int, Hkv: int, rows: dict, gen) -> dict:
     lengths from 0 to past the longest sequence (0 and more than there is included); fp32 ones are normal."""
     import torch
 
-    from tlc.ir.tensor_inputs import launch_sizes, tensor_shape
+    from tlc.ir.ops import AllocateOp
+    from tlc.ir.tensor_inputs import launch_sizes, loads, tensor_shape
     sizes = dict(rows, **launch_sizes(B, H, Hkv), **{k: v for k, v in graph.params.items()
                                                      if isinstance(v, int) and not isinstance(v, bool)})
     longest = max(rows.values())
+    tables = {x.base.name for _, op in graph.walk() if isinstance(op, AllocateOp) and op.rows_at is not None
+              for x in loads(op.rows_at)}
     out = {}
     for name, t in graph.tensor_inputs.items():
         shape = tensor_shape(t.dims, sizes)
         if t.kind == "float":
             out[name] = torch.randn(shape, generator=gen)
+        elif name in tables:   # a row map's table (pages): distinct entries, scattered
+            out[name] = torch.randperm(max(math.prod(shape), 1), generator=gen)[:math.prod(shape)].view(
+                shape).to(torch.int32)
         elif len(shape) >= 2:
             out[name] = torch.sort(torch.randint(0, 4, shape, generator=gen), dim=-1).values.to(torch.int32)
         else:
@@ -111,6 +122,29 @@ def tensor_inputs(graph, B: int, H: int, Hkv: int, rows: dict, gen) -> dict:
                 x[0], x[-1] = 0, longest + 2
             out[name] = x.to(torch.int32)
     return out
+
+
+def gathered_storage(graphs, name: str, B: int, heads: int, rows: int, cols: int, env: dict, gen):
+    """The storage of a tensor read through a row map (`rows at …`, tlc/ir/row_maps.py): (1, heads, R, cols),
+    R one past the last row any sequence's rows map to, and 16 more; random where a row the program sees reads,
+    NaN everywhere else (other sequences' past their lengths, unused pages): a kernel reading one shows it."""
+    import torch
+
+    from tlc.expr import eval_expr
+    from tlc.ir.ops import AllocateOp
+    from tlc.ir.row_maps import rows_read
+
+    op = next(op for g in graphs for _, op in g.walk()
+              if isinstance(op, AllocateOp) and op.name == name and op.rows_at is not None)
+    env = dict(env, **{k: v for g in graphs for k, v in g.params.items() if isinstance(v, int)})
+    read = [rows_read(op.rows_at, min(rows, max(0, int(eval_expr(op.shape[0], dict(env, batch_idx=b))))),
+                      dict(env, batch_idx=b)) for b in range(B)]
+    used = torch.cat(read) if read else torch.zeros(0, dtype=torch.int64)
+    total = int(used.max()) + 1 + 16 if used.numel() else 16
+    t = torch.full((1, heads, total, cols), float("nan"))
+    keep = used[(used >= 0) & (used < total)]
+    t[0, :, keep] = torch.randn(heads, len(keep), cols, generator=gen)
+    return t
 
 
 def poison_unseen_rows(graph, tensors: dict, env: dict) -> None:
@@ -122,7 +156,7 @@ def poison_unseen_rows(graph, tensors: dict, env: dict) -> None:
 
     for _, op in graph.walk():
         if isinstance(op, AllocateOp) and op.space == "global" and op.shape and loads(op.shape[0]) \
-                and op.name in tensors:
+                and op.name in tensors and op.rows_at is None:   # a row map's storage: NaN where unread already
             t = tensors[op.name]
             for b in range(t.shape[0]):
                 seen = max(0, int(eval_expr(op.shape[0], dict(env, batch_idx=b))))

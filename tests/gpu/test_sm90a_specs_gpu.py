@@ -113,6 +113,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "merge128_bm128_8warps": ("merge_states", {"BM": "128", "Warps": "8"}),
     "split_kv64": ("split_kv_fwd", {}),   # wgmma halves, then the merge by the sm_80 rules
     "split_kv128_bm128": ("split_kv_fwd", {"HeadDim": "128", "BM": "128", "BN": "128"}),
+    # a paged KV cache (rows gathered through a block table): cp.async with wgmma, TMA cannot gather
+    "paged128": ("paged_kv_fwd", {}),
+    "paged128_page64_bm128": ("paged_kv_fwd", {"BM": "128", "PageSize": "64"}),
     "gqa256_bn64_causal_l2_prefetch_next": ("gqa_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
                                                         "L2Sections": "true", "PrefetchNext": "true"}),
 }
@@ -155,8 +158,9 @@ def test_sm90a_kernel_equals_interpreter(case: str, sq: int, sk: int) -> None:
     run_case(case, sq, sk)
 
 
-def test_sm90a_grouped_heads_and_batches() -> None:
-    run_case("gqa64", 77, 333, B=2, H=8, Hkv=2)
+@pytest.mark.parametrize("case", ["gqa64", "paged128"])
+def test_sm90a_grouped_heads_and_batches(case: str) -> None:
+    run_case(case, 77, 333, B=3 if case == "paged128" else 2, H=8, Hkv=2)
 
 
 @pytest.mark.parametrize("case, hkv", [("group_sum128_causal", 2), ("group_sum64_bm192", 1)])

@@ -61,6 +61,11 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "merge64": ("merge_states", {"HeadDim": "64"}),
     # a program of three kernels: two halves of the keys into fp32 workspaces, then their merge
     "split_kv64": ("split_kv_fwd", {}),
+    # a paged KV cache: each row of K and V gathered from its page of a pool the batch shares (a row map), pages of
+    # 16 rows (four per key tile), 64 (one) and 128 (half of one); unread pool rows NaN
+    "paged64": ("paged_kv_fwd", {"HeadDim": "64"}),
+    "paged64_page64": ("paged_kv_fwd", {"HeadDim": "64", "PageSize": "64"}),
+    "paged64_page128_bn32": ("paged_kv_fwd", {"HeadDim": "64", "PageSize": "128", "BN": "32"}),
 }
 
 
@@ -93,7 +98,7 @@ def test_kernel_equals_interpreter(case, sq, sk):
 
 
 @pytest.mark.parametrize("case", ["gqa", "mqa_causal", "documents64", "kv_lengths64_causal", "group_sum64_causal",
-                                  "split_kv64"])
+                                  "split_kv64", "paged64"])
 def test_grouped_heads(case):
     run_case(case, 77, 333, B=2 if case in ("gqa", "mqa_causal") else 3, H=8, Hkv=2 if case != "mqa_causal" else 1)
 

@@ -74,3 +74,15 @@ def test_a_row_vector_store_compiles(arch: str, tmp_path, monkeypatch) -> None:
     assert meta["arch"] == arch and not meta["cached"] and meta["ptxas"].get("spill_store_bytes", 0) == 0
     source = (tmp_path / "mha_lse_fwd.cu").read_text()
     assert "float* LSE_ptr;" in source and "gLSE_rows(row) = " in source
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
+def test_a_paged_cache_compiles(arch: str, tmp_path, monkeypatch) -> None:
+    """specs/paged_kv_fwd.tl: K and V gathered row by row from pages of 16 (a row map); cp.async on both targets."""
+    monkeypatch.setenv("TLC_CACHE_DIR", str(tmp_path / "cache"))
+    defines = {"HeadDim": "32", "BM": "64", "BN": "32"} if arch == "sm_90" else {}
+    meta = build_one(str(SPEC.parent / "paged_kv_fwd.tl"), arch, str(tmp_path), defines)
+    assert meta["arch"] == arch and not meta["cached"] and meta["ptxas"].get("spill_store_bytes", 0) == 0
+    source = (tmp_path / "paged_kv_fwd.cu").read_text()
+    assert "int K_storage_rows;" in source and "int64_t(at_ - row_) * stride<0>(mV)" in source

@@ -273,7 +273,11 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
     def _(self, op: AsyncCopyOp) -> None:
         self._at(op)
         self.w.line(f"// cp.async {_ix(op.src)} -> {_ix(op.dst)}  [token {op.token}]")
-        if op.pred is None:
+        if op.gather:
+            def call(s: Expr, d: Expr) -> None:
+                self.w.line(f"cute::copy({op.copy}, {_ix(s)}, {_ix(d)});")
+            self._gather_copy(op, op.src, op.dst, lambda: self._gather_row_calls(op, call))
+        elif op.pred is None:
             self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
         else:
             self._predicated_copy(op.copy, op.src, op.dst, op.pred, op.row_limit, zero_fill=True,

@@ -300,6 +300,9 @@ class Kernel:
             if t.dim() != 3:
                 raise fail(f"{arg.name} is a vector per (batch, head): it must be 3-D (batch, heads, rows), got shape "
                            f"{tuple(t.shape)}")
+        elif arg.rows_at and (t.dim() != 4 or t.shape[0] != 1):
+            raise fail(f"{arg.name} is read through a row map (rows at {arg.rows_at}): pass its storage, which the "
+                       f"batch shares, as (1, heads, storage rows, cols), got shape {tuple(t.shape)}")
         elif t.dim() != 4:
             raise fail(f"{arg.name} must be 4-D (batch, heads, rows, cols) like SDPA, got shape {tuple(t.shape)}")
         elif t.shape[3] != arg.cols:
@@ -320,7 +323,9 @@ class Kernel:
         """Runtime values of the Inputs, the grid's heads and batch, and the group, from the tensors."""
         env: dict = {}
         for arg, t in zip(self.inputs, tensors):
-            if not arg.rows.isdigit():
+            if arg.rows_at:   # a storage the batch shares: its rows are not the program's rows
+                env[arg.storage_rows] = t.shape[2]
+            elif not arg.rows.isdigit():
                 if env.setdefault(arg.rows, t.shape[2]) != t.shape[2]:
                     raise fail(f"{arg.name} has {t.shape[2]} rows but an earlier tensor gave {arg.rows} = {env[arg.rows]}")
             elif t.shape[2] != int(arg.rows):
@@ -338,7 +343,7 @@ class Kernel:
                     env[name] = default_scale(self.inputs)
                 else:
                     raise fail(f"this kernel needs the runtime input '{name}': pass {name}=<value>")
-        batch = {t.shape[0] for t in tensors}
+        batch = {t.shape[0] for a, t in zip(self.inputs, tensors) if not a.rows_at}
         if len(batch) > 1:
             raise fail(f"batch sizes differ: {', '.join(f'{a.name} {t.shape[0]}' for a, t in zip(self.inputs, tensors))}")
         heads_of = {a.name: t.shape[1] for a, t in zip(self.inputs, tensors)}

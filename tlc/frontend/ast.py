@@ -58,13 +58,14 @@ class InputStmt(Stmt):
 
 @dataclass(frozen=True)
 class AllocateStmt(Stmt):
-    """`Allocate Q in global (seqlen_q, HeadDim) [as bf16] [with offset head_idx / group]`."""
+    """`Allocate Q in global (seqlen_q, HeadDim) [as bf16] [with offset head_idx / group] [and rows at E]`."""
 
     name: str
     space: str
     shape: tuple[Expr, ...]
     dtype: str | None = None
     offset: Expr | None = None
+    rows_at: Expr | None = None    # the storage row of the tensor's row `row` (a gather: a paged cache)
     name_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
     space_loc: Loc = field(default=UNKNOWN_LOC, compare=False)
 

@@ -46,6 +46,8 @@ def _stmt(s: A.Stmt) -> str:
             text += f" as {s.dtype}"
         if s.offset is not None:
             text += f" with offset {s.offset}"
+        if s.rows_at is not None:
+            text += f" {'and' if s.offset is not None else 'with'} rows at {s.rows_at}"
         return text
     if isinstance(s, A.KernelStmt):
         axes = f" over [{', '.join(f'{n} = {e}' for n, e in s.axes)}]" if s.axes else ""

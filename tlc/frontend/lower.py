@@ -18,6 +18,7 @@ from tlc.frontend.lower_mask import lower_mask
 from tlc.frontend.names import BUILTINS, MASK_POSITIONS, identifier_problem, unknown_operation
 from tlc.frontend.params import SCHEDULE_PARAMS, bind_define, bind_schedule_define
 from tlc.ir.graph import Graph
+from tlc.ir.row_maps import ROW
 from tlc.ir.tensor_inputs import DIM_NAMES, TensorInput, loads, scalar_names, stored_rows
 from tlc.ir.tensor_inputs import DTYPES as TENSOR_DTYPES
 from tlc.ir.ops import (ELEMENTWISE, AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, Op, ReshapeOp, ScalarOp,
@@ -62,6 +63,7 @@ class Lowerer:
         self.loop_vars: list[str] = []
         self.softmaxes: list[tuple[Graph, SoftmaxOp, str | None]] = []
         self.store_modes: dict[str, tuple[bool, Loc]] = {}   # global tensor → (stored by `and add`, first store)
+        self.gathered: dict[str, Loc] = {}   # global tensors read through a row map (`with rows at`)
 
     # ------------------------------------------------------------ helpers
     def err(self, msg: str, loc: Loc, *notes: Note) -> None:
@@ -244,9 +246,9 @@ class Lowerer:
             problem = identifier_problem(name)
             taken = name in self.graph.params or name in BUILTINS or name in MASK_POSITIONS or name in self.graph.axes \
                 or name in KERNEL_RESERVED or any(name in s.names for s in self.program.body if isinstance(s, A.InputStmt))
-            if problem or taken:
-                self.err(problem or f"grid axis '{name}' is already a name of the program or of the kernel's code; "
-                         "choose another", loc)
+            if problem or taken or name.endswith("_"):
+                self.err(problem or f"grid axis '{name}' is already a name of the program or of the kernel's code "
+                         "(names ending in '_' are the generated code's own); choose another", loc)
                 continue
             self.graph.axes[name] = extent
 
@@ -407,12 +409,35 @@ class Lowerer:
             if space != "global":
                 self.err("'with offset' selects a head of a global tensor; remove it from a "
                          f"{space} allocation", s.loc)
+        if s.rows_at is not None:
+            self.check_rows_at(s, space)
         dtype = self.dtype(s.dtype, s.loc) or (self.program_dtype() if space != "register" else "fp32")
         ty = TileType(space, tuple(s.shape), dtype)
         v = self.fresh(s.name, ty)
         self.emit(AllocateOp((v,), (), name=s.name, space=space, shape=tuple(s.shape), dtype=dtype,
-                             offset=s.offset, loc=s.loc))
+                             offset=s.offset, rows_at=s.rows_at, loc=s.loc))
         self.define(s.name, space, v, s.name_loc, empty=space == "shared")
+
+    def check_rows_at(self, s: A.AllocateStmt, space: str) -> None:
+        """`with rows at E` (tlc/ir/row_maps.py): a global (rows, cols) tensor's storage row of its row `row`, an
+        integer expression over `row`, batch_idx, Params, Inputs and tensor Input elements."""
+        if space != "global" or len(s.shape) != 2:
+            self.err(f"'rows at' gathers the rows of a global (rows, cols) tensor; '{s.name}' is "
+                     f"{'a vector' if space == 'global' else f'in {space} memory'}: remove it", s.loc)
+            return
+        if ROW in self.scalar_names():
+            self.err(f"'{ROW}' names the tensor's own row in 'rows at'; rename the Param, Input or loop variable "
+                     f"'{ROW}'", s.loc)
+            return
+        self.check_expr(s.rows_at, s.loc, f"the row map of '{s.name}'", loads_ok=True, also={ROW})
+        if ROW not in scalar_names(s.rows_at):
+            self.err(f"the row map of '{s.name}' does not read '{ROW}' (the tensor's row): every row would come from "
+                     f"one storage row; write e.g. 'rows at block_table[batch_idx, {ROW} / Page] * Page + {ROW} % Page'",
+                     s.loc)
+        bad = self.float_part(s.rows_at)
+        if bad is not None:
+            self.err(f"the row map of '{s.name}' is a row number, a whole number; '{bad}' is not an integer", s.loc)
+        self.gathered[s.name] = s.loc
 
     def check_store_mode(self, s: A.CopyStmt, target: Value, src: str) -> None:
         """A reduce-store (`and add`) adds a register tile into an fp32 tensor of (rows, cols); a tensor is
@@ -512,6 +537,10 @@ class Lowerer:
             dtype = target.value.type.dtype
             self.check_store_mode(s, target.value, src)
             self.check_offset_in_scope(s, target.value)
+            if s.name in self.gathered:
+                self.err(f"'{s.name}' is read through 'rows at' (a gather); stores through a row map are not "
+                         "supported yet: store into a tensor without one", s.loc,
+                         Note("row map declared here", self.gathered[s.name]))
         elif src == "global" or dst == "shared":
             dtype = source.value.type.dtype
         ty = TileType(dst, tuple(s.tile) if s.tile is not None else None, dtype)

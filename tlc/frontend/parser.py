@@ -155,6 +155,9 @@ class _ToAst(Transformer):
     def offset(self, items):
         return ("offset", items[0])
 
+    def rows_at(self, items):
+        return ("rows_at", items[-1])
+
     def from_end(self, items):
         return "from_end"
 
@@ -198,13 +201,15 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def allocate(self, meta, items):
         name, space, shape = items[0], items[1], items[2]
-        dtype, offset = None, None
+        dtype, offset, rows_at = None, None, None
         for extra in items[3:]:
             if isinstance(extra, tuple) and extra[:1] == ("offset",):
                 offset = extra[1]
+            elif isinstance(extra, tuple) and extra[:1] == ("rows_at",):
+                rows_at = extra[1]
             else:
                 dtype = extra
-        return A.AllocateStmt(str(name), str(space), shape, dtype, offset, name_loc=self._loc(name),
+        return A.AllocateStmt(str(name), str(space), shape, dtype, offset, rows_at, name_loc=self._loc(name),
                               space_loc=self._loc(space), loc=self._loc(meta))
 
     def copy_add(self, items):

@@ -23,6 +23,7 @@ from tlc.expr import ExprError, eval_expr, free_names
 from tlc.expr.evaluate_tensor import evaluate_tensor
 from tlc.ir.graph import Graph
 from tlc.ir.heads import split_form
+from tlc.ir.row_maps import gather_rows
 from tlc.ir.tensor_inputs import launch_sizes, stored_rows, tensor_shape
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
@@ -90,10 +91,13 @@ class Interpreter:
                    for _, op in self.graph.walk() if isinstance(op, AllocateOp) and op.space == "global"}
         plain = {op.name for _, op in self.graph.walk() if isinstance(op, AllocateOp) and op.space == "global"
                  and (op.offset is None or free_names(op.offset) <= {"head_idx", "group"})}
+        gathered = {op.name for _, op in self.graph.walk() if isinstance(op, AllocateOp) and op.rows_at is not None}
         by_query = [t.shape[1] for n, t in self.tensors.items() if offsets.get(n) == "head_idx"]
         by_group = [t.shape[1] for n, t in self.tensors.items() if "group" in offsets.get(n, "")]
         heads = [t.shape[1] for n, t in self.tensors.items() if n in plain] or [t.shape[1] for t in laid_out]
-        batch = laid_out[0].shape[0]
+        # a gathered tensor's storage is the batch's together (batch extent 1): the batch is the others'
+        batch = next((t.shape[0] for n, t in self.tensors.items() if n not in self.graph.tensor_inputs
+                      and n not in gathered), laid_out[0].shape[0])
         by_split = [t.shape[1] // int(self.eval(form[0], self.base_env, None))
                     for _, op in self.graph.walk() if isinstance(op, AllocateOp) and op.space == "global"
                     and op.offset is not None and op.name in self.tensors
@@ -140,7 +144,10 @@ class Interpreter:
         for _, op in self.graph.walk():
             if isinstance(op, CopyOp) and op.tile and any(k == "L" and str(e) == "block_idx" for k, e in op.coord):
                 g = op.operands[-1] if op.dst_space == "global" else op.operands[0]
-                rows = self.tensors[g.base].shape[2]
+                alloc = next(a for _, a in self.graph.walk() if isinstance(a, AllocateOp) and a.name == g.base
+                             and a.space == "global")
+                rows = (self.tensors[g.base].shape[2] if alloc.rows_at is None   # a gathered tensor: its own rows
+                        else int(self.eval(stored_rows(alloc.shape[0]), env, op)))
                 n = max(n, -(-rows // int(self.eval(op.tile[0], env, op))))
         return n
 
@@ -180,6 +187,8 @@ class Interpreter:
             h = int(self.eval(op.offset, env, op)) if op.offset is not None else int(env["head_idx"])
             if not 0 <= h < t.shape[1]:
                 raise InterpError(f"offset {op.offset} selects head {h} of '{op.name}', which has {t.shape[1]}", op)
+            if op.rows_at is not None:
+                return GlobalRef(op.name, self.gathered(op, t[0, h], env))
             view = t[int(env["batch_idx"]), h]
             seen = None
             for axis, d in enumerate(op.shape):
@@ -198,6 +207,23 @@ class Interpreter:
         shape = tuple(int(self.eval(d, env, op)) for d in op.shape)
         z = torch.zeros(shape, dtype=torch.float64)
         return Tile(z, torch.ones(shape, dtype=torch.bool))
+
+    def gathered(self, op: AllocateOp, storage: torch.Tensor, env) -> torch.Tensor:
+        """The rows a row map gathers from one head's storage (tlc/ir/row_maps.py), seen to the program's extent."""
+        held = stored_rows(op.shape[0])
+        if isinstance(held, str):
+            raise InterpError(held, op)
+        cols = int(self.eval(op.shape[1], env, op))
+        if storage.shape[-1] != cols:
+            raise InterpError(f"'{op.name}' dimension 1 is {storage.shape[-1]}, but the program declares "
+                              f"{op.shape[1]} = {cols}", op)
+        rows = int(self.eval(held, env, op))
+        seen = max(0, min(rows, int(self.eval(op.shape[0], env, op))))
+        try:
+            view = gather_rows(storage, op.rows_at, rows, env)
+        except (ExprError, ValueError) as exc:
+            raise InterpError(str(exc), op) from None
+        return view[:seen]
 
     def op_CopyOp(self, op: CopyOp, args, vals, env):
         src = args[0]

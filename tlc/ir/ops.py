@@ -64,7 +64,10 @@ class AllocateOp(Op):
     shape: tuple[Expr, ...] = ()
     dtype: str | None = None
     offset: Expr | None = None
+    # global: the storage row of the tensor's row `row` (`with rows at E`, tlc/ir/row_maps.py); None: row `row`
+    rows_at: Expr | None = None
     mnemonic: ClassVar[str] = "allocate"
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("rows_at",)
     n_operands: ClassVar[tuple[int, ...] | None] = (0,)
 
     @property

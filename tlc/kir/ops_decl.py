@@ -3,6 +3,7 @@ names and have no effects of their own (`PURE`); a kernel does what its body's o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tlc.kir.base import COPY_ATOMS, DTYPES, MMA_ATOMS, Op, PARAM_TYPES, PARTITIONS, SCALAR_TYPES, _ints
 from tlc.kir.effects import PURE
@@ -198,7 +199,10 @@ class SharedViewOp(Op):
 
 @dataclass(frozen=True, kw_only=True)
 class GlobalTensorOp(Op):
-    """Global tensor at `ptr + offset` with `rows` rows of `cols` contiguous elements (cols=0: a vector)."""
+    """Global tensor at `ptr + offset` with `rows` rows of `cols` contiguous elements (cols=0: a vector).
+    `rows_at` (an expression over `row`): a gathered tensor, its row `row` stored at that row of the
+    storage, which has `storage_rows` rows (a storage row outside them reads as zeros); copies that read
+    it say `gather` (AsyncCopyOp) and shift each row's address there (tlc/ir/row_maps.py)."""
 
     name: str
     dtype: str
@@ -207,11 +211,17 @@ class GlobalTensorOp(Op):
     rows: Expr
     cols: int
     row_stride: Expr
+    rows_at: Expr | None = None
+    storage_rows: Expr | None = None
     defines = ("name",)
     declared_effects = PURE
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("rows_at", "storage_rows")
+    binds: ClassVar[dict[str, tuple[str, ...]]] = {"rows_at": ("row",)}   # the row map's own variable
 
     def check(self) -> None:
         self._need(self.dtype in DTYPES, f"dtype {self.dtype!r}")
+        self._need((self.rows_at is None) == (self.storage_rows is None), "rows_at and storage_rows go together")
+        self._need(self.rows_at is None or self.cols > 0, "a gathered tensor has columns")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,14 +34,24 @@ class AsyncCopyOp(Op):
     buffer: str = ""
     # Rows before `row_first` (a tile that starts before the tensor's first row) are zero-filled too.
     row_first: Expr | None = None
+    # A gather: `src` is a tile of GlobalTensorOp `gather` (which has `rows_at`) whose first row is tensor row
+    # `gather_row0`; each row reads the storage row its map gives (zero-filled where that is outside the storage).
+    gather: str = ""
+    gather_row0: Expr | None = None
     defines = ("token",)
     declared_effects = EffectDecl(reads=("src", "pred"), writes=("dst",), cp_async_writes=("buffer",),
                                   tokens_defined=("token",), kinds=Effect.CP_ASYNC)
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("gather", "gather_row0")
 
     def check(self) -> None:
         check_ident(self.copy, "tiled copy")
         self._need((self.pred is None) == (self.row_limit is None), "pred and row_limit go together")
         self._need(self.row_first is None or self.pred is not None, "row_first needs pred")
+        self._need(bool(self.gather) == (self.gather_row0 is not None), "gather and gather_row0 go together")
+        self._need(not self.gather or (self.pred is not None and self.row_first is None),
+                   "a gather reads its rows' coordinates from pred (tiles counted from the start)")
+        if self.gather:
+            check_ident(self.gather, "gathered tensor")
 
 
 @dataclass(frozen=True, kw_only=True)

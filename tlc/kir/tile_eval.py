@@ -54,7 +54,9 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
         if (t.dim() != 3) if arg.cols == 0 else (t.dim() != 4 or t.shape[3] != arg.cols):
             want = "(batch, heads, rows)" if arg.cols == 0 else f"(batch, heads, rows, {arg.cols})"
             raise TileEvalError(f"{arg.name} must be {want}, got {tuple(t.shape)}")
-        if not arg.rows.isdigit() and env.setdefault(arg.rows, t.shape[2]) != t.shape[2]:
+        if arg.rows_at:   # a storage the batch shares: its rows are not the program's
+            env[f"{arg.storage_rows}"] = t.shape[2]
+        elif not arg.rows.isdigit() and env.setdefault(arg.rows, t.shape[2]) != t.shape[2]:
             raise TileEvalError(f"{arg.name} has {t.shape[2]} rows but an earlier tensor gave {arg.rows}")
         store[arg.name] = t.detach().to(F64).contiguous().clone()
     for name, kind in abi.inputs:
@@ -66,7 +68,7 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
         if name in env and int(value) != env[name]:  # type: ignore[call-overload]
             raise TileEvalError(f"input {name} = {value} disagrees with the tensors ({env[name]})")
         env[name] = int(value) if kind == "int" else round_to(torch.tensor(float(value)), "fp32").item()
-    batches = {store[a.name].shape[0] for a in ins}
+    batches = {store[a.name].shape[0] for a in ins if not a.rows_at}
     if len(batches) > 1:
         raise TileEvalError(f"the input tensors' batch sizes differ: {sorted(batches)}")
     batch = batches.pop() if batches else 1

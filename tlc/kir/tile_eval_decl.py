@@ -6,6 +6,7 @@ import torch
 
 from tlc.kir import ops as K
 from tlc.kir.expr import Const, Var
+from tlc.kir.evaluate import evaluate
 from tlc.kir.tile_eval_expr import F64, TileFault, round_to
 from tlc.kir.tile_eval_state import (Block, Coords, Frag, GlobalTiles, GlobalView, OperandFrag, SharedRef, Window,
                                      handles, partitioned, tile_start)
@@ -88,6 +89,9 @@ def _global(blk: Block, op: K.GlobalTensorOp) -> None:
     name, dtype, storage = bound.name, bound.dtype, bound.storage
     if dtype != op.dtype:
         raise TileFault(f"{op.name} reads {name} as {op.dtype}, but the launch binds it as {dtype}")
+    if op.rows_at is not None:
+        _gathered(blk, op, bound)
+        return
     offset, rows = blk.integer(op.offset), blk.integer(op.rows)
     real_rows = storage.shape[2]
     real_cols = storage.shape[3] if storage.dim() == 4 else 0   # a row vector (batch, heads, rows)
@@ -108,6 +112,28 @@ def _global(blk: Block, op: K.GlobalTensorOp) -> None:
     start = offset if rows else 0
     owner = None if bound.owner is None else torch.as_strided(bound.owner, size, stride, start)
     blk.values[op.name] = GlobalView(name, torch.as_strided(storage, size, stride, start), op.cols, op.dtype, owner)
+
+
+def _gathered(blk: Block, op: K.GlobalTensorOp, bound) -> None:
+    """A gathered tensor (tlc/ir/row_maps.py): row r of its `rows` is row `rows_at` (at row = r) of the head's
+    storage, zeros where that is outside the `storage_rows` rows."""
+    storage = bound.storage
+    if storage.dim() != 4 or storage.shape[0] != 1:
+        raise TileFault(f"{op.name} gathers rows from {bound.name}, which must be a (1, heads, rows, cols) storage")
+    real_rows, real_cols = storage.shape[2], storage.shape[3]
+    if blk.integer(op.storage_rows) != real_rows:
+        raise TileFault(f"{op.name} says its storage has {blk.integer(op.storage_rows)} rows; {bound.name} has "
+                        f"{real_rows}")
+    offset, rows, stride = blk.integer(op.offset), max(blk.integer(op.rows), 0), blk.integer(op.row_stride)
+    if offset < 0 or offset + (real_rows - 1) * stride + real_cols > storage.numel():
+        raise TileFault(f"{op.name} at element offset {offset} reaches outside tensor {bound.name}")
+    heads = torch.as_strided(storage, (real_rows, real_cols), (stride, 1), offset)
+    data = torch.zeros((rows, real_cols), dtype=storage.dtype)
+    for r in range(rows):
+        at = int(evaluate(op.rows_at, {**blk.scalars, "row": r}))
+        if 0 <= at < real_rows:
+            data[r] = heads[at]
+    blk.values[op.name] = GlobalView(bound.name, data, op.cols, op.dtype, None, gathered=True)
 
 
 @handles(K.GlobalTileOp)

@@ -37,6 +37,7 @@ class GlobalView:
     cols: int       # the kernel's width (padded past the real columns); 0 for a vector
     dtype: str
     owner: torch.Tensor | None = None   # outputs: which CTA stored each element (-1: none yet)
+    gathered: bool = False   # rows gathered through a row map: only a gather copy may read it
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,13 @@ class TensorArg:
     output: bool
     added: bool = False   # stored by `and add` (a reduce-store): the launch zeroes it first
     head_last: str = ""   # the offset at the last value of each grid axis and loop variable it reads (tlc/ir/heads.py)
+    # `with rows at E` (tlc/ir/row_maps.py): E's text; the tensor is a (1, heads, storage rows, cols) storage the
+    # batch shares, its rows counted in `storage_rows`
+    rows_at: str = ""
+
+    @property
+    def storage_rows(self) -> str:
+        return f"{self.name}_storage_rows"
 
     @property
     def ptr(self) -> str:
@@ -73,6 +80,7 @@ class LaunchABI:
         for t in self.tensors:
             out.append((t.ptr, f"ptr<{'f32' if t.dtype == 'fp32' else t.dtype}>"))
             out += [(t.stride(w), "i64") for w in ("batch", "head", "row")]
+            out += [(t.storage_rows, "i32")] if t.rows_at else []
         out += list(DIM_FIELDS)
         out += [(n, "i32" if kind == "int" else "f32") for n, kind in self.inputs]
         out += [(tensor_pointer(n), "ptr<i32>" if dtype == "int32" else "ptr<f32>") for n, dtype, _ in self.tensor_inputs]
@@ -83,7 +91,7 @@ class LaunchABI:
 
     def to_json(self) -> dict:
         # `added` only where set: the records of programs without reduce-stores stay as they were
-        out = {"tensors": [{k: v for k, v in asdict(t).items() if k not in ("added", "head_last") or v}
+        out = {"tensors": [{k: v for k, v in asdict(t).items() if k not in ("added", "head_last", "rows_at") or v}
                            for t in self.tensors], "inputs": [list(i) for i in self.inputs],
                "grid_rows": self.grid_rows, "grid_tile": self.grid_tile}
         if self.tensor_inputs:   # absent without any: the records of programs without them stay as they were
@@ -175,7 +183,7 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
             head_last = str(_with_params(last, numbers))
         tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc), cols,
                                  str(op.offset) if op.offset is not None else "head_idx", op.name in stored,
-                                 op.name in added, head_last))
+                                 op.name in added, head_last, "" if op.rows_at is None else str(op.rows_at)))
     for t in tensors:   # where an added output's heads come from: one per query head, per KV head or one
         if not t.added:
             continue

@@ -17,6 +17,7 @@ from typing import Mapping
 from tlc.diagnostics import Loc, fail
 from tlc.expr import BinOp, Call, Const, Expr, Index, Neg, Var, floor_divisions, fold_node, rewrite, subexprs, substitute
 from tlc.ir.tensor_inputs import TensorInput, loads, tensor_pointer
+from tlc.ir.row_maps import ROW
 from tlc.frontend.names import BUILTINS  # the built-in indices: all >= 0 (group >= 1) in the kernel
 from tlc.frontend.names import MASK_POSITIONS
 
@@ -36,6 +37,7 @@ class ExprLowering:
         # runtime Input name → parameter struct field; a tensor Input's is its pointer
         self.fields = {**fields, **{n: tensor_pointer(n) for n in self.tensor_inputs}}
         self.scalars: dict[str, str] = {b: b for b in BUILTINS}
+        self._row_map = False   # lowering a row map, whose `row` is a tensor row (>= 0)
         self.float_names = {f"p.{f}" for n, f in self.fields.items()
                             if inputs.get(n) == "float" or n in self.tensor_inputs and self.tensor_inputs[n].kind == "float"}
 
@@ -64,6 +66,20 @@ class ExprLowering:
             return fold_node(x)
 
         return rewrite(self._loads(e, loc), rule)
+
+    def lower_row_map(self, e: Expr, loc: Loc | None) -> Expr:
+        """A row map (`rows at E`, tlc/ir/row_maps.py) as the kernel computes it, over the kernel variable `row`."""
+        had = self.scalars.get(ROW)
+        self.scalars[ROW] = ROW
+        self._row_map = True
+        try:
+            return self.lower(e, loc)
+        finally:
+            self._row_map = False
+            if had is None:
+                del self.scalars[ROW]
+            else:
+                self.scalars[ROW] = had
 
     def _loads(self, e: Expr, loc: Loc | None) -> Expr:
         """Each `x[i, j]` of a tensor Input as `load(x, i * dim1 + j, 0 <= i < dim0 && 0 <= j < dim1)`: the
@@ -149,6 +165,8 @@ class ExprLowering:
         if isinstance(e, Const):
             return not isinstance(e.value, bool) and e.value >= 0
         if isinstance(e, Var):
+            if e.name == ROW and self._row_map:   # a row map's row: a tensor row, from 0
+                return True
             return e.name in BUILTINS and [k for k, v in self.scalars.items() if v == e.name] == [e.name]
         if isinstance(e, BinOp):
             return e.op in ("+", "*", "%") and self._non_negative(e.lhs) and self._non_negative(e.rhs)

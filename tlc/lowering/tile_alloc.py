@@ -74,6 +74,12 @@ def global_tensor(cx: TileOpLowering, op: AllocateOp, name: str) -> K.GlobalTens
                    BinOp("*", head, Var(f"p.{t.stride('head')}")))
     rows = cx.x.lower(op.shape[0], op.loc)
     cx.global_rows[name] = rows
+    if op.rows_at is not None:   # a gather: the batch's storage together, rows where the map says
+        return K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"),
+                                offset=BinOp("*", head, Var(f"p.{t.stride('head')}")), rows=rows,
+                                cols=padded(t.cols, cx.family.col_unit), row_stride=Var(f"p.{t.stride('row')}"),
+                                rows_at=cx.x.lower_row_map(op.rows_at, op.loc),
+                                storage_rows=Var(f"p.{t.storage_rows}"), loc=op.loc)
     if t.cols == 0:   # a row vector (batch, heads, rows): rows at stride 1
         return K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"), offset=offset, rows=rows, cols=0,
                                 row_stride=Const(1), loc=op.loc)

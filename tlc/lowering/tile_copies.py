@@ -78,6 +78,9 @@ def _load_registers(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
     g = view_here(cx, cx.slot(op.operands[0], op), op, out, direct=True)
     if g.kind != "global":
         raise fail("tlc build: a copy from global reads a global tensor", op.loc)
+    if is_gathered(cx, g):
+        raise fail(f"tlc build: '{op.operands[0].base}' is read through a row map, which the lowering gathers in "
+                   "copies to shared memory only; copy it to shared", op.loc)
     tile = [cx.x.int_value(d, op.loc, "the copied tile") for d in (op.tile or ())]
     coord = dict(op.coord)
     if g.cols == 0:   # a global vector: a row vector of the block's rows
@@ -142,10 +145,11 @@ def _coords(cx: TileOpLowering, op: CopyOp, rows_tile: int, cols_tile: int, cols
     return r, c
 
 
-def _copy_atom(cx: TileOpLowering, cols: int, dtype: str, atom: str, rows: int, loc: Loc) -> tuple[str, str]:
+def _copy_atom(cx: TileOpLowering, cols: int, dtype: str, atom: str, rows: int, loc: Loc,
+               gathered: bool = False) -> tuple[str, str]:
     """A thread-cooperative copy of 16-byte chunks for tiles `cols` wide (memoised). A tile whose rows
     are not whole passes is refused, unless the family's copies may become TMA boxes (which take any
-    rows): then the refusal waits for warp-specialize (`partial_copies`)."""
+    rows; a gathered tile never does): then the refusal waits for warp-specialize (`partial_copies`)."""
     tpr = kblock(cols) // 8
     threads = 32 * cx.warps
     name = cx.declare_once(("gmem_copy", cols, dtype, atom),
@@ -157,7 +161,7 @@ def _copy_atom(cx: TileOpLowering, cols: int, dtype: str, atom: str, rows: int, 
     if rows % per_pass:
         why = (f"tlc build: a {rows}-row tile cannot be copied by {32 * cx.warps} threads moving "
                f"{per_pass} rows per pass; make the tile rows a multiple of {per_pass}")
-        if not cx.family.tma_copies:
+        if not cx.family.tma_copies or gathered:
             raise fail(why, loc)
         cx.partial_copies.append((name, why, loc))
     return name, f"{name}_thr"
@@ -217,6 +221,11 @@ def view_here(cx: TileOpLowering, g: Slot, op: CopyOp, out: list[K.Op], direct: 
     return Slot("global", view.name, cols=g.cols, region=-1, logical_cols=g.logical_cols)
 
 
+def is_gathered(cx: TileOpLowering, g: Slot) -> bool:
+    """Global tensor `g` is read through a row map (its GlobalTensorOp has `rows_at`)."""
+    return any(isinstance(d, K.GlobalTensorOp) and d.name == g.name and d.rows_at is not None for d in cx.decls)
+
+
 def _load(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
     g = view_here(cx, cx.slot(op.operands[0], op), op, out, direct=False)
     if g.kind != "global":
@@ -225,7 +234,11 @@ def _load(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
     if buf is None:
         raise fail(f"tlc build: no `Allocate {op.result.base} in shared` for this copy to write", op.loc)
     tr, tc, logical, r, c = _copy_tile(cx, op, g, (buf.rows, buf.logical_cols), f"shared '{buf.tl_name}'")
-    copy, thr = _copy_atom(cx, tc, buf.dtype, CP_ASYNC, tr, op.loc)
+    gathered = is_gathered(cx, g)
+    if gathered and op.from_end:
+        raise fail(f"tlc build: '{op.operands[0].base}' is read through a row map; its tiles are counted from the "
+                   "start (not 'from end')", op.loc)
+    copy, thr = _copy_atom(cx, tc, buf.dtype, CP_ASYNC, tr, op.loc, gathered)
     r, shift, limit, first = _row_tiles(cx, op, g, tr, r)
     gt = _global_tile(cx, g, tr, tc, shift)
     src = cx.partition(("S", gt, copy), f"t{buf.tl_name}{gt}", thr, "partition_S", Var(gt))
@@ -234,7 +247,12 @@ def _load(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
     pred = cx.partition(("S", ident, copy), f"t{buf.tl_name}{ident}", thr, "partition_S", Var(ident))
     tile = Index(Var(src), (ALL, ALL, ALL, r, c))
     full, part = cx.names.fresh(f"tok_{buf.tl_name}"), cx.names.fresh(f"tok_{buf.tl_name}_edge")
-    if tc != logical:  # padded columns: every load checks them (zero-filled past `logical`)
+    if gathered:   # each row from its storage row: every load reads its rows' coordinates
+        out += [K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
+                              col_limit=Const(logical) if tc != logical else None, buffer=buf.name,
+                              gather=g.name, gather_row0=BinOp("*", r, Const(tr)), loc=op.loc),
+                K.CommitOp(name=cx.names.fresh(f"grp_{buf.tl_name}"), tokens=(part,), loc=op.loc)]
+    elif tc != logical:  # padded columns: every load checks them (zero-filled past `logical`)
         out += [K.AsyncCopyOp(token=part, copy=copy, src=tile, dst=Var(dst), pred=Var(pred), row_limit=limit,
                               col_limit=Const(logical), row_first=first, buffer=buf.name, loc=op.loc),
                 K.CommitOp(name=cx.names.fresh(f"grp_{buf.tl_name}"), tokens=(part,), loc=op.loc)]

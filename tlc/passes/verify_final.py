@@ -23,6 +23,7 @@ from tlc.ir.tensor_inputs import loads, scalar_names
 from tlc.ir.ops import AllocateOp, CopyOp, ElementwiseOp, GemmOp, LoopOp, MaskOp, Op, SoftmaxOp
 from tlc.ir.types import TileType, Value
 from tlc.passes.base import Pass, PassContext
+from tlc.ir.row_maps import ROW
 from tlc.passes.infer_shapes import dims, shape_text
 from tlc.names import fresh_value_name
 from tlc.passes.insert_reshape import layout_sources, reshape_role
@@ -136,6 +137,7 @@ class VerifyFinalPass(Pass):
         for op in region.ops():
             for what, e in _exprs(op):
                 allowed = known | every_loop if isinstance(op, AllocateOp) and op.space == "global" else known
+                allowed = allowed | {ROW} if what == "a row map" else allowed
                 for n in sorted(scalar_names(e) - allowed):
                     why = "has no value (bind it with -D or 'Param … = …')" if n in graph.params else "is not defined"
                     ctx.error(f"'{n}' in {what} {why}; use parameters, inputs, "
@@ -190,6 +192,7 @@ def _exprs(op: Op) -> list[tuple[str, Expr]]:
         out += [("a tile shape", e) for e in op.tile or ()]
     if isinstance(op, AllocateOp):
         out += [("a shape", e) for e in op.shape] + ([("an offset", op.offset)] if op.offset is not None else [])
+        out += [("a row map", op.rows_at)] if op.rows_at is not None else []
     return out
 
 

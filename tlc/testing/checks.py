@@ -82,6 +82,7 @@ class TensorInfo:
     output: bool
     added: bool = False   # stored by `and add` (a reduce-store): it starts at zero, not NaN
     head_last: Expr | None = None   # an offset reading a grid axis or a loop's variable, at their last values
+    gathered: bool = False          # read through a row map: a storage the batch shares (tlc/ir/row_maps.py)
 
     def head_count(self, shapes: "Shapes", env: Mapping[str, Any]) -> int:
         """The tensor's heads at `shapes`: by its kind, or one past its last head (tlc/ir/heads.py)."""
@@ -123,7 +124,8 @@ def program_info(graph: Graph) -> ProgramInfo:
         if op.offset is not None and _names(op.offset) - {"head_idx", "group"} - set(graph.params) - set(graph.inputs):
             found = last_head(graph, op.offset)
             last = found if not isinstance(found, str) else None
-        tensors.append(TensorInfo(op.name, held, heads, transposed, op.name in stored, op.name in added, last))
+        tensors.append(TensorInfo(op.name, held, heads, transposed, op.name in stored, op.name in added, last,
+                                  op.rows_at is not None))
     env = _param_env(graph)
     dims = {t.name: t.dims for t in tensors}
     tiles = [1]  # the tile extents along sequence axes: the dims that coordinates step over
@@ -180,6 +182,8 @@ def make_inputs(graph: Graph, shapes: Shapes, seed: int, dtype: torch.dtype = to
             raise SizingError(f"cannot size global tensor '{t.name}': {exc}") from None
         canon = tuple(reversed(dims)) if t.transposed else tuple(dims)
         full = (shapes.batch, t.head_count(shapes, env), *canon)
+        if t.gathered:   # one storage for the batch: as many rows as the batch's sequences together
+            full = (1, full[1], shapes.batch * canon[0], *canon[1:])
         x = (torch.zeros(full, dtype=torch.float64) if t.added
              else torch.full(full, float("nan"), dtype=torch.float64) if t.output
              else random_tensor(full, seed * 1000 + i, dtype).to(torch.float64))

@@ -23,6 +23,7 @@ from tlc.diagnostics import fail
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Const, Expr, Index, Var, substitute
+from tlc.kir.base import substitute_op
 from tlc.kir.transforms.base import Facts, KernelTransform, Notes
 from tlc.kir.transforms.schedule import CP_ASYNC_STAGES, Schedule
 
@@ -105,8 +106,10 @@ class Pipeliner:
         def shifted(ifop: K.Op, value: Expr, st: Expr) -> K.Op:
             if isinstance(ifop, K.AsyncCopyOp):
                 return shifted(K.IfOp(cond=Const(True), body=(ifop,), loc=ifop.loc), value, st).body[0]
-            kids = tuple(dataclasses.replace(c, src=substitute(c.src, n, value), row_limit=c.row_limit and substitute(c.row_limit, n, value),
-                                             dst=_staged(c.dst, rank, st)) for c in ifop.body)
+            # every expression of the copy reads the trip it loads (its tile, limits, a gather's first row); its
+            # destination is the stage it fills
+            kids = tuple(dataclasses.replace(substitute_op(c, n, value), dst=_staged(c.dst, rank, st))
+                         for c in ifop.body)
             return dataclasses.replace(ifop, cond=substitute(ifop.cond, n, value), body=kids)
 
         pro_grp, next_grp = f"{n}_pipe_first", f"{n}_pipe_next"

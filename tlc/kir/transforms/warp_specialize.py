@@ -144,6 +144,8 @@ class WarpSpecializer:
         where = f"the copy into {first.buffer}"
         if len({c.buffer for c in group}) != 1 or len({str(c.src) for c in group}) != 1:
             raise Declined(f"{where}: one group writes several tiles")
+        if any(c.gather for c in group):
+            raise Declined(f"{where}: its rows are gathered through a row map (a TMA box cannot gather rows)")
         tile = self._global_tile(first.src, where)
         buf = self.defs.get(first.buffer)
         layout = self.defs.get(buf.layout) if isinstance(buf, K.SharedBufferOp) else None
