@@ -9,6 +9,7 @@ as (B, kv heads, group, d): one K/V read serves the group; a view, no copy):
   kv_lengths   specs/kv_lengths_fwd.tl (each sequence's length from a tensor; one block per (batch, kv head))
   split S      specs/split_kv_fwd.tl with Splits = S (partial O/LSE per split in fp32, then the combine kernel)
   paged P      specs/paged_kv_fwd.tl with pages of P rows (the cache a pool of pages scattered by a block table)
+  api, api paged 64   tlc.flash_attn_with_kvcache in FlashAttention's layouts (its split heuristic; a paged cache)
 Each output is checked with docs/correctness.md's rule on a slice (batch 0, the first 4 heads).
 """
 from __future__ import annotations
@@ -124,6 +125,16 @@ def main() -> int:
             record(f"paged {page}", lambda kern=kern, kp=kp, vp=vp, table=table: kern(
                 qg, kp, vp, out=out, scale=scale, seqlen_k=S, kv_lengths=lengths, block_table=table))
             del kp, vp
+        # the serving API in FlashAttention's layouts: (B, 1, H, d) queries, (B, S, kv heads, d) or paged caches
+        q_fa = q.transpose(1, 2).contiguous()
+        k_fa, v_fa = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        record("api", lambda: tlc.flash_attn_with_kvcache(q_fa, k_fa, v_fa, cache_seqlens=lengths).transpose(1, 2))
+        kp, vp, table = pools_of(k, v, 64)
+        pages = lambda t: t[0].view(KVH, -1, 64, D).permute(1, 2, 0, 3).contiguous()  # noqa: E731 - (pages, 64, kvh, d)
+        kp, vp = pages(kp), pages(vp)
+        record("api paged 64", lambda: tlc.flash_attn_with_kvcache(q_fa, kp, vp, cache_seqlens=lengths,
+                                                                   block_table=table).transpose(1, 2))
+        del q_fa, k_fa, v_fa, kp, vp
         report["rows"].append(row)
         torch.cuda.empty_cache()
     out_dir = os.environ.get("OUT") or "."

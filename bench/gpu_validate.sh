@@ -7,6 +7,7 @@
 #   sanitize     compute-sanitizer memcheck, racecheck and synccheck on bench/sanitize_one.py for both targets
 #   sanitize-specs  memcheck and racecheck on bench/sanitize_specs.py (the newer spec constructs), both targets
 #   bar          bench/precompile.py --set bar and bench/bench_attention.py --bar --arch sm_90a
+#   precompile   bench/precompile.py --set tests alone (before only=…)
 #   only=EXPR    `pytest -m gpu tests/gpu -k EXPR` (a rerun of some GPU tests)
 #   kv-decode    bench/bench_kv_decode.py --arch sm_90a (decode against a KV cache, tlc's specs and SDPA's backends)
 # usage (device): bash bench/gpu_validate.sh suite hang diff=0:200 sanitize
@@ -57,6 +58,7 @@ for what in "$@"; do
         done ;;
     bar)   step precompile-bar python3 bench/precompile.py --jobs 16 --set bar --arch sm_90a
            step bar python3 bench/bench_attention.py --bar --arch sm_90a ;;
+    precompile) step precompile-tests python3 bench/precompile.py --jobs 16 --set tests ;;
     only=*) step only python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -k "${what#only=}" ;;
     kv-decode) step kv-decode python3 bench/bench_kv_decode.py --arch sm_90a ;;
     *) echo "unknown step '$what'"; status=1 ;;

@@ -66,4 +66,17 @@ def precompile(calls, *, arch=None, jobs=0):
     return precompile_calls(calls, arch=arch, jobs=jobs)
 
 
-__all__ = ["build", "attention", "precompile", "__version__"]
+def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None,
+                            causal=False, *, num_splits=0):
+    """FlashAttention's `flash_attn_with_kvcache` (without appending to the cache): q (batch, new tokens, heads, d)
+    against k_cache/v_cache (batch, cache, kv heads, d) — or (pages, page size, kv heads, d) with an int32
+    `block_table` (batch, pages per sequence) — each sequence to its `cache_seqlens` (int or int32 (batch,)
+    tensor); `causal` aligns the new tokens with the end of each sequence. Returns (batch, new tokens, heads, d).
+    Runs specs/decode_fwd.tl (split-KV) or specs/paged_kv_fwd.tl (tlc/attention/kvcache.py)."""
+    from tlc.attention.kvcache import flash_attn_with_kvcache as _with_kvcache
+
+    return _with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal,
+                         num_splits=num_splits)
+
+
+__all__ = ["build", "attention", "flash_attn_with_kvcache", "precompile", "__version__"]

@@ -1,7 +1,8 @@
 """A float64 reference for specs/paged_kv_fwd.tl, independent of the TL interpreter: the keys and values of
 sequence b are rows j < min(kv_lengths[b], seqlen_k) of its pages — row j at row j % page of page
 block_table[b, j / page] of the (1, kv heads, rows, d) pool, zeros where that row is outside the pool — then
-kv_lengths_attention (tests/frontend/document_reference.py) on the gathered, dense K and V."""
+kv_lengths_attention (tests/frontend/document_reference.py, causal at each sequence's length) on the gathered,
+dense K and V."""
 from __future__ import annotations
 
 from functools import partial
@@ -24,11 +25,11 @@ def unpaged(pool: torch.Tensor, block_table: torch.Tensor, page: int, rows: int)
 
 
 def paged_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, *, scale: float, kv_lengths: torch.Tensor,
-                    block_table: torch.Tensor, seqlen_k: int, page: int) -> torch.Tensor:
+                    block_table: torch.Tensor, seqlen_k: int, page: int, causal: bool = False) -> torch.Tensor:
     return kv_lengths_attention(Q, unpaged(K, block_table, page, seqlen_k), unpaged(V, block_table, page, seqlen_k),
-                                scale=scale, kv_lengths=kv_lengths, causal=False)
+                                scale=scale, kv_lengths=kv_lengths, causal=causal)
 
 
-def paged_reference(page: int):
-    """The reference for the spec's `Param PageSize`."""
-    return partial(paged_attention, page=page)
+def paged_reference(page: int, causal: bool = False):
+    """The reference for the spec's `Param PageSize` and `Param Causal`."""
+    return partial(paged_attention, page=page, causal=causal)

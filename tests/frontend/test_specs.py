@@ -33,9 +33,9 @@ OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.p
                  "mha_lse_fwd.tl": lambda graph: lse_reference(graph.params["Causal"], graph.params["Align"]),
                  "group_sum_fwd.tl": lambda graph: group_sum_reference(graph.params["Causal"], graph.params["Align"]),
                  "merge_states.tl": lambda graph: merge_states,
-                 "paged_kv_fwd.tl": lambda graph: paged_reference(graph.params["PageSize"])}
+                 "paged_kv_fwd.tl": lambda graph: paged_reference(graph.params["PageSize"], graph.params["Causal"])}
 # Own-reference specs without a Causal switch: the program itself says which keys (if any) a row sees.
-NO_CAUSAL = {"sliding_window_fwd.tl", "merge_states.tl", "paged_kv_fwd.tl"}
+NO_CAUSAL = {"sliding_window_fwd.tl", "merge_states.tl"}
 
 # (batch, heads, kv_heads, seqlen_q, seqlen_k): 1, exact tiles, ragged tails, q != k, GQA groups.
 SIZES = [(1, 1, 1, 1, 1), (1, 2, 1, 3, 8), (2, 4, 2, 7, 9), (1, 2, 2, 10, 3), (1, 3, 1, 1, 13)]

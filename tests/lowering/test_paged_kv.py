@@ -235,7 +235,13 @@ def errors(text: str) -> list[str]:
 
 
 MAP = "and rows at block_table[batch_idx, row / PageSize] * PageSize + row % PageSize"
-K_LINE = 35
+
+
+def line_of(start: str) -> int:
+    return next(i for i, line in enumerate(SPEC.read_text().splitlines(), 1) if line.startswith(start))
+
+
+K_LINE = line_of("Allocate K in global")
 
 
 @pytest.mark.parametrize("old, new, line, message", [
@@ -243,10 +249,12 @@ K_LINE = 35
     (MAP, "and rows at row * 1.5", K_LINE, "'1.5' is not an integer"),
     (MAP, "and rows at row + blocks[batch_idx]", K_LINE, "indexes 'blocks', which is not declared"),
     ("Param PageSize = 16", "Param PageSize = 16\nParam row = 2", K_LINE + 1, "rename the Param, Input or loop"),
-    ("Allocate Q in shared (BM, HeadDim)", "Allocate Q in shared (BM, HeadDim) with rows at row", 39,
+    ("Allocate Q in shared (BM, HeadDim)", "Allocate Q in shared (BM, HeadDim) with rows at row",
+     line_of("Allocate Q in shared"),
      "'rows at' gathers the rows of a global (rows, cols) tensor; 'Q' is in shared memory"),
     ("Allocate O in global (seqlen_q, HeadDim) with offset head_idx",
-     "Allocate O in global (seqlen_q, HeadDim) with offset head_idx and rows at row + 1", 58,
+     "Allocate O in global (seqlen_q, HeadDim) with offset head_idx and rows at row + 1",
+     line_of("Copy O (BM, HeadDim) in coordinate [L = block_idx] from register to global"),
      "stores through a row map are not supported yet"),
 ])
 def test_what_a_row_map_cannot_be_is_refused_at_its_line(old: str, new: str, line: int, message: str) -> None:

@@ -255,12 +255,15 @@ def as_graph(program: ProgramLike, defines: Mapping[str, Any] | None = None) -> 
 
 
 def compare(got: torch.Tensor, ref: torch.Tensor, rtol: float = RTOL) -> tuple[float, tuple[int, int, int] | None]:
-    """Max error relative to max(1, max|ref|), and its (batch, head, row); NaN counts as inf."""
+    """Max error relative to max(1, max|ref| over its finite elements), and its (batch, head, row); NaN counts as
+    inf, an infinity equal to the reference's as 0 (the log-sum-exp of a row without keys is -inf)."""
     if got.shape != ref.shape:
         return math.inf, None
-    denom = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+    finite = ref[torch.isfinite(ref)]
+    denom = max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
     err = (got - ref).abs() / denom
     err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+    err = torch.where(torch.isinf(ref) & (got == ref), torch.zeros_like(err), err)
     if err.numel() == 0:
         return 0.0, None
     flat = int(torch.argmax(err))

@@ -8,6 +8,7 @@ effects require, walking each region in order with the async groups still in fli
     read of a buffer written by registers       → barrier (other threads wrote it); fence.proxy.async
         first when the reader is a TMA store
     write to a buffer read since the last barrier (write-after-read, also across loop trips) → barrier
+    a group still in flight at the kernel's end                          → cp.async.wait_group 0
 
 Buffers overlap when their bytes do (an epilogue staging tile over dead operand tiles). In a
 warp-specialised kernel (`warp-specialize`) only the consumers' region is walked: its barriers are
@@ -137,7 +138,14 @@ class _Sync:
 
 
 def insert_sync(kernel: K.KernelOp) -> K.KernelOp:
-    return dataclasses.replace(kernel, body=tuple(_Sync(kernel).region(kernel.body, _State())))
+    """…and a CTA retires its cp.async groups before it ends: a group that may still be in flight there (a
+    loop that ran no trip never waited for the tile loaded before it) gets a final wait, so no copy lands in
+    the shared memory of a CTA that has exited."""
+    st = _State()
+    body = _Sync(kernel).region(kernel.body, st)
+    if st.groups:
+        body.append(K.WaitOp(pending=0, groups=(st.groups[-1][0],), loc=kernel.loc))
+    return dataclasses.replace(kernel, body=tuple(body))
 
 
 @dataclass(frozen=True)

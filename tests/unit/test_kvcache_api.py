@@ -1,0 +1,97 @@
+"""tlc.flash_attn_with_kvcache on the CPU: its split heuristic, its one-line refusals naming the argument, the
+pool view of a paged cache, and a paged call through the real launcher (a stand-in driver): the struct the
+kernel gets — one new token folds the group's heads into the rows, the cache's capacity is seqlen_k, the pool's
+rows the storage rows. The kernels' results are checked on a GPU (tests/gpu/test_kvcache_gpu.py)."""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+import torch
+
+import tlc
+from tlc.attention import kvcache, sdpa
+from tlc.attention.kvcache import num_splits_heuristic
+from tlc.diagnostics import TlcError
+
+
+@pytest.mark.parametrize("blocks, tiles, want", [(64, 64, 2), (512, 32, 1), (2, 256, 64), (16, 8, 8), (1, 1, 1),
+                                                  (100, 64, 8), (8, 3, 2)])
+def test_the_split_heuristic_fills_the_last_wave(blocks: int, tiles: int, want: int) -> None:
+    assert num_splits_heuristic(blocks, 132, tiles) == want
+
+
+def cache(b=2, sk=64, kvh=2, d=64, dtype=torch.bfloat16):
+    return torch.zeros(b, sk, kvh, d, dtype=dtype), torch.zeros(b, sk, kvh, d, dtype=dtype)
+
+
+@pytest.fixture
+def on_cuda(monkeypatch):
+    monkeypatch.setattr(sdpa, "_on_cuda", lambda t: True)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(q=torch.zeros(2, 1, 4, 64)), "q is torch.float32; q, k_cache and v_cache are all bf16 or all fp16"),
+    (dict(v_cache=None), "v_cache=None (MLA's latent cache read for K and V) is not supported yet"),
+    (dict(q=torch.zeros(2, 4, 64, dtype=torch.bfloat16)), "q must be 4-D, got shape (2, 4, 64)"),
+    (dict(q=torch.zeros(2, 1, 3, 64, dtype=torch.bfloat16)), "q's 3 heads are not a multiple of the cache's 2 KV"),
+    (dict(q=torch.zeros(3, 1, 4, 64, dtype=torch.bfloat16)), "k_cache holds 2 sequences, q 3"),
+    (dict(cache_seqlens=65), "cache_seqlens = 65 is outside the cache's 0 … 64 rows"),
+    (dict(cache_seqlens=torch.zeros(2, dtype=torch.int64)), "cache_seqlens must be an int32 tensor of \\(2,\\)"),
+    (dict(cache_seqlens=1.5), "cache_seqlens must be an int or an int32 tensor of \\(batch,\\), not a float"),
+    (dict(num_splits=3), "num_splits must be 0 (the heuristic) or one of (1, 2, 4, 8, 16, 32, 64), not 3"),
+    (dict(causal="yes"), "causal must be True or False"),
+    (dict(block_table=torch.zeros(2, 4, dtype=torch.int64)), "block_table must be an int32 tensor of \\(batch = 2"),
+    (dict(block_table=torch.zeros(2, 4, dtype=torch.int32), k_cache=torch.zeros(8, 8, 2, 64, dtype=torch.bfloat16),
+          v_cache=torch.zeros(8, 8, 2, 64, dtype=torch.bfloat16)), "page size 8 is not supported"),
+])
+def test_a_bad_argument_is_refused_in_one_line_naming_it(on_cuda, change: dict, message: str) -> None:
+    k, v = cache()
+    args = dict(q=torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16), k_cache=k, v_cache=v)
+    args.update(change)
+    with pytest.raises(TlcError, match=message if "\\" in message else re.escape(message)) as info:
+        tlc.flash_attn_with_kvcache(**args)
+    assert "\n" not in str(info.value).strip()
+
+
+def test_cpu_tensors_are_refused() -> None:
+    k, v = cache()
+    with pytest.raises(TlcError, match="q is on cpu; move it to a CUDA device"):
+        tlc.flash_attn_with_kvcache(torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16), k, v)
+
+
+def test_the_pool_is_a_view_of_the_paged_cache() -> None:
+    pages = torch.randn(5, 16, 3, 8)
+    pool = kvcache._pool(pages)
+    assert pool.shape == (1, 3, 80, 8) and pool.data_ptr() == pages.data_ptr()
+    assert torch.equal(pool[0, 2, 3 * 16 + 7], pages[3, 7, 2])
+
+
+def test_a_paged_call_launches_the_paged_program_with_the_heads_as_rows(on_cuda, monkeypatch) -> None:
+    from bench.launch_stand_ins import no_gpu, record, stand_in_kernel
+    from tlc.api import compile_graph
+    from tlc.lowering.passes import run_lowering
+
+    no_gpu(monkeypatch.setattr)
+    defines = {"HeadDim": 64, "BM": 64, "BN": 128, "dtype": "bf16", "Causal": False, "PageSize": 16}
+    graph, _ = compile_graph((kvcache.SPECS / "paged_kv_fwd.tl").read_text(), "paged_kv_fwd.tl",
+                             defines={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in defines.items()})
+    state, _ = run_lowering(graph, "sm_90a", name="paged_kv_fwd")
+    kernel = stand_in_kernel(state.kir, state.abi)
+    asked = []
+    monkeypatch.setattr(kvcache, "_kernel", lambda spec, d, device: asked.append((spec, d)) or kernel)
+    driver = record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
+    q = torch.randn(3, 1, 8, 64).to(torch.bfloat16)
+    pages = torch.randn(12, 16, 2, 64).to(torch.bfloat16)
+    table = torch.arange(12, dtype=torch.int32).view(3, 4)
+    lengths = torch.tensor([0, 17, 64], dtype=torch.int32)
+    out = tlc.flash_attn_with_kvcache(q, pages, pages.clone(), cache_seqlens=lengths, block_table=table)
+    assert tuple(out.shape) == (3, 1, 8, 64)
+    assert asked == [("paged_kv_fwd", defines)]
+    struct = kernel._struct.from_buffer_copy(driver.launches[-1][-1])
+    # the 4 query heads of each KV head are the rows: 2 heads of 4 rows, group 1; the cache holds 4 pages of 16
+    assert (struct.heads, struct.group, struct.seqlen_q, struct.seqlen_k, struct.K_storage_rows, struct.batch) == \
+        (2, 1, 4, 64, 192, 3)
+    assert (struct.kv_lengths_ptr, struct.block_table_ptr) == (lengths.data_ptr(), table.data_ptr())
+    assert struct.O_ptr == out.data_ptr()

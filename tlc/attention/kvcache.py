@@ -1,0 +1,191 @@
+"""`tlc.flash_attn_with_kvcache`: attention against a KV cache in FlashAttention's shapes, so a serving loop
+switches by changing an import. Every call runs a shipped TL program:
+
+- a contiguous cache (k_cache (batch, cache, kv heads, d)): specs/decode_fwd.tl — split-KV with each sequence's
+  length from `cache_seqlens`, the number of splits from `num_splits_heuristic`;
+- a paged cache (k_cache (pages, page size, kv heads, d) and `block_table`): specs/paged_kv_fwd.tl — K and V
+  gathered row by row from their pages through a row map.
+
+One new token per sequence (q of one row) folds the query heads of each KV head into the kernel's rows: q
+(batch, 1, heads, d) is viewed as (batch, kv heads, group, d), so one read of K and V serves the group. With
+more new tokens each head keeps its rows and `causal` aligns the queries with the end of each sequence's keys
+(FlashAttention's bottom-right). The tensors are viewed, never copied. Not a torch custom op yet: no
+torch.compile tracing, no CUDA-graph capture tested.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from tlc.diagnostics import fail
+from tlc.numbers import a_kind
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+SPLITS = (1, 2, 4, 8, 16, 32, 64)   # the Splits the contiguous program is built with (each a kernel)
+_KERNELS: dict = {}
+
+
+def num_splits_heuristic(blocks: int, sms: int, key_tiles: int, max_splits: int = SPLITS[-1]) -> int:
+    """Splits of each (query tile, head, sequence) program over its key tiles, FlashAttention's rule: none
+    when the blocks already fill 80 % of the SMs; else, of the powers of two up to `max_splits` and the key
+    tiles, the fewest whose last wave is at least 85 % as full as the fullest choice's."""
+    if blocks >= 0.8 * sms or key_tiles <= 1:
+        return 1
+    options = [s for s in SPLITS if s <= min(max_splits, key_tiles)]
+
+    def fill(s: int) -> float:
+        waves = blocks * s / sms
+        return waves / math.ceil(waves)
+    best = max(fill(s) for s in options)
+    return next(s for s in options if fill(s) >= 0.85 * best)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None,
+                            causal: bool = False, *, num_splits: int = 0):
+    """Attention of q (batch, new tokens, heads, d) against each sequence's cached keys and values, FlashAttention's
+    layouts: k_cache/v_cache (batch, cache, kv heads, d), or (pages, page size, kv heads, d) with block_table
+    (batch, pages per sequence) int32; cache_seqlens: an int or an int32 (batch,) tensor (None: the whole cache);
+    a length past the cache reads the cache's rows only. Returns (batch, new tokens, heads, d). `num_splits`
+    (contiguous cache): 0 picks by num_splits_heuristic, else one of SPLITS."""
+    import torch
+
+    _check(q, k_cache, v_cache, block_table, causal, num_splits)
+    B, sq, H, d = q.shape
+    paged = block_table is not None
+    kvh = k_cache.shape[2]
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    lengths = _lengths(cache_seqlens, B, capacity, q.device)
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
+    fold = sq == 1   # one new token: the group's heads are the rows (causal changes nothing for it)
+    qk = q.view(B, kvh, H // kvh, d) if fold and q.is_contiguous() else (
+        q.contiguous().view(B, kvh, H // kvh, d) if fold else q.transpose(1, 2))
+    out = torch.empty(B, sq, H, d, device=q.device, dtype=q.dtype)
+    placed = out.view(B, kvh, H // kvh, d) if fold else out.transpose(1, 2)
+    dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
+    spec, defines = kernel_plan(B, sq, H, kvh, d, capacity, dtype, causal, k_cache.shape[1] if paged else 0,
+                                num_splits, 0 if paged else _sm_count(q.device))
+    kernel = _kernel(spec, defines, q.device)
+    if paged:
+        pool_k, pool_v = (_pool(t) for t in (k_cache, v_cache))
+        kernel(qk, pool_k, pool_v, out=placed, scale=scale, seqlen_k=capacity, kv_lengths=lengths,
+               block_table=block_table)
+    else:   # the program's (O, LSE): O into `out`; the log-sum-exp is not returned (FlashAttention's default)
+        kernel(qk, k_cache.transpose(1, 2), v_cache.transpose(1, 2), out=placed, scale=scale, kv_lengths=lengths)
+    return out
+
+
+def kernel_plan(batch: int, new_tokens: int, heads: int, kv_heads: int, d: int, capacity: int, dtype: str,
+                causal: bool, page: int = 0, num_splits: int = 0, sms: int = 132) -> tuple[str, dict]:
+    """(spec, -D bindings) of the program a call runs: `page` 0 a contiguous cache of `capacity` rows, else pages
+    of that many rows; one new token folds the group's heads into the rows (then causal is moot); `sms`: the
+    GPU's multiprocessors, which the split heuristic fills."""
+    fold = new_tokens == 1
+    tiles = {"HeadDim": d, "BM": 64, "BN": 128 if d <= 128 else 64, "dtype": dtype, "Causal": bool(causal and not fold)}
+    if page:
+        return "paged_kv_fwd", dict(tiles, PageSize=page)
+    rows, programs = (heads // kv_heads, kv_heads) if fold else (new_tokens, heads)
+    splits = num_splits or num_splits_heuristic(-(-rows // tiles["BM"]) * programs * batch, sms,
+                                                -(-capacity // tiles["BN"]))
+    return "decode_fwd", dict(tiles, Splits=splits)
+
+
+def _sm_count(device) -> int:
+    import torch
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _kernel(spec: str, defines: dict, device):
+    from tlc import runtime
+    from tlc.attention.kernels import attention_target
+
+    arch = attention_target(device)
+    key = (spec, tuple(sorted(defines.items())), arch)
+    if key not in _KERNELS:
+        _KERNELS[key] = runtime.build(SPECS / f"{spec}.tl", arch=arch, defines=defines)
+    return _KERNELS[key]
+
+
+def _pool(cache):
+    """(pages, page size, kv heads, d) as the (1, kv heads, pages · page size, d) pool the row map reads: a view."""
+    pages, page, kvh, d = cache.shape
+    return cache.view(pages * page, kvh, d).permute(1, 0, 2).unsqueeze(0)
+
+
+def _lengths(cache_seqlens, batch: int, capacity: int, device):
+    import torch
+
+    if cache_seqlens is None:
+        return torch.full((batch,), capacity, dtype=torch.int32, device=device)
+    if isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, (int, torch.Tensor)):
+        raise fail(f"flash_attn_with_kvcache: cache_seqlens must be an int or an int32 tensor of (batch,), not "
+                   f"{a_kind(cache_seqlens)}")
+    if isinstance(cache_seqlens, int):
+        if not 0 <= cache_seqlens <= capacity:
+            raise fail(f"flash_attn_with_kvcache: cache_seqlens = {cache_seqlens} is outside the cache's 0 … {capacity} "
+                       "rows")
+        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+    t = cache_seqlens
+    if t.dtype != torch.int32 or tuple(t.shape) != (batch,) or t.device != device:
+        raise fail(f"flash_attn_with_kvcache: cache_seqlens must be an int32 tensor of ({batch},) on {device}, got "
+                   f"{t.dtype} {tuple(t.shape)} on {t.device}")
+    return t.contiguous()
+
+
+def _check(q, k_cache, v_cache, block_table, causal, num_splits) -> None:
+    import torch
+
+    from tlc.attention import sdpa
+
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            if name == "v_cache" and t is None:
+                raise fail("flash_attn_with_kvcache: v_cache=None (MLA's latent cache read for K and V) is not "
+                           "supported yet; pass v_cache")
+            raise fail(f"flash_attn_with_kvcache: {name} must be a torch.Tensor, not {a_kind(t)}")
+        if t.dim() != 4:
+            raise fail(f"flash_attn_with_kvcache: {name} must be 4-D, got shape {tuple(t.shape)}")
+        if not sdpa._on_cuda(t):
+            raise fail(f"flash_attn_with_kvcache: {name} is on {t.device}; move it to a CUDA device")
+        if t.dtype not in (torch.bfloat16, torch.float16) or t.dtype != q.dtype:
+            raise fail(f"flash_attn_with_kvcache: {name} is {t.dtype}; q, k_cache and v_cache are all bf16 or all fp16")
+        if t.stride(-1) != 1:
+            raise fail(f"flash_attn_with_kvcache: {name}'s last dimension must be contiguous (stride 1)")
+    B, _, H, d = q.shape
+    if k_cache.shape != v_cache.shape:
+        raise fail(f"flash_attn_with_kvcache: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ "
+                   "(a head_dim_v other than d is not supported yet)")
+    kvh = k_cache.shape[2]
+    if k_cache.shape[3] != d:
+        raise fail(f"flash_attn_with_kvcache: q's head dim {d} and k_cache's {k_cache.shape[3]} differ")
+    if d % 8 or d > 256:
+        raise fail(f"flash_attn_with_kvcache: head dim {d} is not supported (a multiple of 8, at most 256)")
+    if kvh == 0 or H % kvh:
+        raise fail(f"flash_attn_with_kvcache: q's {H} heads are not a multiple of the cache's {kvh} KV heads")
+    if not isinstance(causal, bool):
+        raise fail(f"flash_attn_with_kvcache: causal must be True or False, not {a_kind(causal)}")
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or (num_splits and num_splits not in SPLITS):
+        raise fail(f"flash_attn_with_kvcache: num_splits must be 0 (the heuristic) or one of {SPLITS}, not "
+                   f"{num_splits!r}")
+    if block_table is None:
+        if k_cache.shape[0] != B:
+            raise fail(f"flash_attn_with_kvcache: k_cache holds {k_cache.shape[0]} sequences, q {B} (without "
+                       "block_table the cache is (batch, cache, kv heads, d))")
+        return
+    if num_splits not in (0, 1):
+        raise fail("flash_attn_with_kvcache: num_splits applies to a contiguous cache; a paged one runs unsplit")
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
+            or block_table.shape[0] != B or block_table.device != q.device:
+        raise fail(f"flash_attn_with_kvcache: block_table must be an int32 tensor of (batch = {B}, pages per "
+                   f"sequence) on {q.device}, got {_describe(block_table)}")
+    page = k_cache.shape[1]
+    if page % 16 or not 16 <= page <= 256:
+        raise fail(f"flash_attn_with_kvcache: page size {page} is not supported (16 to 256, a multiple of 16)")
+    if not k_cache.is_contiguous() or not v_cache.is_contiguous():
+        raise fail("flash_attn_with_kvcache: a paged k_cache/v_cache must be contiguous (pages, page size, kv heads, d)")
+
+
+def _describe(t) -> str:
+    import torch
+    if not isinstance(t, torch.Tensor):
+        return a_kind(t)
+    return f"{t.dtype} {tuple(t.shape)} on {t.device}"
