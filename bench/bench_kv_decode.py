@@ -143,17 +143,17 @@ def main() -> int:
     labels = list(report["rows"][0]["cells"])
     print(f"\n{dev}, torch {torch.__version__}, tlc {arch}: decode, one new token, bf16, d = {D}; TB/s of K and V "
           "read (median of do_bench); * = failed the tolerance check")
-    print(f"{'B x H/KVH x cache':22s}" + "".join(f"{k:>12s}" for k in labels))
+    print(f"{'B x H/KVH x cache':22s}" + "".join(f"{k:>14s}" for k in labels))
     ok = True
     for r in report["rows"]:
         cells = []
         for k in labels:
             c = r["cells"].get(k, {})
             if "tbps" in c:
-                cells.append(f"{c['tbps']:11.2f}{'' if c['passed'] else '*'}")
+                cells.append(f"{c['tbps']:13.2f}{'' if c['passed'] else '*'}")
                 ok &= c["passed"]
             else:
-                cells.append(f"{'—':>12s}")
+                cells.append(f"{'—':>14s}")
         print(f"{r['B']:>3d} x {r['H']}/{r['KVH']} x {r['S']:<8d}" + "".join(cells))
     for r in report["rows"]:
         for k, c in r["cells"].items():

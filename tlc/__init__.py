@@ -72,7 +72,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     against k_cache/v_cache (batch, cache, kv heads, d) — or (pages, page size, kv heads, d) with an int32
     `block_table` (batch, pages per sequence) — each sequence to its `cache_seqlens` (int or int32 (batch,)
     tensor); `causal` aligns the new tokens with the end of each sequence. Returns (batch, new tokens, heads, d).
-    Runs specs/decode_fwd.tl (split-KV) or specs/paged_kv_fwd.tl (tlc/attention/kvcache.py)."""
+    Runs specs/decode_fwd.tl or specs/paged_decode_fwd.tl, split-KV (tlc/attention/kvcache.py)."""
     from tlc.attention.kvcache import flash_attn_with_kvcache as _with_kvcache
 
     return _with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal,

@@ -29,6 +29,7 @@ def builds() -> list[tuple]:
     plans = [kernel_plan(4, sq, h, kvh, d, 1000, "bf16", causal) for h, kvh, sq, causal, d in CONTIGUOUS]
     plans += [kernel_plan(4, 1, 8, 2, 128, 1000, "bf16", False, num_splits=s) for s in SPLITS]
     plans += [kernel_plan(4, sq, h, kvh, 128, 1024, "bf16", causal, page) for page, sq, causal, h, kvh in PAGED]
+    plans += [kernel_plan(4, 1, 8, 2, 128, 1024, "bf16", False, 16, num_splits=s) for s in SPLITS]
     plans += [kernel_plan(2, 1, 8, 2, 64, 256, "bf16", False), kernel_plan(2, 1, 8, 2, 64, 256, "bf16", False, 64)]
     unique = {(spec, tuple(sorted(d.items()))) for spec, d in plans}
     return [(SPECS / f"{spec}.tl", dict(d), spec, "sm_90a") for spec, d in sorted(unique)]
@@ -84,6 +85,11 @@ def test_a_contiguous_cache(h: int, kvh: int, sq: int, causal: bool, d: int) -> 
 def test_forced_splits(splits: int) -> None:
     q, k, v, lengths = case(4, 8, 2, 1, 1000, 128, splits)
     out = tlc.flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, num_splits=splits)
+    torch.cuda.synchronize()
+    check(out, q, k, v, lengths, False)
+    q, k, v, lengths = case(4, 8, 2, 1, 1024, 128, splits + 1)
+    kp, vp, table = paged(k, v, 16)
+    out = tlc.flash_attn_with_kvcache(q, kp, vp, cache_seqlens=lengths, block_table=table, num_splits=splits)
     torch.cuda.synchronize()
     check(out, q, k, v, lengths, False)
 

@@ -68,7 +68,7 @@ def test_the_pool_is_a_view_of_the_paged_cache() -> None:
     assert torch.equal(pool[0, 2, 3 * 16 + 7], pages[3, 7, 2])
 
 
-def test_a_paged_call_launches_the_paged_program_with_the_heads_as_rows(on_cuda, monkeypatch) -> None:
+def test_a_paged_call_binds_the_pool_the_table_and_the_heads_as_rows(on_cuda, monkeypatch) -> None:
     from bench.launch_stand_ins import no_gpu, record, stand_in_kernel
     from tlc.api import compile_graph
     from tlc.lowering.passes import run_lowering
@@ -78,7 +78,8 @@ def test_a_paged_call_launches_the_paged_program_with_the_heads_as_rows(on_cuda,
     graph, _ = compile_graph((kvcache.SPECS / "paged_kv_fwd.tl").read_text(), "paged_kv_fwd.tl",
                              defines={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in defines.items()})
     state, _ = run_lowering(graph, "sm_90a", name="paged_kv_fwd")
-    kernel = stand_in_kernel(state.kir, state.abi)
+    kernel = stand_in_kernel(state.kir, state.abi)   # the one-kernel paged program: its struct is the same
+    monkeypatch.setattr(kvcache, "_sm_count", lambda device: 132)
     asked = []
     monkeypatch.setattr(kvcache, "_kernel", lambda spec, d, device: asked.append((spec, d)) or kernel)
     driver = record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
@@ -88,7 +89,8 @@ def test_a_paged_call_launches_the_paged_program_with_the_heads_as_rows(on_cuda,
     lengths = torch.tensor([0, 17, 64], dtype=torch.int32)
     out = tlc.flash_attn_with_kvcache(q, pages, pages.clone(), cache_seqlens=lengths, block_table=table)
     assert tuple(out.shape) == (3, 1, 8, 64)
-    assert asked == [("paged_kv_fwd", defines)]
+    # 64 rows of cache are one key tile of 128: nothing to split
+    assert asked == [("paged_decode_fwd", dict(defines, Splits=1))]
     struct = kernel._struct.from_buffer_copy(driver.launches[-1][-1])
     # the 4 query heads of each KV head are the rows: 2 heads of 4 rows, group 1; the cache holds 4 pages of 16
     assert (struct.heads, struct.group, struct.seqlen_q, struct.seqlen_k, struct.K_storage_rows, struct.batch) == \

@@ -3,8 +3,8 @@ switches by changing an import. Every call runs a shipped TL program:
 
 - a contiguous cache (k_cache (batch, cache, kv heads, d)): specs/decode_fwd.tl — split-KV with each sequence's
   length from `cache_seqlens`, the number of splits from `num_splits_heuristic`;
-- a paged cache (k_cache (pages, page size, kv heads, d) and `block_table`): specs/paged_kv_fwd.tl — K and V
-  gathered row by row from their pages through a row map.
+- a paged cache (k_cache (pages, page size, kv heads, d) and `block_table`): specs/paged_decode_fwd.tl — the
+  same split-KV program with K and V gathered row by row from their pages through a row map.
 
 One new token per sequence (q of one row) folds the query heads of each KV head into the kernel's rows: q
 (batch, 1, heads, d) is viewed as (batch, kv heads, group, d), so one read of K and V serves the group. With
@@ -45,8 +45,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     """Attention of q (batch, new tokens, heads, d) against each sequence's cached keys and values, FlashAttention's
     layouts: k_cache/v_cache (batch, cache, kv heads, d), or (pages, page size, kv heads, d) with block_table
     (batch, pages per sequence) int32; cache_seqlens: an int or an int32 (batch,) tensor (None: the whole cache);
-    a length past the cache reads the cache's rows only. Returns (batch, new tokens, heads, d). `num_splits`
-    (contiguous cache): 0 picks by num_splits_heuristic, else one of SPLITS."""
+    a length past the cache reads the cache's rows only. Returns (batch, new tokens, heads, d). `num_splits`:
+    0 picks by num_splits_heuristic, else one of SPLITS."""
     import torch
 
     _check(q, k_cache, v_cache, block_table, causal, num_splits)
@@ -63,13 +63,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     placed = out.view(B, kvh, H // kvh, d) if fold else out.transpose(1, 2)
     dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
     spec, defines = kernel_plan(B, sq, H, kvh, d, capacity, dtype, causal, k_cache.shape[1] if paged else 0,
-                                num_splits, 0 if paged else _sm_count(q.device))
+                                num_splits, _sm_count(q.device))
     kernel = _kernel(spec, defines, q.device)
+    # the program's (O, LSE): O into `out`; the log-sum-exp is not returned (FlashAttention's default)
     if paged:
         pool_k, pool_v = (_pool(t) for t in (k_cache, v_cache))
         kernel(qk, pool_k, pool_v, out=placed, scale=scale, seqlen_k=capacity, kv_lengths=lengths,
                block_table=block_table)
-    else:   # the program's (O, LSE): O into `out`; the log-sum-exp is not returned (FlashAttention's default)
+    else:
         kernel(qk, k_cache.transpose(1, 2), v_cache.transpose(1, 2), out=placed, scale=scale, kv_lengths=lengths)
     return out
 
@@ -81,11 +82,11 @@ def kernel_plan(batch: int, new_tokens: int, heads: int, kv_heads: int, d: int, 
     GPU's multiprocessors, which the split heuristic fills."""
     fold = new_tokens == 1
     tiles = {"HeadDim": d, "BM": 64, "BN": 128 if d <= 128 else 64, "dtype": dtype, "Causal": bool(causal and not fold)}
-    if page:
-        return "paged_kv_fwd", dict(tiles, PageSize=page)
     rows, programs = (heads // kv_heads, kv_heads) if fold else (new_tokens, heads)
     splits = num_splits or num_splits_heuristic(-(-rows // tiles["BM"]) * programs * batch, sms,
                                                 -(-capacity // tiles["BN"]))
+    if page:
+        return "paged_decode_fwd", dict(tiles, Splits=splits, PageSize=page)
     return "decode_fwd", dict(tiles, Splits=splits)
 
 
@@ -171,8 +172,6 @@ def _check(q, k_cache, v_cache, block_table, causal, num_splits) -> None:
             raise fail(f"flash_attn_with_kvcache: k_cache holds {k_cache.shape[0]} sequences, q {B} (without "
                        "block_table the cache is (batch, cache, kv heads, d))")
         return
-    if num_splits not in (0, 1):
-        raise fail("flash_attn_with_kvcache: num_splits applies to a contiguous cache; a paged one runs unsplit")
     if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
             or block_table.shape[0] != B or block_table.device != q.device:
         raise fail(f"flash_attn_with_kvcache: block_table must be an int32 tensor of (batch = {B}, pages per "
