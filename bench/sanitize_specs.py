@@ -21,11 +21,11 @@ if ARCH not in ("sm_90", "sm_90a"):
 if ARCH == "sm_90":
     from tests.gpu.test_tl_specs_gpu import CASES, source  # noqa: E402
     NAMES = ["sliding_window64", "documents64_causal_br", "kv_lengths64_causal", "lse64_causal_br",
-             "group_sum64_causal", "merge64", "split_kv64", "paged64"]
+             "group_sum64_causal", "merge64", "split_kv64", "paged64", "paged_decode64_causal"]
 else:
     from tests.gpu.test_sm90a_specs_gpu import CASES, source  # noqa: E402
     NAMES = ["sliding_window128", "documents128_causal", "kv_lengths128_causal", "lse64_bm192_causal_br",
-             "group_sum128_causal", "merge128", "split_kv128_bm128", "paged128"]
+             "group_sum128_causal", "merge128", "split_kv128_bm128", "paged128", "decode128_causal"]
 from tests.gpu import differential  # noqa: E402
 
 SIZES = [(17, 33), (333, 77)]   # (seqlen_q, seqlen_k): partial tiles, q shorter and longer than k

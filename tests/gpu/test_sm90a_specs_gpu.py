@@ -116,6 +116,8 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     # a paged KV cache (rows gathered through a block table): cp.async with wgmma, TMA cannot gather
     "paged128": ("paged_kv_fwd", {}),
     "paged128_page64_bm128": ("paged_kv_fwd", {"BM": "128", "PageSize": "64"}),
+    "decode128_causal": ("decode_fwd", {"Causal": "true"}),
+    "paged_decode128_bn128": ("paged_decode_fwd", {"BN": "128", "Splits": "8"}),
     "gqa256_bn64_causal_l2_prefetch_next": ("gqa_fwd", {"HeadDim": "256", "BN": "64", "Warps": "8", "Causal": "true",
                                                         "L2Sections": "true", "PrefetchNext": "true"}),
 }

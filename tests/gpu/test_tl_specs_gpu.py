@@ -66,6 +66,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "paged64": ("paged_kv_fwd", {"HeadDim": "64"}),
     "paged64_page64": ("paged_kv_fwd", {"HeadDim": "64", "PageSize": "64"}),
     "paged64_page128_bn32": ("paged_kv_fwd", {"HeadDim": "64", "PageSize": "128", "BN": "32"}),
+    # serving decode: split-KV with each sequence's length (tlc.flash_attn_with_kvcache's programs), paged too
+    "decode64": ("decode_fwd", {"HeadDim": "64"}),
+    "paged_decode64_causal": ("paged_decode_fwd", {"HeadDim": "64", "Causal": "true"}),
 }
 
 
