@@ -31,10 +31,10 @@ Job = tuple  # (spec path or TL text, -D bindings[, a label for TL text[, a targ
 def gpu_test_builds() -> list[Job]:
     """(spec path or TL text, -D bindings) for everything under tests/gpu that builds a kernel."""
     from tests.gpu import (test_api_gpu, test_attention_gpu, test_kvcache_gpu, test_sm90a_specs_gpu, test_tl_specs_gpu,
-                           test_tlc_test_gpu)
+                           test_tlc_test_gpu, test_varlen_gpu)
 
     out: list[Job] = []
-    for module in (test_attention_gpu, test_api_gpu, test_tlc_test_gpu, test_kvcache_gpu):
+    for module in (test_attention_gpu, test_api_gpu, test_tlc_test_gpu, test_kvcache_gpu, test_varlen_gpu):
         out += module.builds()
     for case in test_tl_specs_gpu.CASES:
         data, name, defines = test_tl_specs_gpu.source(case)

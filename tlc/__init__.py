@@ -79,4 +79,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
                          num_splits=num_splits)
 
 
-__all__ = ["build", "attention", "flash_attn_with_kvcache", "precompile", "__version__"]
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
+                           causal=False):
+    """FlashAttention's `flash_attn_varlen_func`: packed sequences, q (total queries, heads, d), k and v (total keys,
+    kv heads, d), sequence b at rows cu_seqlens[b] … cu_seqlens[b + 1] − 1 (int32 (batch + 1,) tensors); `causal`
+    aligns each sequence's queries with the end of its keys. Returns (total queries, heads, d). Runs
+    specs/varlen_fwd.tl (tlc/attention/varlen.py)."""
+    from tlc.attention.varlen import flash_attn_varlen_func as _varlen
+
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal)
+
+
+__all__ = ["build", "attention", "flash_attn_with_kvcache", "flash_attn_varlen_func", "precompile", "__version__"]

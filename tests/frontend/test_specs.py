@@ -15,6 +15,7 @@ from tests.frontend.group_sum_reference import group_sum_reference
 from tests.frontend.lse_reference import lse_reference
 from tests.frontend.merge_reference import merge_states
 from tests.frontend.paged_reference import paged_reference
+from tests.frontend.varlen_reference import varlen_reference
 from tests.frontend.window_reference import window_reference
 from tlc.testing import Shapes, check_interpreter, program_info
 from tests.spec_files import ONE_KERNEL_SPECS
@@ -33,7 +34,8 @@ OWN_REFERENCE = {"sliding_window_fwd.tl": lambda graph: window_reference(graph.p
                  "mha_lse_fwd.tl": lambda graph: lse_reference(graph.params["Causal"], graph.params["Align"]),
                  "group_sum_fwd.tl": lambda graph: group_sum_reference(graph.params["Causal"], graph.params["Align"]),
                  "merge_states.tl": lambda graph: merge_states,
-                 "paged_kv_fwd.tl": lambda graph: paged_reference(graph.params["PageSize"], graph.params["Causal"])}
+                 "paged_kv_fwd.tl": lambda graph: paged_reference(graph.params["PageSize"], graph.params["Causal"]),
+                 "varlen_fwd.tl": lambda graph: varlen_reference(graph.params["Causal"])}
 # Own-reference specs without a Causal switch: the program itself says which keys (if any) a row sees.
 NO_CAUSAL = {"sliding_window_fwd.tl", "merge_states.tl"}
 

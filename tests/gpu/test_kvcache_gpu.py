@@ -24,7 +24,8 @@ SPLITS = [1, 4, 64]
 
 def builds() -> list[tuple]:
     """The kernels these tests build on an H200 (132 SMs; sm_90a), for bench/precompile.py --set tests."""
-    from tlc.attention.kvcache import SPECS, kernel_plan
+    from tlc.attention.kernels import specs_dir
+    from tlc.attention.kvcache import kernel_plan
 
     plans = [kernel_plan(4, sq, h, kvh, d, 1000, "bf16", causal) for h, kvh, sq, causal, d in CONTIGUOUS]
     plans += [kernel_plan(4, 1, 8, 2, 128, 1000, "bf16", False, num_splits=s) for s in SPLITS]
@@ -32,7 +33,7 @@ def builds() -> list[tuple]:
     plans += [kernel_plan(4, 1, 8, 2, 128, 1024, "bf16", False, 16, num_splits=s) for s in SPLITS]
     plans += [kernel_plan(2, 1, 8, 2, 64, 256, "bf16", False), kernel_plan(2, 1, 8, 2, 64, 256, "bf16", False, 64)]
     unique = {(spec, tuple(sorted(d.items()))) for spec, d in plans}
-    return [(SPECS / f"{spec}.tl", dict(d), spec, "sm_90a") for spec, d in sorted(unique)]
+    return [(specs_dir() / f"{spec}.tl", dict(d), spec, "sm_90a") for spec, d in sorted(unique)]
 
 
 def case(b, h, kvh, sq, sk, d, seed):

@@ -5,7 +5,7 @@ paged attention; the sm_90 kernel IR on the tile evaluator equals the interprete
 planted bugs in the gather are caught; sm_90a keeps cp.async for the gathered tiles (a TMA box cannot gather)
 and its protocol holds; the emitted CuTe shifts each row to its storage row; the launcher binds the pool and
 refuses a per-batch one; the kernel-IR text, cache codec and ABI round-trip; what a row map cannot be is refused
-at its line. Not run on a GPU here (tests/gpu: paged64*, paged128*)."""
+at its line (stores through one: tests/lowering/test_varlen.py). Not run on a GPU here (tests/gpu: paged64*, paged128*)."""
 from __future__ import annotations
 
 import ctypes
@@ -252,10 +252,6 @@ K_LINE = line_of("Allocate K in global")
     ("Allocate Q in shared (BM, HeadDim)", "Allocate Q in shared (BM, HeadDim) with rows at row",
      line_of("Allocate Q in shared"),
      "'rows at' gathers the rows of a global (rows, cols) tensor; 'Q' is in shared memory"),
-    ("Allocate O in global (seqlen_q, HeadDim) with offset head_idx",
-     "Allocate O in global (seqlen_q, HeadDim) with offset head_idx and rows at row + 1",
-     line_of("Copy O (BM, HeadDim) in coordinate [L = block_idx] from register to global"),
-     "stores through a row map are not supported yet"),
 ])
 def test_what_a_row_map_cannot_be_is_refused_at_its_line(old: str, new: str, line: int, message: str) -> None:
     text = SPEC.read_text()

@@ -12,6 +12,7 @@ import torch
 
 import tlc
 from tlc.attention import kvcache, sdpa
+from tlc.attention.kernels import specs_dir
 from tlc.attention.kvcache import num_splits_heuristic
 from tlc.diagnostics import TlcError
 
@@ -75,13 +76,13 @@ def test_a_paged_call_binds_the_pool_the_table_and_the_heads_as_rows(on_cuda, mo
 
     no_gpu(monkeypatch.setattr)
     defines = {"HeadDim": 64, "BM": 64, "BN": 128, "dtype": "bf16", "Causal": False, "PageSize": 16}
-    graph, _ = compile_graph((kvcache.SPECS / "paged_kv_fwd.tl").read_text(), "paged_kv_fwd.tl",
+    graph, _ = compile_graph((specs_dir() / "paged_kv_fwd.tl").read_text(), "paged_kv_fwd.tl",
                              defines={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in defines.items()})
     state, _ = run_lowering(graph, "sm_90a", name="paged_kv_fwd")
     kernel = stand_in_kernel(state.kir, state.abi)   # the one-kernel paged program: its struct is the same
     monkeypatch.setattr(kvcache, "_sm_count", lambda device: 132)
     asked = []
-    monkeypatch.setattr(kvcache, "_kernel", lambda spec, d, device: asked.append((spec, d)) or kernel)
+    monkeypatch.setattr(kvcache, "spec_kernel", lambda spec, d, device: asked.append((spec, d)) or kernel)
     driver = record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
     q = torch.randn(3, 1, 8, 64).to(torch.bfloat16)
     pages = torch.randn(12, 16, 2, 64).to(torch.bfloat16)

@@ -100,3 +100,17 @@ def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "s
                    Stages=tiles["stages"])  # Warps and Stages bind as schedule options (neither spec sets them)
     defines.update(default_schedule(d_qk, d_v, arch, causal, seq_k))   # knobs tuned per head dim, key length
     return spec, defines
+
+
+_SPEC_KERNELS: dict = {}
+
+
+def spec_kernel(spec: str, defines: dict, device):
+    """The kernel of shipped spec `spec` (`specs_dir() / f"{spec}.tl"`) with `defines`, for the target `attention_target` picks
+    for `device`; built once per process (the disk cache keeps it across processes)."""
+    arch = attention_target(device)
+    key = (spec, tuple(sorted(defines.items())), arch)
+    if key not in _SPEC_KERNELS:
+        _SPEC_KERNELS[key] = runtime.build(specs_dir() / f"{spec}.tl", arch=arch, defines=defines)
+    return _SPEC_KERNELS[key]
+

@@ -15,14 +15,12 @@ torch.compile tracing, no CUDA-graph capture tested.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
+from tlc.attention.kernels import spec_kernel
 from tlc.diagnostics import fail
 from tlc.numbers import a_kind
 
-SPECS = Path(__file__).resolve().parents[2] / "specs"
-SPLITS = (1, 2, 4, 8, 16, 32, 64)   # the Splits the contiguous program is built with (each a kernel)
-_KERNELS: dict = {}
+SPLITS = (1, 2, 4, 8, 16, 32, 64)   # the Splits the decode programs are built with (each a kernel)
 
 
 def num_splits_heuristic(blocks: int, sms: int, key_tiles: int, max_splits: int = SPLITS[-1]) -> int:
@@ -64,7 +62,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
     spec, defines = kernel_plan(B, sq, H, kvh, d, capacity, dtype, causal, k_cache.shape[1] if paged else 0,
                                 num_splits, _sm_count(q.device))
-    kernel = _kernel(spec, defines, q.device)
+    kernel = spec_kernel(spec, defines, q.device)
     # the program's (O, LSE): O into `out`; the log-sum-exp is not returned (FlashAttention's default)
     if paged:
         pool_k, pool_v = (_pool(t) for t in (k_cache, v_cache))
@@ -93,17 +91,6 @@ def kernel_plan(batch: int, new_tokens: int, heads: int, kv_heads: int, d: int, 
 def _sm_count(device) -> int:
     import torch
     return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def _kernel(spec: str, defines: dict, device):
-    from tlc import runtime
-    from tlc.attention.kernels import attention_target
-
-    arch = attention_target(device)
-    key = (spec, tuple(sorted(defines.items())), arch)
-    if key not in _KERNELS:
-        _KERNELS[key] = runtime.build(SPECS / f"{spec}.tl", arch=arch, defines=defines)
-    return _KERNELS[key]
 
 
 def _pool(cache):

@@ -276,7 +276,7 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
         if op.gather:
             def call(s: Expr, d: Expr) -> None:
                 self.w.line(f"cute::copy({op.copy}, {_ix(s)}, {_ix(d)});")
-            self._gather_copy(op, op.src, op.dst, lambda: self._gather_row_calls(op, call))
+            self._gather_copy(op, op.src, op.dst, lambda: self._gather_row_calls(op, call), store=False)
         elif op.pred is None:
             self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
         else:
@@ -289,6 +289,10 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
         if op.kblock is not None:
             src, dst = (_ix(kblock_slice(e, op.kblock)) for e in (op.src, op.dst))
             self.w.line(f"cute::copy({op.copy}, {src}, {dst});")
+        elif op.gather:
+            def call(s: Expr, d: Expr) -> None:
+                self.w.line(f"cute::copy({op.copy}, {_ix(s)}, {_ix(d)});")
+            self._gather_copy(op, op.src, op.dst, lambda: self._gather_row_calls(op, call, False), store=True)
         elif op.pred is None:
             self.w.line(f"cute::copy({op.copy}, {_ix(op.src)}, {_ix(op.dst)});")
         else:

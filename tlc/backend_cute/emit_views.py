@@ -177,16 +177,19 @@ class ViewEmitter(_TABLE.mixin_base()):
         with self.w.block(f"for (int v_ = 0; v_ < {moves}; ++v_)"):
             self.w.line(move(f"v_ * {values}"))
 
-    def _gather_copy(self, op, src: Expr, dst: Expr, row_calls) -> None:
-        """A gather (AsyncCopyOp.gather): row `gm_` of the thread's (V, M, K) partition is tensor row `row_`,
-        read from the storage row `at_` its tensor's row map gives — the source slice shifted by `at_ - row_`
-        rows. Rows at or past the limit, or whose storage row is outside the storage, are zero-filled.
-        `row_calls()` copies `srow_` into `drow_`, the row's (V, K) slices."""
+    def _gather_copy(self, op, src: Expr, dst: Expr, row_calls, store: bool) -> None:
+        """A gather (AsyncCopyOp.gather, a load) or scatter (CopyOp.gather, a store): row `gm_` of the thread's
+        (V, M, K) partitions is tensor row `row_`, at the storage row `at_` its tensor's row map gives — the
+        global side's slice shifted by `at_ - row_` rows. Rows at or past the limit, or whose storage row is
+        outside the storage, are zero-filled (a load) or skipped (a store). `row_calls()` copies `srow_` into
+        `drow_`, the row's (V, K) slices."""
         tensor = self.symbols.get(op.gather)
         if getattr(tensor, "rows_at", None) is None:
-            raise fail(f"emitter: {op.token} gathers through `{op.gather}`, which is no gathered global tensor")
+            raise fail(f"emitter: a copy at line {op.loc.line} gathers through `{op.gather}`, which is no gathered "
+                       "global tensor")
         pred = cpp_expr(op.pred)
         at = cpp_expr(substitute(tensor.rows_at, "row", Var("row_")))
+        shifted = "dst_" if store else "src_"
         with self.w.block(""):
             self.w.line(f"auto src_ = {cpp_expr(src)};")
             self.w.line(f"auto dst_ = {cpp_expr(dst)};")
@@ -199,16 +202,20 @@ class ViewEmitter(_TABLE.mixin_base()):
                 self.w.line(f"const int at_ = int({at});")
                 with self.w.block(f"if (get<0>({pred}(0, gm_, 0)) < row_limit_ && at_ >= 0 && "
                                   f"at_ < {cpp_expr(tensor.storage_rows)})"):
-                    self.w.line(f"auto srow_ = make_tensor(src_(_, gm_, _).data() + int64_t(at_ - row_) * "
-                                f"stride<0>({tensor.name}), src_(_, gm_, _).layout());")
-                    self.w.line("auto drow_ = dst_(_, gm_, _);")
+                    for side, name in (("src_", "srow_"), ("dst_", "drow_")):
+                        if side == shifted:
+                            self.w.line(f"auto {name} = make_tensor({side}(_, gm_, _).data() + int64_t(at_ - row_) * "
+                                        f"stride<0>({tensor.name}), {side}(_, gm_, _).layout());")
+                        else:
+                            self.w.line(f"auto {name} = {side}(_, gm_, _);")
                     row_calls()
-                with self.w.block("else"):
-                    self.w.line("cute::clear(dst_(_, gm_, _));")
+                if not store:
+                    with self.w.block("else"):
+                        self.w.line("cute::clear(dst_(_, gm_, _));")
 
-    def _gather_row_calls(self, op, call) -> None:
+    def _gather_row_calls(self, op, call, zero_fill: bool = True) -> None:
         """The copies of one gathered row, `call(src, dst)` per column chunk `gk_` (those at or past the column
-        limit zero-filled), or one call for the whole row."""
+        limit zero-filled by a load, skipped by a store), or one call for the whole row."""
         if op.col_limit is None:
             call(Var("srow_"), Var("drow_"))
             return
@@ -216,8 +223,9 @@ class ViewEmitter(_TABLE.mixin_base()):
         with self.w.block("for (int gk_ = 0; gk_ < size<1>(drow_); ++gk_)"):
             with self.w.block(f"if (get<1>({cpp_expr(op.pred)}(0, gm_, gk_)) < col_limit_)"):
                 call(parse_expr("srow_[_, gk_]"), parse_expr("drow_[_, gk_]"))
-            with self.w.block("else"):
-                self.w.line("cute::clear(drow_(_, gk_));")
+            if zero_fill:
+                with self.w.block("else"):
+                    self.w.line("cute::clear(drow_(_, gk_));")
 
     def _atom_copy(self, op, zero_fill: bool) -> None:
         src, dst = op.src, op.dst
@@ -233,7 +241,7 @@ class ViewEmitter(_TABLE.mixin_base()):
                     self._atom_calls(op.copy, s, d, op.rest[1:], vector=vector)
                 else:
                     self._call(op.copy, s, d, vector)
-            self._gather_copy(op, src, dst, lambda: self._gather_row_calls(op, call))
+            self._gather_copy(op, src, dst, lambda: self._gather_row_calls(op, call, zero_fill), store=not zero_fill)
             return
         if op.pred is None:
             self._atom_calls(op.copy, src, dst, op.rest, vector=vector)

@@ -25,7 +25,7 @@ from tlc.kir.expr import free_names
 from tlc.kir.ops import KernelOp, ParamsOp, walk
 from tlc.kir.ops_sm90 import (ELEMENT_BYTES, RESIDENT_CTAS_FIELD, TILE_COUNTER, AtomicAddOp, TmaDescriptorOp, TmaParamsOp,
                               TmaPrefetchTileOp, tma_descriptors)
-from tlc.ir.tensor_inputs import launch_sizes, tensor_pointer, tensor_shape
+from tlc.ir.tensor_inputs import batch_of, launch_sizes, tensor_pointer, tensor_shape
 from tlc.lowering.abi import LaunchABI, TensorArg, query_heads
 from tlc.recent import Recent
 
@@ -319,8 +319,9 @@ class Kernel:
         if any(x > _INT32_MAX for x in t.shape):
             raise fail(f"{arg.name} has a dimension above 2^31-1: {tuple(t.shape)}")
 
-    def _bind(self, tensors, inputs: Mapping[str, float]) -> tuple[dict, dict]:
-        """Runtime values of the Inputs, the grid's heads and batch, and the group, from the tensors."""
+    def _bind(self, tensors, inputs: Mapping[str, float], runtime: Mapping | None = None) -> tuple[dict, dict]:
+        """Runtime values of the Inputs, the grid's heads and batch, and the group, from the tensors (the batch from
+        the tensor Inputs' sizes when every tensor is read through a row map: packed sequences)."""
         env: dict = {}
         for arg, t in zip(self.inputs, tensors):
             if arg.rows_at:   # a storage the batch shares: its rows are not the program's rows
@@ -358,7 +359,11 @@ class Kernel:
                            f"{grouped[0].name}'s heads ({kv}) (GQA/MQA)")
             group = heads // kv
         self._check_head_offsets(heads, group, heads_of, env)
-        return env, {"batch": batch.pop() if batch else 1, "heads": heads, "group": group}
+        if not batch:
+            found = batch_of({n: dims for n, _, dims in self.abi.tensor_inputs},
+                             {n: (runtime or {}).get(tensor_pointer(n)) for n, _, _ in self.abi.tensor_inputs}, env)
+            batch = {found if found is not None else 1}
+        return env, {"batch": batch.pop(), "heads": heads, "group": group}
 
     def _check_head_offsets(self, heads: int, group: int, heads_of: dict[str, int], env: Mapping) -> None:
         """Every tensor's head offset stays in its heads for the last query head, at the last value of each grid
@@ -460,7 +465,7 @@ class Kernel:
             self._check_tensor(t, arg)
         if len({t.device for t in tensors}) > 1:
             raise fail(f"the tensors are on different devices: {', '.join(str(t.device) for t in tensors)}")
-        env, dims = self._bind(tensors, inputs)
+        env, dims = self._bind(tensors, inputs, runtime or {})
         dev, dtype = tensors[0].device, tensors[0].dtype
         if self.abi.tensor_inputs:
             self._check_tensor_inputs(runtime or {}, dev, env, dims)
@@ -471,6 +476,12 @@ class Kernel:
                 raise fail(f"the rows of output {arg.name} ({arg.rows}) are not set by any input tensor")
             # a row vector (cols 0: the log-sum-exp of each row) is (batch, heads, rows) of fp32
             shape = (dims["batch"], arg.head_count(dims["heads"], dims["group"], env), rows) + ((arg.cols,) if arg.cols else ())
+            if arg.rows_at:   # stored through a row map: into the storage the caller gives, (1, heads, rows, cols)
+                if i != 0 or out is None or not _is_tensor(out) or out.dim() != 4 or out.shape[0] != 1:
+                    raise fail(f"{arg.name} is stored through a row map (rows at {arg.rows_at}): pass out=, its "
+                               f"(1, heads, storage rows, {arg.cols}) storage")
+                shape = (1, shape[1], out.shape[2], arg.cols)
+                env[arg.storage_rows] = out.shape[2]
             odt = getattr(torch, _TORCH_DTYPE[arg.dtype])   # as built: the inputs may be of another type
             if out is not None and i == 0:
                 if tuple(out.shape) != shape or out.stride(-1) != 1 or out.dtype != odt:

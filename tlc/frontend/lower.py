@@ -537,10 +537,6 @@ class Lowerer:
             dtype = target.value.type.dtype
             self.check_store_mode(s, target.value, src)
             self.check_offset_in_scope(s, target.value)
-            if s.name in self.gathered:
-                self.err(f"'{s.name}' is read through 'rows at' (a gather); stores through a row map are not "
-                         "supported yet: store into a tensor without one", s.loc,
-                         Note("row map declared here", self.gathered[s.name]))
         elif src == "global" or dst == "shared":
             dtype = source.value.type.dtype
         ty = TileType(dst, tuple(s.tile) if s.tile is not None else None, dtype)

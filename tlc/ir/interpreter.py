@@ -23,8 +23,8 @@ from tlc.expr import ExprError, eval_expr, free_names
 from tlc.expr.evaluate_tensor import evaluate_tensor
 from tlc.ir.graph import Graph
 from tlc.ir.heads import split_form
-from tlc.ir.row_maps import gather_rows
-from tlc.ir.tensor_inputs import launch_sizes, stored_rows, tensor_shape
+from tlc.ir.row_maps import gather_rows, rows_read
+from tlc.ir.tensor_inputs import batch_of, launch_sizes, stored_rows, tensor_shape
 from tlc.ir.ops import (AllocateOp, CopyOp, ElementwiseOp, FullOp, GemmOp, LoopOp, MaskOp, Op, ReshapeOp,
                         RowReduceOp, ScalarOp, ScaledExpOp, SoftmaxOp)
 
@@ -59,6 +59,9 @@ class GlobalRef:
     name: str
     slice: torch.Tensor | None  # (rows, cols) view into the output or input tensor
     deferred: Any = None        # the Allocate whose head offset reads a loop's variable: resolved at each copy
+    # a tensor read through a row map: (the head's storage (rows, cols), the storage row of each row of `slice`,
+    # a copy): a store writes both (tlc/ir/row_maps.py)
+    scatter: Any = None
 
 
 def _row_ok(t: Tile) -> torch.Tensor:
@@ -97,7 +100,11 @@ class Interpreter:
         heads = [t.shape[1] for n, t in self.tensors.items() if n in plain] or [t.shape[1] for t in laid_out]
         # a gathered tensor's storage is the batch's together (batch extent 1): the batch is the others'
         batch = next((t.shape[0] for n, t in self.tensors.items() if n not in self.graph.tensor_inputs
-                      and n not in gathered), laid_out[0].shape[0])
+                      and n not in gathered), None)
+        if batch is None:   # every tensor read through a row map: the batch the tensor Inputs are sized by
+            given = {n: self.tensors.get(n, self.base_env.get(n)) for n in self.graph.tensor_inputs}
+            batch = batch_of({n: t.dims for n, t in self.graph.tensor_inputs.items()}, given, self.base_env)
+            batch = laid_out[0].shape[0] if batch is None else batch
         by_split = [t.shape[1] // int(self.eval(form[0], self.base_env, None))
                     for _, op in self.graph.walk() if isinstance(op, AllocateOp) and op.space == "global"
                     and op.offset is not None and op.name in self.tensors
@@ -188,7 +195,8 @@ class Interpreter:
             if not 0 <= h < t.shape[1]:
                 raise InterpError(f"offset {op.offset} selects head {h} of '{op.name}', which has {t.shape[1]}", op)
             if op.rows_at is not None:
-                return GlobalRef(op.name, self.gathered(op, t[0, h], env))
+                view, at = self.gathered(op, t[0, h], env)
+                return GlobalRef(op.name, view, scatter=(t[0, h], at))
             view = t[int(env["batch_idx"]), h]
             seen = None
             for axis, d in enumerate(op.shape):
@@ -208,8 +216,9 @@ class Interpreter:
         z = torch.zeros(shape, dtype=torch.float64)
         return Tile(z, torch.ones(shape, dtype=torch.bool))
 
-    def gathered(self, op: AllocateOp, storage: torch.Tensor, env) -> torch.Tensor:
-        """The rows a row map gathers from one head's storage (tlc/ir/row_maps.py), seen to the program's extent."""
+    def gathered(self, op: AllocateOp, storage: torch.Tensor, env) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows a row map gathers from one head's storage (tlc/ir/row_maps.py), seen to the program's extent,
+        and the storage row of each."""
         held = stored_rows(op.shape[0])
         if isinstance(held, str):
             raise InterpError(held, op)
@@ -221,9 +230,10 @@ class Interpreter:
         seen = max(0, min(rows, int(self.eval(op.shape[0], env, op))))
         try:
             view = gather_rows(storage, op.rows_at, rows, env)
+            at = rows_read(op.rows_at, seen, env)
         except (ExprError, ValueError) as exc:
             raise InterpError(str(exc), op) from None
-        return view[:seen]
+        return view[:seen], at
 
     def op_CopyOp(self, op: CopyOp, args, vals, env):
         src = args[0]
@@ -294,6 +304,10 @@ class Interpreter:
                 t[rows[i], cols[sel]] += tile.data[i, sel].to(t.dtype)
             else:
                 t[rows[i], cols[sel]] = tile.data[i, sel].to(t.dtype)
+            if ref.scatter is not None:   # through a row map: into the storage row (none outside the storage)
+                storage, at = ref.scatter
+                if 0 <= int(at[rows[i]]) < storage.shape[0]:
+                    storage[int(at[rows[i]]), cols[sel]] = t[rows[i], cols[sel]]
         return ref
 
     def store_rows(self, op: CopyOp, tile: Tile, ref: GlobalRef, env) -> GlobalRef:

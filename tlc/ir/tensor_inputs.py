@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tlc.expr import Call, Expr, Index, Var, eval_expr, parse_expr
+from tlc.expr import Call, Expr, ExprError, Index, Var, eval_expr, free_names, parse_expr
 from tlc.expr.rewrite import children, subexprs
 
 DTYPES = {"int32": "int", "fp32": "float"}   # element type → the kind of value a load gives
@@ -80,3 +80,25 @@ def stored_rows(extent: Expr) -> Expr | str:
             return plain[0]
     return (f"a row extent that reads a tensor Input is 'min(E, R)': R the rows the tensor holds (an int Input, "
             f"seqlen_k), E the rows the program sees; '{extent}' is not")
+
+
+def batch_of(dims: Mapping[str, Sequence[Expr | str]], given: Mapping[str, object],
+             env: Mapping[str, object]) -> int | None:
+    """The batch a launch's tensor Inputs imply when no laid-out tensor gives it (every tensor read through a row
+    map: packed sequences): the first Input whose first dimension is `a · batch + b` (a > 0, in the launch's other
+    sizes) and whose tensor has n = a · batch + b elements there (`cu_seqlens : int32[batch + 1]`). None: none does."""
+    for name, shape in dims.items():
+        t = given.get(name)
+        if not shape or t is None or not hasattr(t, "shape") or not len(t.shape):
+            continue
+        d = parse_expr(shape[0]) if isinstance(shape[0], str) else shape[0]
+        if "batch" not in free_names(d):
+            continue
+        try:
+            b0, b1 = (int(eval_expr(d, dict(env, batch=v, heads=1, kv_heads=1))) for v in (0, 1))
+        except (ExprError, TypeError, ValueError):
+            continue
+        a, n = b1 - b0, int(t.shape[0])
+        if a > 0 and (n - b0) % a == 0 and n >= b0:
+            return (n - b0) // a
+    return None

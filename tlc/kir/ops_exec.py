@@ -47,11 +47,7 @@ class AsyncCopyOp(Op):
         check_ident(self.copy, "tiled copy")
         self._need((self.pred is None) == (self.row_limit is None), "pred and row_limit go together")
         self._need(self.row_first is None or self.pred is not None, "row_first needs pred")
-        self._need(bool(self.gather) == (self.gather_row0 is not None), "gather and gather_row0 go together")
-        self._need(not self.gather or (self.pred is not None and self.row_first is None),
-                   "a gather reads its rows' coordinates from pred (tiles counted from the start)")
-        if self.gather:
-            check_ident(self.gather, "gathered tensor")
+        _check_gather(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,13 +100,28 @@ class CopyOp(Op):
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     row_first: Expr | None = None
+    # A scatter: `dst` is a tile of GlobalTensorOp `gather` (with `rows_at`) from tensor row `gather_row0`; each
+    # row goes to the storage row its map gives (skipped where that is outside the storage).
+    gather: str = ""
+    gather_row0: Expr | None = None
     declared_effects = EffectDecl(reads=("src", "pred"), writes=("dst",), shared_reads=("reads",),
                                   shared_writes=("writes",))
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("gather", "gather_row0")
 
     def check(self) -> None:
         check_ident(self.copy, "tiled copy")
         self._need((self.pred is None) == (self.row_limit is None), "pred and row_limit go together")
         self._need(self.row_first is None or self.pred is not None, "row_first needs pred")
+        _check_gather(self)
+
+
+def _check_gather(op) -> None:
+    """A copy's gather fields (AsyncCopyOp, CopyOp): both or neither, with the rows' coordinates in `pred`."""
+    op._need(bool(op.gather) == (op.gather_row0 is not None), "gather and gather_row0 go together")
+    op._need(not op.gather or (op.pred is not None and op.row_first is None),
+             "a gather reads its rows' coordinates from pred (tiles counted from the start)")
+    if op.gather:
+        check_ident(op.gather, "gathered tensor")
 
 
 # ----------------------------------------------------------------------------- fragment math

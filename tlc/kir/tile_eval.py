@@ -22,7 +22,7 @@ from tlc.kir.evaluate import evaluate
 from tlc.kir.tile_eval_expr import F64, round_to
 from tlc.kir.tile_eval_state import HANDLERS, Block, Bound, TileEvalError
 from tlc.expr import ExprError
-from tlc.ir.tensor_inputs import launch_sizes, tensor_pointer, tensor_shape
+from tlc.ir.tensor_inputs import batch_of, launch_sizes, tensor_pointer, tensor_shape
 from tlc.lowering.abi import LaunchABI, TensorArg, query_heads
 
 __all__ = ["TileEvalError", "evaluate_program", "known_ops"]
@@ -71,7 +71,11 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
     batches = {store[a.name].shape[0] for a in ins if not a.rows_at}
     if len(batches) > 1:
         raise TileEvalError(f"the input tensors' batch sizes differ: {sorted(batches)}")
-    batch = batches.pop() if batches else 1
+    if not batches:   # every tensor read through a row map: the batch the tensor Inputs are sized by
+        found = batch_of({n: dims for n, _, dims in abi.tensor_inputs},
+                         {n: tensors.get(n, inputs.get(n)) for n, _, _ in abi.tensor_inputs}, env)
+        batches = {found if found is not None else 1}
+    batch = batches.pop()
     heads = query_heads(ins, {a.name: store[a.name].shape[1] for a in ins}, env)
     grouped = [a for a in ins if "group" in a.head]
     kv = store[grouped[0].name].shape[1] if grouped else heads
@@ -83,6 +87,12 @@ def _bind(abi: LaunchABI, tensors: Mapping[str, torch.Tensor], inputs: Mapping[s
             count = arg.head_count(heads, heads // kv, env)
             shape = (batch, count, _rows(arg, env), arg.cols) if arg.cols else (batch, count, _rows(arg, env))
             given = tensors.get(arg.name)
+            if arg.rows_at:   # stored through a row map: the storage the caller gives, (1, heads, rows, cols)
+                if given is None or given.dim() != 4 or given.shape[0] != 1:
+                    raise TileEvalError(f"output {arg.name} is stored through a row map: give its (1, heads, rows, "
+                                        f"cols) storage")
+                shape = (1, count, given.shape[2], arg.cols)
+                env[arg.storage_rows] = given.shape[2]
             if given is not None and tuple(given.shape) != shape:
                 raise TileEvalError(f"output {arg.name} must be {shape}, got {tuple(given.shape)}")
             # NaN where no kernel writes; a reduce-store's target starts at zero, as the launch gives it

@@ -129,11 +129,15 @@ def _gathered(blk: Block, op: K.GlobalTensorOp, bound) -> None:
         raise TileFault(f"{op.name} at element offset {offset} reaches outside tensor {bound.name}")
     heads = torch.as_strided(storage, (real_rows, real_cols), (stride, 1), offset)
     data = torch.zeros((rows, real_cols), dtype=storage.dtype)
-    for r in range(rows):
-        at = int(evaluate(op.rows_at, {**blk.scalars, "row": r}))
-        if 0 <= at < real_rows:
-            data[r] = heads[at]
-    blk.values[op.name] = GlobalView(bound.name, data, op.cols, op.dtype, None, gathered=True)
+    index = torch.tensor([int(evaluate(op.rows_at, {**blk.scalars, "row": r})) for r in range(rows)],
+                         dtype=torch.int64)
+    inside = (index >= 0) & (index < real_rows)
+    data[inside] = heads[index[inside]]
+    scatter = owner = None
+    if bound.owner is not None:   # an output: stores go to the storage rows
+        scatter = (heads, torch.as_strided(bound.owner, (real_rows, real_cols), (stride, 1), offset), index)
+        owner = torch.full((rows, real_cols), -1, dtype=torch.int64)
+    blk.values[op.name] = GlobalView(bound.name, data, op.cols, op.dtype, owner, gathered=True, scatter=scatter)
 
 
 @handles(K.GlobalTileOp)

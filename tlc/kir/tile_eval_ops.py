@@ -46,14 +46,20 @@ def _async_copy(blk: Block, op: K.AsyncCopyOp) -> None:
     _pred_shape(pred, src.shape)
     if op.buffer and op.buffer != dst.buffer:
         raise TileFault(f"says it writes buffer {op.buffer} but writes {dst.buffer} (sync decisions read `buffer`)")
-    if src.view.gathered != bool(op.gather):
-        raise TileFault(f"reads {src.view.name}, whose rows are gathered through a row map, as an affine tile"
-                        if src.view.gathered else f"gathers through {op.gather}, but reads {src.view.name}, an affine tensor")
-    if op.gather and (blk.value(op.gather) is not src.view or blk.integer(op.gather_row0) != src.start[0]):
-        raise TileFault(f"gathers the rows of {op.gather} from row {blk.integer(op.gather_row0)}, but its tile is "
-                        f"{src.view.name}'s from row {src.start[0]}")
+    _check_gather(blk, op, src)
     value = read_window(src, blk.integer(op.row_limit), blk.integer(op.col_limit), blk.integer(op.row_first))
     blk.smem.write(dst.key(), dst.transposed, value, "async")
+
+
+def _check_gather(blk: Block, op, tile: Window) -> None:
+    """A copy reads or writes a gathered tensor's tile exactly when it says `gather`, from that tile's first row."""
+    if tile.view.gathered != bool(op.gather):
+        raise TileFault(f"copies {tile.view.name}, whose rows are gathered through a row map, as an affine tile"
+                        if tile.view.gathered else f"gathers through {op.gather}, but copies {tile.view.name}, an "
+                        "affine tensor")
+    if op.gather and (blk.value(op.gather) is not tile.view or blk.integer(op.gather_row0) != tile.start[0]):
+        raise TileFault(f"gathers the rows of {op.gather} from row {blk.integer(op.gather_row0)}, but its tile is "
+                        f"{tile.view.name}'s from row {tile.start[0]}")
 
 
 @handles(K.CopyOp)
@@ -75,6 +81,7 @@ def _copy(blk: Block, op: K.CopyOp) -> None:
     rows, cols = blk.integer(op.row_limit), blk.integer(op.col_limit)
     if isinstance(dst, Window):
         _pred_shape(pred, dst.shape)
+        _check_gather(blk, op, dst)
         write_window(dst, value, rows, cols, blk.cta, blk.integer(op.row_first))
         return
     if not isinstance(dst, SharedRef):

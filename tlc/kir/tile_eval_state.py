@@ -38,6 +38,8 @@ class GlobalView:
     dtype: str
     owner: torch.Tensor | None = None   # outputs: which CTA stored each element (-1: none yet)
     gathered: bool = False   # rows gathered through a row map: only a gather copy may read it
+    # a gathered output: (the head's storage (rows, cols), its owners, the storage row of each row): stores go there
+    scatter: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -197,8 +199,29 @@ def write_window(w: Window, value: torch.Tensor, row_limit: int | None, col_limi
     if others.numel():
         raise TileFault(f"stores elements of {w.view.name} that CTA #{int(others[0])} stored too (a race between "
                         "CTAs: their tiles overlap)")
+    if w.view.scatter is not None:
+        _scatter(w, value[local], region, cta)
+        return
     owner.fill_(cta)
     w.view.data[region] = round_to(value[local], w.view.dtype)
+
+
+def _scatter(w: Window, value: torch.Tensor, region: tuple[slice, ...], cta: int) -> None:
+    """A store into a gathered output: each row into the storage row its map gave (none outside the storage),
+    two CTAs writing one storage element a race."""
+    storage, owners, index = w.view.scatter
+    for i, r in enumerate(range(region[0].start, region[0].stop)):
+        at = int(index[r])
+        if not 0 <= at < storage.shape[0]:
+            continue
+        owner = owners[at, region[1]]
+        others = owner[(owner >= 0) & (owner != cta)]
+        if others.numel():
+            raise TileFault(f"stores row {at} of {w.view.name}'s storage, which CTA #{int(others[0])} stored too (a "
+                            "race: two rows map to one storage row)")
+        owner.fill_(cta)
+        storage[at, region[1]] = round_to(value[i], w.view.dtype)
+        w.view.data[r, region[1]] = storage[at, region[1]]
 
 
 # ----------------------------------------------------------------------------- one CTA

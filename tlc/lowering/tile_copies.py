@@ -315,6 +315,10 @@ def _store(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
                    "fp32 register tiles (GEMM results) to global", op.loc)
     tr, tc, logical, r, c = _copy_tile(cx, op, g, (src.rows, src.logical_cols), f"'{op.operands[0].base}'")
     t = next(t for t in cx.abi.tensors if t.ptr == f"{op.operands[1].base}_ptr")
+    gathered = is_gathered(cx, g)
+    if gathered and (t.dtype == "fp32" or op.add or op.from_end):
+        raise fail(f"tlc build: '{t.name}' is stored through a row map, which the lowering scatters from the staged "
+                   "bf16/fp16 store only (an fp32 or added tile, or tiles counted from the end, not yet)", op.loc)
     if t.dtype == "fp32" or op.add:
         return _store_elements(cx, op, src, g, (tr, tc, logical, r, c), out)
     stage = Buffer(f"{t.name}_out", cx.names.fresh(f"s{t.name}_out"), tr, tc, t.dtype, op.loc, reuse=True)
@@ -339,7 +343,8 @@ def _store(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:
             K.CopyOp(copy=r2s, src=Var(r_view), dst=Var(s_dst), writes=(stage.name,), loc=op.loc),
             K.CopyOp(copy=s2g, src=Var(s_src), dst=Index(Var(g_dst), (ALL, ALL, ALL, r, c)), pred=Var(pred),
                      row_limit=limit, col_limit=Const(logical) if tc != logical else None, row_first=first,
-                     reads=(stage.name,), loc=op.loc)]
+                     reads=(stage.name,), gather=g.name if gathered else "",
+                     gather_row0=BinOp("*", r, Const(tr)) if gathered else None, loc=op.loc)]
     cx.bind(op.result, Slot("global", g.name, cols=g.cols, region=-1))
 
 

@@ -1,0 +1,70 @@
+"""tlc.flash_attn_varlen_func on the CPU: its one-line refusals naming the argument, and a call through the real
+launcher (a stand-in driver): the packed tensors bound as (1, heads, rows, d) storages, the batch taken from the
+offsets' length, the output written into the caller's tensor. Results are checked on a GPU
+(tests/gpu/test_varlen_gpu.py)."""
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+import torch
+
+import tlc
+from tlc.attention import sdpa, varlen
+from tlc.diagnostics import TlcError
+
+
+@pytest.fixture
+def on_cuda(monkeypatch):
+    monkeypatch.setattr(sdpa, "_on_cuda", lambda t: True)
+
+
+def args(**change):
+    out = dict(q=torch.zeros(30, 4, 64, dtype=torch.bfloat16), k=torch.zeros(40, 2, 64, dtype=torch.bfloat16),
+               v=torch.zeros(40, 2, 64, dtype=torch.bfloat16), cu_seqlens_q=torch.tensor([0, 10, 30], dtype=torch.int32),
+               cu_seqlens_k=torch.tensor([0, 15, 40], dtype=torch.int32), max_seqlen_q=20, max_seqlen_k=25)
+    out.update(change)
+    return out
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(q=torch.zeros(2, 30, 4, 64, dtype=torch.bfloat16)), "q must be 3-D (total rows, heads, d), got shape "
+                                                               "(2, 30, 4, 64)"),
+    (dict(v=torch.zeros(40, 2, 32, dtype=torch.bfloat16)), "k (40, 2, 64) and v (40, 2, 32) differ"),
+    (dict(q=torch.zeros(30, 3, 64, dtype=torch.bfloat16)), "q's 3 heads are not a multiple of k's 2"),
+    (dict(cu_seqlens_q=torch.tensor([0, 10, 30])), "cu_seqlens_q must be an int32 tensor of (batch + 1,)"),
+    (dict(cu_seqlens_k=torch.tensor([0, 40], dtype=torch.int32)), "cu_seqlens_q has 3 offsets, cu_seqlens_k 2"),
+    (dict(max_seqlen_q=-1), "max_seqlen_q must be an int >= 0, not -1"),
+    (dict(k=torch.zeros(40, 2, 64)), "k is torch.float32; q, k and v are all bf16 or all fp16"),
+])
+def test_a_bad_argument_is_refused_in_one_line_naming_it(on_cuda, change: dict, message: str) -> None:
+    with pytest.raises(TlcError, match=re.escape(message)) as info:
+        tlc.flash_attn_varlen_func(**args(**change))
+    assert "\n" not in str(info.value).strip()
+
+
+def test_a_call_binds_the_packed_storages_and_the_batch_from_the_offsets(on_cuda, monkeypatch) -> None:
+    from bench.launch_stand_ins import no_gpu, record, stand_in_kernel
+    from tlc.api import compile_graph
+    from tlc.attention.kernels import specs_dir
+    from tlc.lowering.passes import run_lowering
+
+    no_gpu(monkeypatch.setattr)
+    spec, defines = varlen.varlen_plan(64, "bf16", True)
+    graph, _ = compile_graph((specs_dir() / f"{spec}.tl").read_text(), f"{spec}.tl",
+                             defines={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in defines.items()})
+    state, _ = run_lowering(graph, "sm_90a", name=spec)
+    kernel = stand_in_kernel(state.kir, state.abi)
+    monkeypatch.setattr(varlen, "spec_kernel", lambda s, d, device: kernel)
+    driver = record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
+    a = args(causal=True)
+    out = tlc.flash_attn_varlen_func(**a)
+    assert tuple(out.shape) == (30, 4, 64)
+    s = kernel._struct.from_buffer_copy(driver.launches[-1][-1])
+    assert (s.batch, s.heads, s.group, s.seqlen_q, s.seqlen_k) == (2, 4, 2, 20, 25)
+    assert (s.Q_storage_rows, s.K_storage_rows, s.O_storage_rows) == (30, 40, 30)
+    assert (s.O_ptr, s.O_head_stride, s.O_row_stride) == (out.data_ptr(), 64, 4 * 64)
+    assert s.cu_seqlens_q_ptr == a["cu_seqlens_q"].data_ptr()
+    grid = driver.launches[-1][0]
+    assert grid == (1, 4, 2)   # one 128-row query tile of the longest sequence, 4 heads, 2 sequences
