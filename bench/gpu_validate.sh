@@ -10,6 +10,7 @@
 #   precompile   bench/precompile.py --set tests alone (before only=…)
 #   only=EXPR    `pytest -m gpu tests/gpu -k EXPR` (a rerun of some GPU tests)
 #   kv-decode    bench/bench_kv_decode.py --arch sm_90a (decode against a KV cache, tlc's specs and SDPA's backends)
+#   varlen       bench/bench_varlen.py (packed sequences against the same tokens as one dense batch)
 # usage (device): bash bench/gpu_validate.sh suite hang diff=0:200 sanitize
 # Every log and JSON goes to a folder of its own, packed at the end into $OUT/logs.tgz (the device returns a few
 # files only); the JSON files are copied to $OUT too.
@@ -61,6 +62,7 @@ for what in "$@"; do
     precompile) step precompile-tests python3 bench/precompile.py --jobs 16 --set tests ;;
     only=*) step only python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -k "${what#only=}" ;;
     kv-decode) step kv-decode python3 bench/bench_kv_decode.py --arch sm_90a ;;
+    varlen) step varlen python3 bench/bench_varlen.py ;;
     *) echo "unknown step '$what'"; status=1 ;;
     esac
 done
