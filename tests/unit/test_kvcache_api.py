@@ -98,3 +98,43 @@ def test_a_paged_call_binds_the_pool_the_table_and_the_heads_as_rows(on_cuda, mo
         (2, 1, 4, 64, 192, 3)
     assert (struct.kv_lengths_ptr, struct.block_table_ptr) == (lengths.data_ptr(), table.data_ptr())
     assert struct.O_ptr == out.data_ptr()
+
+
+# ------------------------------------------------------------------ torch.compile sees one op
+def test_torch_compile_fullgraph_traces_one_kvcache_op_per_call() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def step(q, k, v, lengths, table):
+        return tlc.flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths, block_table=table) + 1
+
+    mode = FakeTensorMode()
+    with mode:
+        q = torch.empty(3, 1, 8, 64, dtype=torch.bfloat16, device="cuda")
+        pages = torch.empty(12, 16, 2, 64, dtype=torch.bfloat16, device="cuda")
+        lengths = torch.empty(3, dtype=torch.int32, device="cuda")
+        table = torch.empty(3, 4, dtype=torch.int32, device="cuda")
+    torch._dynamo.reset()
+    with mode:
+        out = torch.compile(step, fullgraph=True, backend=recording)(q, pages, pages, lengths, table)
+    assert out.shape == (3, 1, 8, 64) and out.device.type == "cuda"
+    (graph,) = graphs
+    calls = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert torch.ops.tlc.flash_attn_with_kvcache.default in calls
+
+
+def test_a_refusal_under_torch_compile_keeps_its_words() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    with mode:
+        q = torch.empty(2, 1, 3, 64, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(2, 64, 2, 64, dtype=torch.bfloat16, device="cuda")
+    torch._dynamo.reset()
+    with mode, pytest.raises(Exception, match="q's 3 heads are not a multiple of the cache's 2 KV heads"):
+        torch.compile(lambda q, k: tlc.flash_attn_with_kvcache(q, k, k), fullgraph=True, backend="eager")(q, k)

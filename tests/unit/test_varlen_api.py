@@ -68,3 +68,18 @@ def test_a_call_binds_the_packed_storages_and_the_batch_from_the_offsets(on_cuda
     assert s.cu_seqlens_q_ptr == a["cu_seqlens_q"].data_ptr()
     grid = driver.launches[-1][0]
     assert grid == (1, 4, 2)   # one 128-row query tile of the longest sequence, 4 heads, 2 sequences
+
+
+def test_make_fx_records_one_varlen_op() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = FakeTensorMode()
+    with mode:
+        q = torch.empty(30, 4, 64, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(40, 2, 64, dtype=torch.bfloat16, device="cuda")
+        cq = torch.empty(3, dtype=torch.int32, device="cuda")
+    graph = make_fx(lambda q, k, cq: tlc.flash_attn_varlen_func(q, k, k, cq, cq, 20, 25, causal=True),
+                    tracing_mode="fake")(q, k, cq)
+    calls = [n for n in graph.graph.nodes if n.target is torch.ops.tlc.flash_attn_varlen_func.default]
+    assert len(calls) == 1 and tuple(calls[0].meta["val"].shape) == (30, 4, 64)

@@ -9,15 +9,15 @@ switches by changing an import. Every call runs a shipped TL program:
 One new token per sequence (q of one row) folds the query heads of each KV head into the kernel's rows: q
 (batch, 1, heads, d) is viewed as (batch, kv heads, group, d), so one read of K and V serves the group. With
 more new tokens each head keeps its rows and `causal` aligns the queries with the end of each sequence's keys
-(FlashAttention's bottom-right). The tensors are viewed, never copied. Not a torch custom op yet: no
-torch.compile tracing, no CUDA-graph capture tested.
+(FlashAttention's bottom-right). The tensors are viewed, never copied. Under torch.compile or another tracer the
+call is one node, the custom op `tlc::flash_attn_with_kvcache` (tlc/attention/serving_ops.py).
 """
 from __future__ import annotations
 
 import math
 
 from tlc.attention.kernels import spec_kernel
-from tlc.diagnostics import fail
+from tlc.attention.sdpa import refusal
 from tlc.numbers import a_kind
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)   # the Splits the decode programs are built with (each a kernel)
@@ -47,13 +47,28 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     0 picks by num_splits_heuristic, else one of SPLITS."""
     import torch
 
+    from tlc.attention.sdpa import _eager
+
     _check(q, k_cache, v_cache, block_table, causal, num_splits)
+    paged = block_table is not None
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    lengths = _lengths(cache_seqlens, q.shape[0], capacity, q.device)
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[3])
+    if _eager(q, k_cache, v_cache, lengths, *([block_table] if paged else [])):
+        return run_with_kvcache(q, k_cache, v_cache, lengths, block_table, scale, causal, num_splits)
+    from tlc.attention.serving_ops import kvcache_op   # traced (torch.compile, make_fx): one graph node
+
+    return kvcache_op(q, k_cache, v_cache, lengths, block_table, scale, causal, num_splits)
+
+
+def run_with_kvcache(q, k_cache, v_cache, lengths, block_table, scale: float, causal: bool, num_splits: int):
+    """The checked call (`lengths` an int32 (batch,) tensor, `scale` a float): builds on first use and launches."""
+    import torch
+
     B, sq, H, d = q.shape
     paged = block_table is not None
     kvh = k_cache.shape[2]
     capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
-    lengths = _lengths(cache_seqlens, B, capacity, q.device)
-    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
     fold = sq == 1   # one new token: the group's heads are the rows (causal changes nothing for it)
     qk = q.view(B, kvh, H // kvh, d) if fold and q.is_contiguous() else (
         q.contiguous().view(B, kvh, H // kvh, d) if fold else q.transpose(1, 2))
@@ -105,16 +120,16 @@ def _lengths(cache_seqlens, batch: int, capacity: int, device):
     if cache_seqlens is None:
         return torch.full((batch,), capacity, dtype=torch.int32, device=device)
     if isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, (int, torch.Tensor)):
-        raise fail(f"flash_attn_with_kvcache: cache_seqlens must be an int or an int32 tensor of (batch,), not "
+        raise refusal(f"flash_attn_with_kvcache: cache_seqlens must be an int or an int32 tensor of (batch,), not "
                    f"{a_kind(cache_seqlens)}")
     if isinstance(cache_seqlens, int):
         if not 0 <= cache_seqlens <= capacity:
-            raise fail(f"flash_attn_with_kvcache: cache_seqlens = {cache_seqlens} is outside the cache's 0 … {capacity} "
+            raise refusal(f"flash_attn_with_kvcache: cache_seqlens = {cache_seqlens} is outside the cache's 0 … {capacity} "
                        "rows")
         return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
     t = cache_seqlens
     if t.dtype != torch.int32 or tuple(t.shape) != (batch,) or t.device != device:
-        raise fail(f"flash_attn_with_kvcache: cache_seqlens must be an int32 tensor of ({batch},) on {device}, got "
+        raise refusal(f"flash_attn_with_kvcache: cache_seqlens must be an int32 tensor of ({batch},) on {device}, got "
                    f"{t.dtype} {tuple(t.shape)} on {t.device}")
     return t.contiguous()
 
@@ -127,47 +142,47 @@ def _check(q, k_cache, v_cache, block_table, causal, num_splits) -> None:
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, torch.Tensor):
             if name == "v_cache" and t is None:
-                raise fail("flash_attn_with_kvcache: v_cache=None (MLA's latent cache read for K and V) is not "
+                raise refusal("flash_attn_with_kvcache: v_cache=None (MLA's latent cache read for K and V) is not "
                            "supported yet; pass v_cache")
-            raise fail(f"flash_attn_with_kvcache: {name} must be a torch.Tensor, not {a_kind(t)}")
+            raise refusal(f"flash_attn_with_kvcache: {name} must be a torch.Tensor, not {a_kind(t)}")
         if t.dim() != 4:
-            raise fail(f"flash_attn_with_kvcache: {name} must be 4-D, got shape {tuple(t.shape)}")
+            raise refusal(f"flash_attn_with_kvcache: {name} must be 4-D, got shape {tuple(t.shape)}")
         if not sdpa._on_cuda(t):
-            raise fail(f"flash_attn_with_kvcache: {name} is on {t.device}; move it to a CUDA device")
+            raise refusal(f"flash_attn_with_kvcache: {name} is on {t.device}; move it to a CUDA device")
         if t.dtype not in (torch.bfloat16, torch.float16) or t.dtype != q.dtype:
-            raise fail(f"flash_attn_with_kvcache: {name} is {t.dtype}; q, k_cache and v_cache are all bf16 or all fp16")
+            raise refusal(f"flash_attn_with_kvcache: {name} is {t.dtype}; q, k_cache and v_cache are all bf16 or all fp16")
         if t.stride(-1) != 1:
-            raise fail(f"flash_attn_with_kvcache: {name}'s last dimension must be contiguous (stride 1)")
+            raise refusal(f"flash_attn_with_kvcache: {name}'s last dimension must be contiguous (stride 1)")
     B, _, H, d = q.shape
     if k_cache.shape != v_cache.shape:
-        raise fail(f"flash_attn_with_kvcache: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ "
+        raise refusal(f"flash_attn_with_kvcache: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ "
                    "(a head_dim_v other than d is not supported yet)")
     kvh = k_cache.shape[2]
     if k_cache.shape[3] != d:
-        raise fail(f"flash_attn_with_kvcache: q's head dim {d} and k_cache's {k_cache.shape[3]} differ")
+        raise refusal(f"flash_attn_with_kvcache: q's head dim {d} and k_cache's {k_cache.shape[3]} differ")
     if d % 8 or d > 256:
-        raise fail(f"flash_attn_with_kvcache: head dim {d} is not supported (a multiple of 8, at most 256)")
+        raise refusal(f"flash_attn_with_kvcache: head dim {d} is not supported (a multiple of 8, at most 256)")
     if kvh == 0 or H % kvh:
-        raise fail(f"flash_attn_with_kvcache: q's {H} heads are not a multiple of the cache's {kvh} KV heads")
+        raise refusal(f"flash_attn_with_kvcache: q's {H} heads are not a multiple of the cache's {kvh} KV heads")
     if not isinstance(causal, bool):
-        raise fail(f"flash_attn_with_kvcache: causal must be True or False, not {a_kind(causal)}")
+        raise refusal(f"flash_attn_with_kvcache: causal must be True or False, not {a_kind(causal)}")
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or (num_splits and num_splits not in SPLITS):
-        raise fail(f"flash_attn_with_kvcache: num_splits must be 0 (the heuristic) or one of {SPLITS}, not "
+        raise refusal(f"flash_attn_with_kvcache: num_splits must be 0 (the heuristic) or one of {SPLITS}, not "
                    f"{num_splits!r}")
     if block_table is None:
         if k_cache.shape[0] != B:
-            raise fail(f"flash_attn_with_kvcache: k_cache holds {k_cache.shape[0]} sequences, q {B} (without "
+            raise refusal(f"flash_attn_with_kvcache: k_cache holds {k_cache.shape[0]} sequences, q {B} (without "
                        "block_table the cache is (batch, cache, kv heads, d))")
         return
     if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
             or block_table.shape[0] != B or block_table.device != q.device:
-        raise fail(f"flash_attn_with_kvcache: block_table must be an int32 tensor of (batch = {B}, pages per "
+        raise refusal(f"flash_attn_with_kvcache: block_table must be an int32 tensor of (batch = {B}, pages per "
                    f"sequence) on {q.device}, got {_describe(block_table)}")
     page = k_cache.shape[1]
     if page % 16 or not 16 <= page <= 256:
-        raise fail(f"flash_attn_with_kvcache: page size {page} is not supported (16 to 256, a multiple of 16)")
+        raise refusal(f"flash_attn_with_kvcache: page size {page} is not supported (16 to 256, a multiple of 16)")
     if not k_cache.is_contiguous() or not v_cache.is_contiguous():
-        raise fail("flash_attn_with_kvcache: a paged k_cache/v_cache must be contiguous (pages, page size, kv heads, d)")
+        raise refusal("flash_attn_with_kvcache: a paged k_cache/v_cache must be contiguous (pages, page size, kv heads, d)")
 
 
 def _describe(t) -> str:

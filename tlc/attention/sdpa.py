@@ -199,14 +199,19 @@ def head_dim_problem(d_qk: int, d_v: int) -> str | None:
 
 
 def refuse(message: str) -> Exception:
-    """`tlc.attention: <message>` as the exception to raise: a TlcError, or a ValueError while torch.compile traces."""
+    """`tlc.attention: <message>` as the exception to raise (`refusal`)."""
+    return refusal(f"tlc.attention: {message}")
+
+
+def refusal(message: str) -> Exception:
+    """A call's refusal as the exception to raise: a TlcError, or a ValueError while torch.compile traces."""
     import torch
 
     if torch.compiler.is_compiling():
         # Dynamo cannot trace building a TlcError: a ValueError carries the same words into its report
         # under fullgraph=True; otherwise it falls back to eager here, and eager raises the TlcError.
-        return ValueError(f"tlc.attention: {message}")
-    return fail(f"tlc.attention: {message}")
+        return ValueError(message)
+    return fail(message)
 
 
 def run_attention(q, k, v, is_causal: bool, scale: float | None):

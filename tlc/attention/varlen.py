@@ -2,14 +2,15 @@
 q (total queries, heads, d), k and v (total keys, kv heads, d), sequence b at rows cu_seqlens[b] … cu_seqlens[b+1]−1.
 It runs specs/varlen_fwd.tl, whose tensors are read and written through row maps (`rows at cu_seqlens_q[batch_idx]
 + row`): the packed tensors are viewed as (1, heads, rows, d) storages, never copied, and the output is written
-in the queries' rows. Not a torch custom op yet.
+in the queries' rows. Under torch.compile or another tracer the call is one node, the custom op
+`tlc::flash_attn_varlen_func` (tlc/attention/serving_ops.py).
 """
 from __future__ import annotations
 
 import math
 
 from tlc.attention.kernels import spec_kernel
-from tlc.diagnostics import fail
+from tlc.attention.sdpa import refusal
 from tlc.numbers import a_kind
 
 
@@ -23,17 +24,29 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """Attention of each packed sequence's queries to its own keys; `cu_seqlens_*` int32 (batch + 1,) offsets
     starting at 0, non-decreasing (a sequence longer than `max_seqlen_*` is cut there); `causal` aligns each
     sequence's queries with the end of its keys (FlashAttention's bottom-right). Returns (total queries, heads, d)."""
-    import torch
+    from tlc.attention.sdpa import _eager
 
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
-    d = q.shape[2]
-    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(d)
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[2])
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale, causal)
+    if _eager(q, k, v, cu_seqlens_q, cu_seqlens_k):
+        return run_varlen(*args)
+    from tlc.attention.serving_ops import varlen_op   # traced (torch.compile, make_fx): one graph node
+
+    return varlen_op(*args)
+
+
+def run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, scale: float,
+               causal: bool):
+    """The checked call: builds on first use and launches."""
+    import torch
+
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    spec, defines = varlen_plan(d, "bf16" if q.dtype == torch.bfloat16 else "fp16", causal)
+    spec, defines = varlen_plan(q.shape[2], "bf16" if q.dtype == torch.bfloat16 else "fp16", causal)
     kernel = spec_kernel(spec, defines, q.device)
     storage = lambda t: t.permute(1, 0, 2).unsqueeze(0)   # noqa: E731 - (rows, heads, d) as (1, heads, rows, d)
-    kernel(storage(q), storage(k), storage(v), out=storage(out), scale=scale, seqlen_q=int(max_seqlen_q),
-           seqlen_k=int(max_seqlen_k), cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    kernel(storage(q), storage(k), storage(v), out=storage(out), scale=scale, seqlen_q=max_seqlen_q,
+           seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return out
 
 
@@ -44,33 +57,33 @@ def _check(q, k, v, cu_q, cu_k, max_q, max_k, causal) -> None:
 
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise fail(f"flash_attn_varlen_func: {name} must be a torch.Tensor, not {a_kind(t)}")
+            raise refusal(f"flash_attn_varlen_func: {name} must be a torch.Tensor, not {a_kind(t)}")
         if t.dim() != 3:
-            raise fail(f"flash_attn_varlen_func: {name} must be 3-D (total rows, heads, d), got shape {tuple(t.shape)}")
+            raise refusal(f"flash_attn_varlen_func: {name} must be 3-D (total rows, heads, d), got shape {tuple(t.shape)}")
         if not sdpa._on_cuda(t):
-            raise fail(f"flash_attn_varlen_func: {name} is on {t.device}; move it to a CUDA device")
+            raise refusal(f"flash_attn_varlen_func: {name} is on {t.device}; move it to a CUDA device")
         if t.dtype not in (torch.bfloat16, torch.float16) or t.dtype != q.dtype:
-            raise fail(f"flash_attn_varlen_func: {name} is {t.dtype}; q, k and v are all bf16 or all fp16")
+            raise refusal(f"flash_attn_varlen_func: {name} is {t.dtype}; q, k and v are all bf16 or all fp16")
         if t.stride(-1) != 1:
-            raise fail(f"flash_attn_varlen_func: {name}'s last dimension must be contiguous (stride 1)")
+            raise refusal(f"flash_attn_varlen_func: {name}'s last dimension must be contiguous (stride 1)")
     if k.shape != v.shape:
-        raise fail(f"flash_attn_varlen_func: k {tuple(k.shape)} and v {tuple(v.shape)} differ (a head_dim_v other "
+        raise refusal(f"flash_attn_varlen_func: k {tuple(k.shape)} and v {tuple(v.shape)} differ (a head_dim_v other "
                    "than d is not supported yet)")
     d = q.shape[2]
     if k.shape[2] != d or d % 8 or d > 256:
-        raise fail(f"flash_attn_varlen_func: head dims q {d}, k {k.shape[2]}: they must be equal, a multiple of 8, "
+        raise refusal(f"flash_attn_varlen_func: head dims q {d}, k {k.shape[2]}: they must be equal, a multiple of 8, "
                    "at most 256")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
-        raise fail(f"flash_attn_varlen_func: q's {q.shape[1]} heads are not a multiple of k's {k.shape[1]}")
+        raise refusal(f"flash_attn_varlen_func: q's {q.shape[1]} heads are not a multiple of k's {k.shape[1]}")
     for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
         if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.shape[0] < 2 \
                 or cu.device != q.device:
-            raise fail(f"flash_attn_varlen_func: {name} must be an int32 tensor of (batch + 1,) on {q.device}")
+            raise refusal(f"flash_attn_varlen_func: {name} must be an int32 tensor of (batch + 1,) on {q.device}")
     if cu_q.shape != cu_k.shape:
-        raise fail(f"flash_attn_varlen_func: cu_seqlens_q has {cu_q.shape[0]} offsets, cu_seqlens_k {cu_k.shape[0]}: "
+        raise refusal(f"flash_attn_varlen_func: cu_seqlens_q has {cu_q.shape[0]} offsets, cu_seqlens_k {cu_k.shape[0]}: "
                    "one more than the batch each")
     for name, n in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise fail(f"flash_attn_varlen_func: {name} must be an int >= 0, not {n!r}")
+            raise refusal(f"flash_attn_varlen_func: {name} must be an int >= 0, not {n!r}")
     if not isinstance(causal, bool):
-        raise fail(f"flash_attn_varlen_func: causal must be True or False, not {a_kind(causal)}")
+        raise refusal(f"flash_attn_varlen_func: causal must be True or False, not {a_kind(causal)}")

@@ -379,8 +379,8 @@ class Lowerer:
             for n in sorted(A.expr_names(d)):
                 value = self.graph.params.get(n)
                 if n in DIM_NAMES or self.graph.inputs.get(n) == "int" or (
-                        isinstance(value, int) and not isinstance(value, bool)) or (n in self.graph.params and self.sketch):
-                    continue
+                        isinstance(value, int) and not isinstance(value, bool)) or self.sketch:
+                    continue   # a sketch leaves numeric Params open (LANGUAGE.md §2)
                 self.err(f"'{n}' cannot size a tensor Input: a dimension is a number, a Param, an int Input or "
                          f"one of {', '.join(DIM_NAMES)}{self.suggest(n, [*DIM_NAMES, *self.graph.inputs])}", loc)
                 ok = False
