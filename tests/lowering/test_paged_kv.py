@@ -282,3 +282,60 @@ def test_a_gathered_tensor_loaded_into_registers_is_refused_at_its_line() -> Non
                                        "memory only") as info:
         run_lowering(graph, "sm_90", name="g")
     assert info.value.diagnostics[0].loc.line == 7
+
+
+DEFERRED = """Param dtype = bf16
+Param HeadDim = 64
+Param BM = 64
+Param Splits = 2
+Input seqlen_q : int
+Input order : int32[seqlen_q]
+Allocate Q in global (seqlen_q, HeadDim) as fp32 with offset head_idx
+Allocate X in global (seqlen_q, HeadDim) as fp32 with offset head_idx * Splits + s and rows at order[row]
+Allocate O in global (seqlen_q, HeadDim) as fp32 with offset head_idx
+Copy Q (BM, HeadDim) in coordinate [L = block_idx] from global to register
+for s = 0:Splits
+  Copy X (BM, HeadDim) in coordinate [L = block_idx] from global to register
+  Compute Add Q, X and get new Q
+end
+Compute Add Q, 0 and get O
+Copy O (BM, HeadDim) in coordinate [L = block_idx] from register to global
+"""
+
+
+def test_a_gathered_tensor_viewed_at_each_copy_is_refused_too() -> None:
+    """Its head offset reads the loop's variable, so its view is made at the copy: still a row map (this once
+    lowered to an affine register load of the storage's first rows)."""
+    graph, _ = compile_graph(DEFERRED, "d.tl")
+    with pytest.raises(TlcError, match="read through a row map, which the lowering gathers in copies to shared") as info:
+        run_lowering(graph, "sm_90", name="d")
+    assert info.value.diagnostics[0].loc.line == 12
+
+
+def test_a_loop_variable_named_row_is_refused_beside_a_row_map() -> None:
+    text = SPEC.read_text().replace("for n = 0:", "for row = 0:", 1).replace("[L = n]", "[L = row]")
+    assert any("'row' names the tensor's own row in 'rows at'" in e for e in errors(text))
+
+
+def test_the_program_launcher_takes_no_row_count_from_a_pool(monkeypatch) -> None:
+    """The cache's length is an Input when only pools hold it: asked for, not taken from the pool's rows."""
+    from bench.launch_stand_ins import no_gpu, record, stand_in_kernel
+    from tlc.api import compile_module
+    from tlc.backend_cute.launch_module import ModuleKernel
+    from tlc.builder import lower_to_kernel_ir, module_kernel_name
+
+    no_gpu(monkeypatch.setattr)
+    spec = SPEC.parent / "paged_decode_fwd.tl"
+    d = {"HeadDim": "64", "BM": "64", "BN": "64", "Splits": "2"}
+    module, _ = compile_module(spec.read_text(), spec.name, defines=d, run_passes=False)
+    states = {k: lower_to_kernel_ir(spec.read_bytes(), spec.name, "sm_90", d, name=module_kernel_name(spec.name, k),
+                                    kernel=k)[0] for k in ("partial", "combine")}
+    kernels = [(k, stand_in_kernel(st.kir, st.abi, "sm_90")) for k, st in states.items()]
+    record(monkeypatch.setattr, None)
+    program = ModuleKernel(kernels, module.roles())
+    q, pool = torch.randn(2, 4, 1, 64).bfloat16(), torch.randn(1, 2, 7 * 16, 64).bfloat16()
+    runtime = {"kv_lengths": torch.tensor([50, 3], dtype=torch.int32),
+               "block_table": torch.tensor([[0, 1, 2, 3], [4, 5, 6, 0]], dtype=torch.int32)}
+    with pytest.raises(TlcError, match="needs the runtime input 'seqlen_k'"):
+        program(q, pool, pool, **runtime)
+    program(q, pool, pool, seqlen_k=64, **runtime)

@@ -140,3 +140,26 @@ def test_an_fp32_output_through_a_row_map_is_refused_at_its_store() -> None:
     graph, _ = compile_graph(text, "v.tl", defines=small(False))
     with pytest.raises(TlcError, match="stored through a row map, which the lowering scatters from the staged"):
         run_lowering(graph, "sm_90", name="v")
+
+
+def test_two_rows_of_one_tile_scattered_to_one_storage_row_is_a_race_too() -> None:
+    """`rows at … + row / 2`: rows 2i and 2i + 1 of one CTA's tile land on one storage row."""
+    o_line = next(line for line in SPEC.read_text().splitlines() if line.startswith("Allocate O in global"))
+    text = SPEC.read_text().replace(o_line, o_line.replace("rows at cu_seqlens_q[batch_idx] + row",
+                                                           "rows at cu_seqlens_q[batch_idx] + row / 2"))
+    graph, _ = compile_graph(text, "v.tl", defines=small(False))
+    state, _ = run_lowering(graph, "sm_90", name="v")
+    t, runtime = packed([40], [30])
+    with pytest.raises(TileEvalError, match="stores two rows of one tile to row 0"):
+        evaluate_program(state.kir, state.abi, dict(t, O=torch.full((1, 4, 43, D), float("nan"), dtype=torch.float64)),
+                         runtime)
+
+
+def test_the_interpreter_refuses_a_storage_per_sequence() -> None:
+    from tlc.ir.interpreter import InterpError
+
+    graph, _, _ = lowered("sm_90", False)
+    t, runtime = packed([17, 5], [9, 9])
+    t = {k: v.expand(2, *v.shape[1:]) for k, v in t.items()}
+    with pytest.raises(InterpError, match=r"its storage, which the batch shares, is \(1, heads, rows, cols\)"):
+        interpreted(graph, t, runtime)

@@ -40,8 +40,9 @@ class ModuleKernel:
         env = dict(zip((a.name for a in self.inputs), tensors))
         inputs = {k: v for k, v in inputs.items() if v is not None}
         # one value of each Input for every kernel: a row count from the program's input tensors, SDPA's scale
-        for arg, t in zip(self.inputs, tensors):
-            if not arg.rows.isdigit() and arg.rows not in inputs and hasattr(t, "shape") and len(t.shape) > 2:
+        for arg, t in zip(self.inputs, tensors):   # (a storage read through a row map holds other rows)
+            if not arg.rows.isdigit() and not arg.rows_at and arg.rows not in inputs and hasattr(t, "shape") \
+                    and len(t.shape) > 2:
                 inputs[arg.rows] = int(t.shape[2])
         if "scale" not in inputs and any(("scale", "float") in k.abi.inputs for _, k in self.kernels):
             inputs["scale"] = default_scale(self.inputs)

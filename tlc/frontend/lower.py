@@ -425,7 +425,7 @@ class Lowerer:
             self.err(f"'rows at' gathers the rows of a global (rows, cols) tensor; '{s.name}' is "
                      f"{'a vector' if space == 'global' else f'in {space} memory'}: remove it", s.loc)
             return
-        if ROW in self.scalar_names():
+        if ROW in self.scalar_names() or ROW in self.all_loop_vars:
             self.err(f"'{ROW}' names the tensor's own row in 'rows at'; rename the Param, Input or loop variable "
                      f"'{ROW}'", s.loc)
             return

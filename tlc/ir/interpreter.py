@@ -195,6 +195,9 @@ class Interpreter:
             if not 0 <= h < t.shape[1]:
                 raise InterpError(f"offset {op.offset} selects head {h} of '{op.name}', which has {t.shape[1]}", op)
             if op.rows_at is not None:
+                if t.shape[0] != 1:
+                    raise InterpError(f"'{op.name}' is read through a row map: its storage, which the batch shares, is "
+                                      f"(1, heads, rows, cols), not {tuple(t.shape)}", op)
                 view, at = self.gathered(op, t[0, h], env)
                 return GlobalRef(op.name, view, scatter=(t[0, h], at))
             view = t[int(env["batch_idx"]), h]

@@ -7,7 +7,8 @@ The program sees K as usual — `seqlen_k` rows per (batch, head), tiles at logi
 bounds over logical positions — but row `row` of batch `batch_idx` is stored at row E of the storage, a
 (1, heads, storage rows, cols) tensor shared by the batch: a paged KV cache (E through a block table) or
 packed variable-length sequences (`cu_seqlens[batch_idx] + row`). A row whose storage row falls outside the
-storage reads as zeros, so no table value reads outside the tensor. Only loads gather (LANGUAGE.md §2).
+storage reads as zeros (a load) or is not written (a store), so no table value reaches outside the tensor
+(LANGUAGE.md §5 Allocate).
 """
 from __future__ import annotations
 

@@ -282,6 +282,14 @@ def _retile_acc(blk: Block, op: K.RetileAccToAOp) -> None:
     blk.values[op.name] = Frag(src.data, src.dtype, "A", op.name)
 
 
+def _not_gathered(window: Window, tile: str) -> None:
+    """Per-element and row-vector copies address rows affinely: a tile of a gathered tensor is refused (only the
+    copies that say `gather` shift each row to its storage row)."""
+    if window.view.gathered:
+        raise TileFault(f"{tile} is a tile of {window.view.name}, whose rows are gathered through a row map, but this "
+                        "copy addresses them affinely (it has no gather)")
+
+
 def _vector_window(blk: Block, vec: Frag, tile: str, coord_name: str, what: str) -> Window:
     """The global vector tile `tile` a row vector `vec` is stored to or loaded from, its rows checked against the
     coordinates `coord_name`."""
@@ -290,6 +298,7 @@ def _vector_window(blk: Block, vec: Frag, tile: str, coord_name: str, what: str)
         window = Window(window, (0,), (vec.data.shape[0],), rank=1)
     if not isinstance(window, Window) or len(window.shape) != 1:
         raise TileFault(f"{tile} is not a tile of a global vector")
+    _not_gathered(window, tile)
     if not isinstance(coord, Coords) or coord.shape[0] != vec.data.shape[0] or window.shape[0] != vec.data.shape[0]:
         raise TileFault(f"{coord_name}, {what} and {tile} cover different rows")
     return window
@@ -300,6 +309,7 @@ def _element_window(blk: Block, frag: Frag, tile: str, coord_name: str, what: st
     window, coord = blk.value(tile), blk.value(coord_name)
     if not isinstance(window, Window) or len(window.shape) != 2:
         raise TileFault(f"{tile} is not a 2-D tile of a global tensor")
+    _not_gathered(window, tile)
     if not isinstance(coord, Coords) or not tuple(coord.shape) == tuple(frag.data.shape) == tuple(window.shape):
         raise TileFault(f"{coord_name}, {what} and {tile} cover different tiles")
     return window

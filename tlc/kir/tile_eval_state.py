@@ -208,12 +208,17 @@ def write_window(w: Window, value: torch.Tensor, row_limit: int | None, col_limi
 
 def _scatter(w: Window, value: torch.Tensor, region: tuple[slice, ...], cta: int) -> None:
     """A store into a gathered output: each row into the storage row its map gave (none outside the storage),
-    two CTAs writing one storage element a race."""
+    two rows of one tile or two CTAs writing one storage row a race."""
     storage, owners, index = w.view.scatter
+    written: set[int] = set()
     for i, r in enumerate(range(region[0].start, region[0].stop)):
         at = int(index[r])
         if not 0 <= at < storage.shape[0]:
             continue
+        if at in written:   # two threads of one CTA store one storage row: which lands is undefined
+            raise TileFault(f"stores two rows of one tile to row {at} of {w.view.name}'s storage (a race: two rows map "
+                            "to one storage row)")
+        written.add(at)
         owner = owners[at, region[1]]
         others = owner[(owner >= 0) & (owner != cta)]
         if others.numel():

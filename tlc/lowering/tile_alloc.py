@@ -75,6 +75,7 @@ def global_tensor(cx: TileOpLowering, op: AllocateOp, name: str) -> K.GlobalTens
     rows = cx.x.lower(op.shape[0], op.loc)
     cx.global_rows[name] = rows
     if op.rows_at is not None:   # a gather: the batch's storage together, rows where the map says
+        cx.gathered.add(name)   # every view of it, a per-copy one too (tile_copies.is_gathered)
         return K.GlobalTensorOp(name=name, dtype=t.dtype, ptr=Var(f"p.{t.ptr}"),
                                 offset=BinOp("*", head, Var(f"p.{t.stride('head')}")), rows=rows,
                                 cols=padded(t.cols, cx.family.col_unit), row_stride=Var(f"p.{t.stride('row')}"),

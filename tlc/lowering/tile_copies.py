@@ -222,8 +222,9 @@ def view_here(cx: TileOpLowering, g: Slot, op: CopyOp, out: list[K.Op], direct: 
 
 
 def is_gathered(cx: TileOpLowering, g: Slot) -> bool:
-    """Global tensor `g` is read through a row map (its GlobalTensorOp has `rows_at`)."""
-    return any(isinstance(d, K.GlobalTensorOp) and d.name == g.name and d.rows_at is not None for d in cx.decls)
+    """Global tensor `g` is read through a row map: its GlobalTensorOp, declared once or made at a copy (a head
+    offset reading a loop's variable), has `rows_at`; a deferred slot whose Allocate has one is too."""
+    return g.name in cx.gathered or (g.deferred is not None and g.deferred.rows_at is not None)
 
 
 def _load(cx: TileOpLowering, op: CopyOp, out: list[K.Op]) -> None:

@@ -76,6 +76,7 @@ class TileOpLowering:
         # tiled copies whose tile rows are not whole passes, (name, why, loc), on a family whose copies
         # TMA may replace: legal only if warp-specialize replaces every copy through them (passes.py)
         self.partial_copies: list[tuple[str, str, Loc | None]] = []
+        self.gathered: set[str] = set()            # GlobalTensorOps with a row map (tile_alloc.global_tensor)
 
     # ------------------------------------------------------------------ driver
     def run(self) -> K.ProgramOp:
