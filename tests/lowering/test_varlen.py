@@ -101,16 +101,28 @@ def test_kernel_ir_equals_interpreter_on_sm90(lq, lk, causal: bool) -> None:
     assert err <= 2e-2 * max(1.0, want.nan_to_num(0.0).abs().max().item())
 
 
-def test_two_rows_scattered_to_one_storage_row_is_a_race_the_evaluator_reports() -> None:
-    """O's rows wrapped at 64 (`rows at row % 64`): the second query tile's CTA writes the first one's rows."""
+def scatter_race(o_map: str, lq: int) -> str:
+    """The tile evaluator's fault storing O through `o_map` for one sequence of `lq` queries, or ""."""
     o_line = next(line for line in SPEC.read_text().splitlines() if line.startswith("Allocate O in global"))
-    text = SPEC.read_text().replace(o_line, o_line.replace("rows at cu_seqlens_q[batch_idx] + row", "rows at row % 64"))
+    text = SPEC.read_text().replace(o_line, o_line.replace("rows at cu_seqlens_q[batch_idx] + row", f"rows at {o_map}"))
     graph, _ = compile_graph(text, "v.tl", defines=small(False))
     state, _ = run_lowering(graph, "sm_90", name="v")
-    t, runtime = packed([100], [20])
-    with pytest.raises(TileEvalError, match="two rows map to one storage row"):
-        evaluate_program(state.kir, state.abi, dict(t, O=torch.full((1, 4, 103, D), float("nan"), dtype=torch.float64)),
-                         runtime)
+    t, runtime = packed([lq], [20])
+    try:
+        evaluate_program(state.kir, state.abi, dict(t, O=torch.full((1, 4, lq + 3, D), float("nan"),
+                                                                     dtype=torch.float64)), runtime)
+    except TileEvalError as exc:
+        return exc.diagnostics[0].message
+    return ""
+
+
+@pytest.mark.parametrize("o_map, lq, words", [
+    ("row % 64", 100, "which CTA #0 stored too"),   # the second query tile's CTA writes the first one's rows
+    ("cu_seqlens_q[batch_idx] + row / 2", 40, "stores two rows of one tile to row 0"),   # rows 2i, 2i + 1 of a CTA
+])
+def test_two_rows_scattered_to_one_storage_row_is_a_race_the_evaluator_reports(o_map: str, lq: int, words: str) -> None:
+    found = scatter_race(o_map, lq)
+    assert words in found and "two rows map to one storage row" in found, found
 
 
 def test_sm90a_keeps_cp_async_and_its_protocol_holds() -> None:
@@ -140,19 +152,6 @@ def test_an_fp32_output_through_a_row_map_is_refused_at_its_store() -> None:
     graph, _ = compile_graph(text, "v.tl", defines=small(False))
     with pytest.raises(TlcError, match="stored through a row map, which the lowering scatters from the staged"):
         run_lowering(graph, "sm_90", name="v")
-
-
-def test_two_rows_of_one_tile_scattered_to_one_storage_row_is_a_race_too() -> None:
-    """`rows at … + row / 2`: rows 2i and 2i + 1 of one CTA's tile land on one storage row."""
-    o_line = next(line for line in SPEC.read_text().splitlines() if line.startswith("Allocate O in global"))
-    text = SPEC.read_text().replace(o_line, o_line.replace("rows at cu_seqlens_q[batch_idx] + row",
-                                                           "rows at cu_seqlens_q[batch_idx] + row / 2"))
-    graph, _ = compile_graph(text, "v.tl", defines=small(False))
-    state, _ = run_lowering(graph, "sm_90", name="v")
-    t, runtime = packed([40], [30])
-    with pytest.raises(TileEvalError, match="stores two rows of one tile to row 0"):
-        evaluate_program(state.kir, state.abi, dict(t, O=torch.full((1, 4, 43, D), float("nan"), dtype=torch.float64)),
-                         runtime)
 
 
 def test_the_interpreter_refuses_a_storage_per_sequence() -> None:

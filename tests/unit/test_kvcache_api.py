@@ -35,7 +35,7 @@ def on_cuda(monkeypatch):
 @pytest.mark.parametrize("change, message", [
     (dict(q=torch.zeros(2, 1, 4, 64)), "q is torch.float32; q, k_cache and v_cache are all bf16 or all fp16"),
     (dict(v_cache=None), "v_cache=None (MLA's latent cache read for K and V) is not supported yet"),
-    (dict(q=torch.zeros(2, 4, 64, dtype=torch.bfloat16)), "q must be 4-D, got shape (2, 4, 64)"),
+    (dict(q=torch.zeros(2, 4, 64, dtype=torch.bfloat16)), "q must be 4-D (batch, rows, heads, d), got shape (2, 4, 64)"),
     (dict(q=torch.zeros(2, 1, 3, 64, dtype=torch.bfloat16)), "q's 3 heads are not a multiple of the cache's 2 KV"),
     (dict(q=torch.zeros(3, 1, 4, 64, dtype=torch.bfloat16)), "k_cache holds 2 sequences, q 3"),
     (dict(cache_seqlens=65), "cache_seqlens = 65 is outside the cache's 0 … 64 rows"),

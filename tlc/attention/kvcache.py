@@ -18,6 +18,7 @@ import math
 
 from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
+from tlc.attention.serving_args import check_tensors
 from tlc.numbers import a_kind
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)   # the Splits the decode programs are built with (each a kernel)
@@ -45,8 +46,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     (batch, pages per sequence) int32; cache_seqlens: an int or an int32 (batch,) tensor (None: the whole cache);
     a length past the cache reads the cache's rows only. Returns (batch, new tokens, heads, d). `num_splits`:
     0 picks by num_splits_heuristic, else one of SPLITS."""
-    import torch
-
     from tlc.attention.sdpa import _eager
 
     _check(q, k_cache, v_cache, block_table, causal, num_splits)
@@ -121,42 +120,31 @@ def _lengths(cache_seqlens, batch: int, capacity: int, device):
         return torch.full((batch,), capacity, dtype=torch.int32, device=device)
     if isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, (int, torch.Tensor)):
         raise refusal(f"flash_attn_with_kvcache: cache_seqlens must be an int or an int32 tensor of (batch,), not "
-                   f"{a_kind(cache_seqlens)}")
+                      f"{a_kind(cache_seqlens)}")
     if isinstance(cache_seqlens, int):
         if not 0 <= cache_seqlens <= capacity:
             raise refusal(f"flash_attn_with_kvcache: cache_seqlens = {cache_seqlens} is outside the cache's 0 … {capacity} "
-                       "rows")
+                          "rows")
         return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
     t = cache_seqlens
     if t.dtype != torch.int32 or tuple(t.shape) != (batch,) or t.device != device:
         raise refusal(f"flash_attn_with_kvcache: cache_seqlens must be an int32 tensor of ({batch},) on {device}, got "
-                   f"{t.dtype} {tuple(t.shape)} on {t.device}")
+                      f"{t.dtype} {tuple(t.shape)} on {t.device}")
     return t.contiguous()
 
 
 def _check(q, k_cache, v_cache, block_table, causal, num_splits) -> None:
     import torch
 
-    from tlc.attention import sdpa
-
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor):
-            if name == "v_cache" and t is None:
-                raise refusal("flash_attn_with_kvcache: v_cache=None (MLA's latent cache read for K and V) is not "
-                           "supported yet; pass v_cache")
-            raise refusal(f"flash_attn_with_kvcache: {name} must be a torch.Tensor, not {a_kind(t)}")
-        if t.dim() != 4:
-            raise refusal(f"flash_attn_with_kvcache: {name} must be 4-D, got shape {tuple(t.shape)}")
-        if not sdpa._on_cuda(t):
-            raise refusal(f"flash_attn_with_kvcache: {name} is on {t.device}; move it to a CUDA device")
-        if t.dtype not in (torch.bfloat16, torch.float16) or t.dtype != q.dtype:
-            raise refusal(f"flash_attn_with_kvcache: {name} is {t.dtype}; q, k_cache and v_cache are all bf16 or all fp16")
-        if t.stride(-1) != 1:
-            raise refusal(f"flash_attn_with_kvcache: {name}'s last dimension must be contiguous (stride 1)")
+    if v_cache is None:
+        raise refusal("flash_attn_with_kvcache: v_cache=None (MLA's latent cache read for K and V) is not supported "
+                      "yet; pass v_cache")
+    check_tensors("flash_attn_with_kvcache", (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), 4,
+                  "(batch, rows, heads, d)")
     B, _, H, d = q.shape
     if k_cache.shape != v_cache.shape:
         raise refusal(f"flash_attn_with_kvcache: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ "
-                   "(a head_dim_v other than d is not supported yet)")
+                      "(a head_dim_v other than d is not supported yet)")
     kvh = k_cache.shape[2]
     if k_cache.shape[3] != d:
         raise refusal(f"flash_attn_with_kvcache: q's head dim {d} and k_cache's {k_cache.shape[3]} differ")
@@ -168,16 +156,16 @@ def _check(q, k_cache, v_cache, block_table, causal, num_splits) -> None:
         raise refusal(f"flash_attn_with_kvcache: causal must be True or False, not {a_kind(causal)}")
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or (num_splits and num_splits not in SPLITS):
         raise refusal(f"flash_attn_with_kvcache: num_splits must be 0 (the heuristic) or one of {SPLITS}, not "
-                   f"{num_splits!r}")
+                      f"{num_splits!r}")
     if block_table is None:
         if k_cache.shape[0] != B:
             raise refusal(f"flash_attn_with_kvcache: k_cache holds {k_cache.shape[0]} sequences, q {B} (without "
-                       "block_table the cache is (batch, cache, kv heads, d))")
+                          "block_table the cache is (batch, cache, kv heads, d))")
         return
     if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
             or block_table.shape[0] != B or block_table.device != q.device:
         raise refusal(f"flash_attn_with_kvcache: block_table must be an int32 tensor of (batch = {B}, pages per "
-                   f"sequence) on {q.device}, got {_describe(block_table)}")
+                      f"sequence) on {q.device}, got {_describe(block_table)}")
     page = k_cache.shape[1]
     if page % 16 or not 16 <= page <= 256:
         raise refusal(f"flash_attn_with_kvcache: page size {page} is not supported (16 to 256, a multiple of 16)")

@@ -12,8 +12,8 @@ from typing import Optional
 import torch
 
 from tlc.attention.kvcache import run_with_kvcache
+from tlc.attention.torch_op import register_no_backward
 from tlc.attention.varlen import run_varlen
-from tlc.diagnostics import fail
 
 
 @torch.library.custom_op("tlc::flash_attn_with_kvcache", mutates_args=())
@@ -41,14 +41,6 @@ def _varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     return q.new_empty(q.shape)
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    pass
-
-
-def _no_backward(ctx, grad):
-    raise fail("tlc's serving calls have no backward kernel: run them under torch.no_grad() / "
-               "torch.inference_mode()")
-
-
-kvcache_op.register_autograd(_no_backward, setup_context=_setup_context)
-varlen_op.register_autograd(_no_backward, setup_context=_setup_context)
+for _op in (kvcache_op, varlen_op):
+    register_no_backward(_op, "tlc's serving calls have no backward kernel: run them under torch.no_grad() / "
+                              "torch.inference_mode()")

@@ -44,10 +44,14 @@ def _setup_context(ctx, inputs, output) -> None:
     pass
 
 
-def _no_backward(ctx, grad):
-    # tlc.attention refuses grad-requiring inputs up front; this is for direct calls of the op.
-    raise fail("tlc.attention: no backward kernel yet: use torch.nn.functional.scaled_dot_product_attention "
-               "for training, and torch.no_grad() / torch.inference_mode() around tlc.attention")
+def register_no_backward(op, message: str) -> None:
+    """A forward-only custom op's backward: the refusal `message` (its Python call refuses grad-requiring inputs up
+    front; this is for direct calls of the op)."""
+    def backward(ctx, grad):
+        raise fail(message)
+    op.register_autograd(backward, setup_context=_setup_context)
 
 
-attention_op.register_autograd(_no_backward, setup_context=_setup_context)
+register_no_backward(attention_op, "tlc.attention: no backward kernel yet: use "
+                     "torch.nn.functional.scaled_dot_product_attention for training, and torch.no_grad() / "
+                     "torch.inference_mode() around tlc.attention")

@@ -11,6 +11,7 @@ import math
 
 from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
+from tlc.attention.serving_args import check_tensors
 from tlc.numbers import a_kind
 
 
@@ -53,26 +54,14 @@ def run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqle
 def _check(q, k, v, cu_q, cu_k, max_q, max_k, causal) -> None:
     import torch
 
-    from tlc.attention import sdpa
-
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise refusal(f"flash_attn_varlen_func: {name} must be a torch.Tensor, not {a_kind(t)}")
-        if t.dim() != 3:
-            raise refusal(f"flash_attn_varlen_func: {name} must be 3-D (total rows, heads, d), got shape {tuple(t.shape)}")
-        if not sdpa._on_cuda(t):
-            raise refusal(f"flash_attn_varlen_func: {name} is on {t.device}; move it to a CUDA device")
-        if t.dtype not in (torch.bfloat16, torch.float16) or t.dtype != q.dtype:
-            raise refusal(f"flash_attn_varlen_func: {name} is {t.dtype}; q, k and v are all bf16 or all fp16")
-        if t.stride(-1) != 1:
-            raise refusal(f"flash_attn_varlen_func: {name}'s last dimension must be contiguous (stride 1)")
+    check_tensors("flash_attn_varlen_func", (("q", q), ("k", k), ("v", v)), 3, "(total rows, heads, d)")
     if k.shape != v.shape:
         raise refusal(f"flash_attn_varlen_func: k {tuple(k.shape)} and v {tuple(v.shape)} differ (a head_dim_v other "
-                   "than d is not supported yet)")
+                      "than d is not supported yet)")
     d = q.shape[2]
     if k.shape[2] != d or d % 8 or d > 256:
         raise refusal(f"flash_attn_varlen_func: head dims q {d}, k {k.shape[2]}: they must be equal, a multiple of 8, "
-                   "at most 256")
+                      "at most 256")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         raise refusal(f"flash_attn_varlen_func: q's {q.shape[1]} heads are not a multiple of k's {k.shape[1]}")
     for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
@@ -81,7 +70,7 @@ def _check(q, k, v, cu_q, cu_k, max_q, max_k, causal) -> None:
             raise refusal(f"flash_attn_varlen_func: {name} must be an int32 tensor of (batch + 1,) on {q.device}")
     if cu_q.shape != cu_k.shape:
         raise refusal(f"flash_attn_varlen_func: cu_seqlens_q has {cu_q.shape[0]} offsets, cu_seqlens_k {cu_k.shape[0]}: "
-                   "one more than the batch each")
+                      "one more than the batch each")
     for name, n in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise refusal(f"flash_attn_varlen_func: {name} must be an int >= 0, not {n!r}")

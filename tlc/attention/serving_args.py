@@ -1,0 +1,28 @@
+"""The argument checks the serving calls (tlc.attention.kvcache, tlc.attention.varlen) share: each a one-line
+refusal naming the call and the argument (a ValueError while torch.compile traces, sdpa.refusal)."""
+from __future__ import annotations
+
+from tlc.attention.sdpa import refusal
+from tlc.numbers import a_kind
+
+
+def check_tensors(call: str, named: tuple[tuple[str, object], ...], rank: int, layout: str) -> None:
+    """Each of `named` ((argument, value) pairs) a CUDA tensor of `rank` dimensions (`layout` says which), bf16 or
+    fp16 as the first one is, its last dimension contiguous."""
+    import torch
+
+    from tlc.attention import sdpa
+
+    names = ", ".join(n for n, _ in named[:-1]) + f" and {named[-1][0]}"
+    first = named[0][1]
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise refusal(f"{call}: {name} must be a torch.Tensor, not {a_kind(t)}")
+        if t.dim() != rank:
+            raise refusal(f"{call}: {name} must be {rank}-D {layout}, got shape {tuple(t.shape)}")
+        if not sdpa._on_cuda(t):
+            raise refusal(f"{call}: {name} is on {t.device}; move it to a CUDA device")
+        if t.dtype not in (torch.bfloat16, torch.float16) or t.dtype != first.dtype:
+            raise refusal(f"{call}: {name} is {t.dtype}; {names} are all bf16 or all fp16")
+        if t.stride(-1) != 1:
+            raise refusal(f"{call}: {name}'s last dimension must be contiguous (stride 1)")
