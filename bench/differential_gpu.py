@@ -4,6 +4,7 @@ as written (float64 on the CPU, the same bf16/fp16 inputs, NaN-poisoned outputs)
 
     python3 bench/differential_gpu.py --seeds 0:200 --arch sm_90 --arch sm_90a --jobs 16 --out $OUT/differential
     python3 bench/differential_gpu.py --seeds 0:3 --build-only --jobs 2 --out /tmp/differential   # no GPU needed
+    python3 bench/differential_gpu.py --paged --seeds 0:150 …   # K and V read from pages (a row map)
 
 1. Build, in `--jobs` processes: each (seed, target) is built (NVRTC; the kernel lands in the disk cache),
    refused at a line, refused without a line, a crash (an exception other than tlc's one-line error), or
@@ -50,6 +51,20 @@ NAME = "generated.tl"
 FAILED = ("refused-no-line", "crash", "nvrtc-error", "WRONG", "HANG", "ERROR")
 COLUMNS = ("built", "refused", "refused-no-line", "crash", "nvrtc-error", "ok", "unchecked", "WRONG", "HANG", "ERROR")
 _PROTOCOL = "@@ "
+PAGED_ENV = "TLC_DIFFERENTIAL_PAGED"   # `--paged`, for every process of the run (pool and worker inherit it)
+
+
+def _paged() -> bool:
+    return os.environ.get(PAGED_ENV) == "1"
+
+
+def _program(seed: int):
+    """(TL text, -D bindings, description) of seed's program: structural_program, with K and V from pages under
+    `--paged`."""
+    from tlc.testing.structural import choices_of_seed
+
+    c = choices_of_seed(seed, paged=_paged())
+    return c.render(), c.defines_dict(), c.describe()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", required=True, help="folder for differential_gpu.json")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds one case may run before it is a HANG")
     ap.add_argument("--build-only", action="store_true", help="build and compute the references; no GPU")
+    ap.add_argument("--paged", action="store_true", help="the programs with K and V read from pages through a block "
+                    "table (tlc.testing.structural's paged choice)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.arch = list(dict.fromkeys(args.arch or ["sm_90", "sm_90a"]))
@@ -88,9 +105,7 @@ def build_case(seed: int, target: str) -> dict:
     from tlc.diagnostics import TlcError
     from tlc.names import kernel_name
     from tlc.runtime import compile_spec
-    from tlc.testing.structural import structural_program
-
-    text, defines, _ = structural_program(seed)
+    text, defines, _ = _program(seed)
     row: dict = {"seed": seed, "target": target}
     start = time.perf_counter()
     try:
@@ -124,7 +139,7 @@ def reference_case(seed: int, work: str) -> str:
     from tlc.testing.structural import choices_of_seed, reference_graph
 
     torch.set_num_threads(1)
-    choices = choices_of_seed(seed)
+    choices = choices_of_seed(seed, paged=_paged())
     graph = reference_graph(choices.render(), choices.defines_dict(), NAME,
                             meaningful_as_written=choices.as_written_meaningful)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[choices.dtype]
@@ -139,7 +154,10 @@ def reference_case(seed: int, work: str) -> str:
         except InterpError:
             expected = None
         inputs = {k: v.to(dtype) for k, v in tensors.items() if k != "O"}
-        sizes.append({"size": f"{sq}x{sk}", "inputs": inputs, "expected": expected, "floats": floats})
+        # the tensor Inputs (a block table) and the lengths, by keyword: a pool does not give seqlen_k
+        runtime = {k: v for k, v in scalars.items() if k in graph.tensor_inputs or k in ("seqlen_q", "seqlen_k")}
+        sizes.append({"size": f"{sq}x{sk}", "inputs": inputs, "expected": expected, "floats": floats,
+                      "runtime": runtime})
     path = Path(work) / f"seed{seed}.pt"
     torch.save({"sizes": sizes}, path)
     return str(path)
@@ -212,16 +230,17 @@ def run_case(seed: int, target: str, work: str, started=lambda: None) -> dict:
     import torch
 
     import tlc
-    from tlc.testing.structural import structural_program
 
-    text, defines, _ = structural_program(seed)
+    text, defines, _ = _program(seed)
     out: dict = {"seed": seed, "target": target, "status": "ok", "max_error": 0.0}
     try:
         kern = tlc.build(text, arch=target, defines=defines)
         saved = torch.load(Path(work) / f"seed{seed}.pt")
 
-        def launch(inputs: dict, poisoned, floats: dict):
-            got = kern(*[inputs[a.name].cuda() for a in kern.inputs], out=poisoned.cuda(), **floats)
+        def launch(inputs: dict, poisoned, floats: dict, runtime: dict):
+            extra = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in runtime.items()
+                     if k in kern._input_names or isinstance(v, torch.Tensor)}
+            got = kern(*[inputs[a.name].cuda() for a in kern.inputs], out=poisoned.cuda(), **floats, **extra)
             return got.cpu()   # waits for the kernel
 
         started()
@@ -250,7 +269,8 @@ def compare_sizes(saved: dict, launch) -> dict:
             continue
         out.update(status="ok", message="")
         dtype = next(iter(size["inputs"].values())).dtype
-        got = launch(size["inputs"], torch.full(expected.shape, float("nan"), dtype=dtype), size["floats"])
+        got = launch(size["inputs"], torch.full(expected.shape, float("nan"), dtype=dtype), size["floats"],
+                     size.get("runtime", {}))
         why, err = output_difference(got.double(), expected.double())
         out["max_error"] = max(out["max_error"], err)
         if why or not err <= RTOL:
@@ -357,7 +377,6 @@ def differential(seeds: list[int], targets: list[str], out: Path, *, jobs: int, 
                  build_only: bool = False) -> dict:
     """Build every (seed, target), then (unless `build_only`) run what built; the report, also written to
     out/differential_gpu.json."""
-    from tlc.testing.structural import structural_program
 
     out.mkdir(parents=True, exist_ok=True)
     work = tempfile.mkdtemp(prefix="tlc-differential-")
@@ -374,7 +393,7 @@ def differential(seeds: list[int], targets: list[str], out: Path, *, jobs: int, 
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for row in rows:
-        text, defines, description = structural_program(row["seed"])
+        text, defines, description = _program(row["seed"])
         row["description"] = description
         if row["status"] in FAILED:
             row["tl"], row["defines"] = text, defines
@@ -387,6 +406,8 @@ def differential(seeds: list[int], targets: list[str], out: Path, *, jobs: int, 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.paged:
+        os.environ[PAGED_ENV] = "1"
     if args.worker:
         worker_main(args.worker)
         return 0

@@ -4,6 +4,7 @@
 #   suite        precompile the GPU tests' kernels (16 jobs), then `pytest -m gpu tests/gpu`
 #   hang         the 256-row / 32-key / 4-stage / one-KV-head sm_90a kernel that once hung, at 1x1 and odd sizes
 #   diff=A:B     bench/differential_gpu.py on seeds A..B-1 for sm_90 and sm_90a
+#   diff-paged=A:B  the same programs with K and V read from pages through a block table (--paged)
 #   sanitize     compute-sanitizer memcheck, racecheck and synccheck on bench/sanitize_one.py for both targets
 #   sanitize-specs  memcheck and racecheck on bench/sanitize_specs.py (the newer spec constructs), both targets
 #   bar          bench/precompile.py --set bar and bench/bench_attention.py --bar --arch sm_90a
@@ -42,6 +43,9 @@ for what in "$@"; do
     hang)  step hang timeout 120 python3 bench/hang_case.py ;;
     diff=*) step differential python3 bench/differential_gpu.py --seeds "${what#diff=}" --arch sm_90 --arch sm_90a \
                --jobs 16 --timeout 60 --out "$OUT" ;;
+    diff-paged=*) mkdir -p "$OUT/paged"
+           step differential-paged python3 bench/differential_gpu.py --paged --seeds "${what#diff-paged=}" \
+               --arch sm_90 --arch sm_90a --jobs 16 --timeout 60 --out "$OUT/paged" ;;
     sanitize)
         for arch in sm_90 sm_90a; do
             for tool in memcheck racecheck synccheck; do

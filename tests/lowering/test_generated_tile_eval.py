@@ -89,3 +89,19 @@ def test_a_kernel_that_differs_from_the_program_fails_the_check() -> None:
     got = evaluate_program(state.kir, state.abi, {k: v for k, v in tensors.items() if k != "O"}, scalars)["O"]
     _, err = output_difference(got, run_program(reference, tensors, scalars)["O"])
     assert err > TOL
+
+
+PAGED_SEEDS = range(0, 150)   # about a third build (the rest are refused at a line, as without pages)
+
+
+def test_seeded_paged_programs_kernel_ir_equals_the_program_as_written() -> None:
+    """The same programs with K and V read from pages through a block table (`structural_program(seed,
+    paged=True)`: a row map; random table entries, some past the pool, read zeros in both)."""
+    failures = []
+    for seed in PAGED_SEEDS:
+        choices = choices_of_seed(seed, paged=True)
+        try:
+            check_kernel_ir(choices, seed)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {str(exc).splitlines()[0]} | {choices.describe()}")
+    assert not failures, "\n".join(failures)

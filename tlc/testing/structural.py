@@ -26,10 +26,12 @@ T = TypeVar("T")
 SIZES = {
     "target": {"d": ([64, 32, 128, 96, 40, 16, 256, 80], [8, 4, 4, 1, 1, 1, 1, 1]),
                "bm": ([64, 128, 192, 256, 32, 16], [10, 6, 1, 1, 1, 1]),
-               "bn": ([32, 64, 16, 48, 128, 80], [8, 8, 1, 1, 3, 1])},
+               "bn": ([32, 64, 16, 48, 128, 80], [8, 8, 1, 1, 3, 1]),
+               "page": ([16, 64, 32, 128, 48], [4, 3, 2, 1, 1])},
     "small": {"d": ([4, 2, 6, 8, 3], [4, 2, 2, 2, 1]),
               "bm": ([4, 3, 1, 5, 8], [4, 3, 1, 2, 1]),
-              "bn": ([4, 3, 1, 5, 8], [4, 3, 1, 2, 1])},
+              "bn": ([4, 3, 1, 5, 8], [4, 3, 1, 2, 1]),
+              "page": ([2, 3, 1, 4], [3, 2, 1, 1])},
 }
 SCORE_OPS = {"softcap": ["Compute Divide S, Softcap and get new S", "Compute Tanh S and get new S",
                          "Compute Multiply S, Softcap and get new S"],
@@ -96,6 +98,7 @@ class StructuralChoices:
     transpose_slip: str = ""           # "" or "drop": `GEMM Q, K` without .T (resolve-transpose repairs it)
     pv_form: str = "accumulate"        # "accumulate" or "add": `GEMM P, V and get PV` + `Add O, PV`
     defines: bool = False              # tile sizes bound with -D (the file's Params hold other values)
+    kv_pages: int = 0                  # K and V read from pages of this many rows through a block table (0: none)
 
     def render(self) -> str:
         return _Writer(self).text()
@@ -173,17 +176,22 @@ class _Writer:
             put(f"Param Align = {c.causal}")
         if "softcap" in c.score_ops:
             put("Param Softcap = 5.0")
+        if c.kv_pages:
+            put(f"Param PageSize = {c.kv_pages}")
         put()
         put("Input seqlen_q, seqlen_k : int")
         if c.family == "attention" and c.scale:
             put("Input scale : float")
+        if c.kv_pages:
+            put("Input block_table : int32[batch, cdiv(seqlen_k, PageSize)]")
         put()
 
     def allocations(self) -> None:
         c, put, q, k, v, dq, dv = self.c, self.put, self.q, self.k, self.v, self.dq, self.dv
         put(f"Allocate {q} in global (seqlen_q, {dq}) with offset head_idx")
-        put(f"Allocate {k} in global {_rows_or_cols(c.k_stored, dq, 'seqlen_k')} with offset {c.kv_offset}")
-        put(f"Allocate {v} in global {_rows_or_cols(c.v_stored, dv, 'seqlen_k')} with offset {c.kv_offset}")
+        pages = " and rows at block_table[batch_idx, row / PageSize] * PageSize + row % PageSize" if c.kv_pages else ""
+        put(f"Allocate {k} in global {_rows_or_cols(c.k_stored, dq, 'seqlen_k')} with offset {c.kv_offset}{pages}")
+        put(f"Allocate {v} in global {_rows_or_cols(c.v_stored, dv, 'seqlen_k')} with offset {c.kv_offset}{pages}")
         if c.family == "chain3":
             put(f"Allocate D in global ({dv}, D3) with offset {c.kv_offset}")
         put(f"Allocate O in global (seqlen_q, {self.out_cols}) with offset head_idx")
@@ -326,8 +334,10 @@ def _from_hypothesis(draw) -> _Picker:
     return _Picker(one)
 
 
-def draw_choices(pick: _Picker, sizes: str = "target") -> StructuralChoices:
-    """One program's choices: each departure from FlashAttention's shape taken with a stated chance."""
+def draw_choices(pick: _Picker, sizes: str = "target", paged: bool = False) -> StructuralChoices:
+    """One program's choices: each departure from FlashAttention's shape taken with a stated chance; `paged`:
+    an attention program's K and V read from pages through a block table (a row map, drawn after every other
+    choice, so a seed's other choices are those it has without)."""
     table = SIZES[sizes]
     family = pick.one(["attention", "b2b", "chain3"], [8, 1, 1])
     d_qk = pick.one(*table["d"])
@@ -379,6 +389,8 @@ def draw_choices(pick: _Picker, sizes: str = "target") -> StructuralChoices:
         choices = replace(choices, softmax="deferred", divisor="l", scale=True, mask_param=True)
     if family != "chain3":
         choices = replace(choices, d3=StructuralChoices.d3)
+    if paged and family == "attention":   # pages of rows: K and V stored as rows, no tile taken from their end
+        choices = replace(choices, kv_pages=pick.one(*table["page"]), k_stored="rows", v_stored="rows")
     return choices
 
 
@@ -400,8 +412,8 @@ def structural_programs(sizes: str = "target") -> st.SearchStrategy[tuple[str, d
     return structural_choices(sizes).map(lambda c: (c.render(), c.defines_dict()))
 
 
-def choices_of_seed(seed: int, sizes: str = "target") -> StructuralChoices:
-    return draw_choices(_from_random(random.Random(seed)), sizes)
+def choices_of_seed(seed: int, sizes: str = "target", paged: bool = False) -> StructuralChoices:
+    return draw_choices(_from_random(random.Random(seed)), sizes, paged)
 
 
 def structural_program(seed: int, sizes: str = "target") -> tuple[str, dict[str, str] | None, str]:
