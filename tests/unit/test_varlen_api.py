@@ -83,3 +83,29 @@ def test_make_fx_records_one_varlen_op() -> None:
                     tracing_mode="fake")(q, k, cq)
     calls = [n for n in graph.graph.nodes if n.target is torch.ops.tlc.flash_attn_varlen_func.default]
     assert len(calls) == 1 and tuple(calls[0].meta["val"].shape) == (30, 4, 64)
+
+
+def test_a_misaligned_output_is_refused_before_its_rows_are_stored(on_cuda, monkeypatch) -> None:
+    """A scattered output is the caller's tensor (out=): its pointer and strides must take 16-byte stores."""
+    from bench.launch_stand_ins import no_gpu, record, stand_in_kernel
+    from tlc.api import compile_graph
+    from tlc.attention.kernels import specs_dir
+    from tlc.lowering.passes import run_lowering
+
+    no_gpu(monkeypatch.setattr)
+    spec, defines = varlen.varlen_plan(64, "bf16", False)
+    graph, _ = compile_graph((specs_dir() / f"{spec}.tl").read_text(), f"{spec}.tl",
+                             defines={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in defines.items()})
+    state, _ = run_lowering(graph, "sm_90a", name=spec)
+    kernel = stand_in_kernel(state.kir, state.abi)
+    record(monkeypatch.setattr, None)
+    a = args()
+    store = lambda t: t.permute(1, 0, 2).unsqueeze(0)   # noqa: E731
+    given = dict(out=None, scale=0.1, seqlen_q=20, seqlen_k=25, cu_seqlens_q=a["cu_seqlens_q"],
+                 cu_seqlens_k=a["cu_seqlens_k"])
+    shifted = torch.zeros(30 * 4 * 64 + 1, dtype=torch.bfloat16)[1:].view(30, 4, 64)
+    with pytest.raises(TlcError, match="O's data pointer is not 16-byte aligned"):
+        kernel(store(a["q"]), store(a["k"]), store(a["v"]), **dict(given, out=store(shifted)))
+    narrow = torch.zeros(30, 4, 68, dtype=torch.bfloat16)[:, :, :64]   # rows 136 bytes apart
+    with pytest.raises(TlcError, match="out must be|not multiples of 16 bytes"):
+        kernel(store(a["q"]), store(a["k"]), store(a["v"]), **dict(given, out=store(narrow)))

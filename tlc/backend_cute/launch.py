@@ -218,7 +218,8 @@ def default_scale(tensors) -> float:
 
 def _check_aligned(t, arg: TensorArg) -> None:
     if t.data_ptr() % 16:
-        raise fail(f"{arg.name}'s data pointer is not 16-byte aligned (needed by cp.async); pass a fresh tensor")
+        raise fail(f"{arg.name}'s data pointer is not 16-byte aligned (its rows move 16 bytes at a time); pass a "
+                   "fresh tensor")
 
 
 class _Plan:
@@ -486,6 +487,10 @@ class Kernel:
             if out is not None and i == 0:
                 if tuple(out.shape) != shape or out.stride(-1) != 1 or out.dtype != odt:
                     raise fail(f"out must be {odt} {shape} with a contiguous last dimension")
+                if arg.dtype != "fp32" and any((out.stride(d) * out.element_size()) % 16 and out.shape[d] > 1
+                                               for d in range(out.dim() - 1)):
+                    raise fail(f"out's strides {tuple(out.stride())} are not multiples of 16 bytes (its rows are "
+                               "stored 16 bytes at a time); pass a contiguous tensor")
                 strides.append(out.stride())
             else:   # what torch.empty will give it
                 strides.append(torch.empty(shape, dtype=odt, device="meta").stride())
@@ -512,6 +517,8 @@ class Kernel:
         for arg, t in zip(self.inputs, tensors):
             if arg.dtype != "fp32":
                 _check_aligned(t, arg)
+        if out is not None and self.outputs[0].dtype != "fp32":
+            _check_aligned(out, self.outputs[0])   # a caller's output: stored 16 bytes at a time
         outs = [out if (out is not None and i == 0) else torch.empty(shape, dtype=odt, device=plan.device)
                 for i, (shape, odt) in enumerate(zip(plan.shapes, plan.dtypes))]
         for arg, t in zip(self.outputs, outs):
