@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from tlc.diagnostics import Loc, fail
 from tlc.ir.graph import Graph
-from tlc.ir.ops import GemmOp
+from tlc.ir.ops import AllocateOp, CopyOp, GemmOp
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 
@@ -87,10 +87,14 @@ class WarpPlan:
 
 def plan_warps(graph: Graph, declared: int | None, exprs, names) -> WarpPlan:
     """Choose the layouts from the block's rows (the first GEMM's M) and `Param Warps` (`declared`, else
-    4). `names` is unused: the mma.sync TiledMMAs have fixed names."""
+    4; a kernel without GEMMs, whose warps each hold 16 rows of its register tiles, takes one warp per 16
+    rows up to 4). `names` is unused: the mma.sync TiledMMAs have fixed names."""
     warps = DEFAULT_WARPS if declared is None else declared
     gemms = [op for _, op in graph.walk() if isinstance(op, GemmOp)]
     if not gemms:
+        rows = _register_rows(graph, exprs) if declared is None else None
+        if rows is not None and rows % 16 == 0 and 16 <= rows < 16 * warps:
+            warps = rows // 16
         return WarpPlan(warps, warps)
     first = gemms[0]
     shape = first.operands[0].type.shape
@@ -104,6 +108,19 @@ def plan_warps(graph: Graph, declared: int | None, exprs, names) -> WarpPlan:
                    f"divides into the warps (16, 32, 64, … rows), or at least {16 * warps}", first.loc)
     targets = frozenset(op.operands[2].base for op in gemms if op.accumulate)
     return WarpPlan(warps, rows // 16, targets)
+
+
+def _register_rows(graph: Graph, exprs) -> int | None:
+    """The rows of a kernel's first register tile (a register Allocate, or a tile loaded into registers)."""
+    for _, op in graph.walk():
+        if isinstance(op, AllocateOp) and op.space == "register" and op.shape:
+            extent = op.shape[0]
+        elif isinstance(op, CopyOp) and op.dst_space == "register" and op.src_space == "global" and op.tile:
+            extent = op.tile[0]
+        else:
+            continue
+        return exprs.int_value(extent, op.loc, "a tile extent")
+    return None
 
 
 # ----------------------------------------------------------------------------- sm_90a (wgmma)
