@@ -44,18 +44,25 @@ def test_a_bad_argument_is_refused_in_one_line_naming_it(on_cuda, change: dict, 
     assert "\n" not in str(info.value).strip()
 
 
-def test_a_call_binds_the_packed_storages_and_the_batch_from_the_offsets(on_cuda, monkeypatch) -> None:
-    from bench.launch_stand_ins import no_gpu, record, stand_in_kernel
+def stand_in_varlen(monkeypatch, causal: bool):
+    """The sm_90a kernel of specs/varlen_fwd.tl at d 64 through the real launcher, its driver a stand-in."""
+    from bench.launch_stand_ins import no_gpu, stand_in_kernel
     from tlc.api import compile_graph
     from tlc.attention.kernels import specs_dir
     from tlc.lowering.passes import run_lowering
 
     no_gpu(monkeypatch.setattr)
-    spec, defines = varlen.varlen_plan(64, "bf16", True)
+    spec, defines = varlen.varlen_plan(64, "bf16", causal)
     graph, _ = compile_graph((specs_dir() / f"{spec}.tl").read_text(), f"{spec}.tl",
                              defines={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in defines.items()})
     state, _ = run_lowering(graph, "sm_90a", name=spec)
-    kernel = stand_in_kernel(state.kir, state.abi)
+    return stand_in_kernel(state.kir, state.abi)
+
+
+def test_a_call_binds_the_packed_storages_and_the_batch_from_the_offsets(on_cuda, monkeypatch) -> None:
+    from bench.launch_stand_ins import record
+
+    kernel = stand_in_varlen(monkeypatch, causal=True)
     monkeypatch.setattr(varlen, "spec_kernel", lambda s, d, device: kernel)
     driver = record(monkeypatch.setattr, ctypes.sizeof(kernel._struct))
     a = args(causal=True)
@@ -87,17 +94,9 @@ def test_make_fx_records_one_varlen_op() -> None:
 
 def test_a_misaligned_output_is_refused_before_its_rows_are_stored(on_cuda, monkeypatch) -> None:
     """A scattered output is the caller's tensor (out=): its pointer and strides must take 16-byte stores."""
-    from bench.launch_stand_ins import no_gpu, record, stand_in_kernel
-    from tlc.api import compile_graph
-    from tlc.attention.kernels import specs_dir
-    from tlc.lowering.passes import run_lowering
+    from bench.launch_stand_ins import record
 
-    no_gpu(monkeypatch.setattr)
-    spec, defines = varlen.varlen_plan(64, "bf16", False)
-    graph, _ = compile_graph((specs_dir() / f"{spec}.tl").read_text(), f"{spec}.tl",
-                             defines={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in defines.items()})
-    state, _ = run_lowering(graph, "sm_90a", name=spec)
-    kernel = stand_in_kernel(state.kir, state.abi)
+    kernel = stand_in_varlen(monkeypatch, causal=False)
     record(monkeypatch.setattr, None)
     a = args()
     store = lambda t: t.permute(1, 0, 2).unsqueeze(0)   # noqa: E731
