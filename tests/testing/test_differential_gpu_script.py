@@ -103,30 +103,39 @@ def test_a_worker_that_never_starts_fails_its_cases_in_one_line(tmp_path: Path) 
     assert results[0, "sm_90"]["status"] == "ERROR" and "before its first case" in results[0, "sm_90"]["message"]
 
 
-def test_the_comparison_the_worker_makes_passes_the_sm90_kernel_ir_and_fails_a_wrong_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("paged", [False, True])
+def test_the_comparison_the_worker_makes_passes_the_sm90_kernel_ir_and_fails_a_wrong_one(tmp_path: Path, monkeypatch,
+                                                                                          paged: bool) -> None:
     """compare_sizes, fed the sm_90 kernel IR on the tile evaluator in place of the GPU: the saved inputs
-    and references fit the kernel, a right kernel passes, one that writes nothing or 10 % too much is WRONG."""
+    and references fit the kernel, a right kernel passes, one that writes nothing or 10 % too much is WRONG;
+    with `--paged`, the saved block table and lengths reach the kernel by keyword."""
     from tlc.kir.tile_eval import evaluate_program
 
-    seed = next(s for s in range(100) if _lowers(s))
-    text, defines, _ = structural_program(seed)
+    if paged:
+        monkeypatch.setenv(differential_gpu.PAGED_ENV, "1")
+    seed = next(s for s in range(100) if _lowers(s, paged))
+    text, defines, _ = differential_gpu._program(seed)
+    assert ("rows at block_table" in text) == paged
     state, _ = lower_to_kernel_ir(text.encode(), "g.tl", "sm_90", defines or {}, name="g")
     saved = torch.load(differential_gpu.reference_case(seed, str(tmp_path)))
 
-    def launch(inputs, poisoned, floats):
+    def launch(inputs, poisoned, floats, runtime):
         tensors = {a.name: inputs[a.name] for a in state.abi.tensors if not a.output}
-        return evaluate_program(state.kir, state.abi, tensors, floats)["O"].to(poisoned.dtype)
+        return evaluate_program(state.kir, state.abi, tensors, dict(floats, **runtime))["O"].to(poisoned.dtype)
 
     assert differential_gpu.compare_sizes(saved, launch)["status"] == "ok"
-    assert differential_gpu.compare_sizes(saved, lambda i, poisoned, f: poisoned)["status"] == "WRONG"
+    assert differential_gpu.compare_sizes(saved, lambda i, poisoned, f, r: poisoned)["status"] == "WRONG"
     nowhere = {"sizes": [dict(size, expected=None) for size in saved["sizes"]]}
     assert differential_gpu.compare_sizes(nowhere, launch)["status"] == "unchecked"
     off = differential_gpu.compare_sizes(saved, lambda *a: launch(*a) * 1.1)
     assert off["status"] == "WRONG" and off["max_error"] > differential_gpu.RTOL
 
 
-def _lowers(seed: int) -> bool:
-    text, defines, _ = structural_program(seed)
+def _lowers(seed: int, paged: bool = False) -> bool:
+    c = choices_of_seed(seed, paged=paged)
+    text, defines = c.render(), c.defines_dict()
+    if paged and not c.kv_pages:
+        return False
     try:
         lower_to_kernel_ir(text.encode(), "g.tl", "sm_90", defines or {}, name="g")
     except TlcError:
