@@ -138,3 +138,35 @@ def test_a_refusal_under_torch_compile_keeps_its_words() -> None:
     torch._dynamo.reset()
     with mode, pytest.raises(Exception, match="q's 3 heads are not a multiple of the cache's 2 KV heads"):
         torch.compile(lambda q, k: tlc.flash_attn_with_kvcache(q, k, k), fullgraph=True, backend="eager")(q, k)
+
+
+def test_a_build_error_is_one_line_naming_the_call_and_no_spec_line(on_cuda, monkeypatch) -> None:
+    from tlc.diagnostics import Loc, error
+
+    def failing(spec, defines, device):
+        raise TlcError(error("too many registers", Loc("specs/decode_fwd.tl", 51, 3)))
+    monkeypatch.setattr(kvcache, "spec_kernel", failing)
+    monkeypatch.setattr(kvcache, "_sm_count", lambda device: 132)
+    k, v = cache()
+    with pytest.raises(TlcError) as info:
+        tlc.flash_attn_with_kvcache(torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16), k, v)
+    assert str(info.value) == "error: flash_attn_with_kvcache: too many registers"
+
+
+def test_a_program_sm90a_refuses_builds_for_sm90_with_a_warning(monkeypatch) -> None:
+    from tlc import runtime
+    from tlc.attention import kernels
+
+    built = []
+
+    def build(path, arch, defines):
+        if arch == "sm_90a":
+            raise kernels.fail("tlc build (sm_90a): 16 rows")
+        built.append((path.name, arch))
+        return "kernel"
+    monkeypatch.setattr(runtime, "build", build)
+    monkeypatch.setattr(kernels, "attention_target", lambda device=None: "sm_90a")
+    monkeypatch.setattr(kernels, "_SPEC_KERNELS", {})
+    with pytest.warns(UserWarning, match=r"no sm_90a kernel for decode_fwd .*16 rows.*using the sm_90 kernel"):
+        assert kernels.spec_kernel("decode_fwd", {"Splits": 2}, None) == "kernel"
+    assert built == [("decode_fwd.tl", "sm_90")]

@@ -70,19 +70,25 @@ def attention_fallback(target: str) -> str | None:
 def build_attention(dtype: str, d_qk: int, d_v: int, causal: bool, target: str, seq_k: int | None = None):
     """The kernel for one specialization; if the sm_90a lowering refuses it, the sm_90 kernel of the
     same spec, with a warning that names the reason (both compute the same program)."""
-    spec, defines = attention_spec(dtype, d_qk, d_v, causal, target, seq_k)
+    def build(arch: str):
+        spec, defines = attention_spec(dtype, d_qk, d_v, causal, arch, seq_k)
+        return runtime.build(spec, arch=arch, defines=defines)
+    return build_with_fallback(build, target, f"tlc.attention: no {target} kernel for d={d_qk}/{d_v} causal={causal}")
+
+
+def build_with_fallback(build, target: str, refused: str):
+    """`build(target)`; where the target's lowering refuses the program (sm_90a), `build` of its fallback (sm_90:
+    the same program on mma.sync), with a warning `<refused> (<why>); using the sm_90 kernel`."""
     try:
-        return runtime.build(spec, arch=target, defines=defines)
+        return build(target)
     except TlcError as exc:
         fallback = attention_fallback(target)
         if fallback is None:
             raise
         import warnings
 
-        warnings.warn(f"tlc.attention: no {target} kernel for d={d_qk}/{d_v} causal={causal} "
-                      f"({exc.diagnostics[0].message}); using the {fallback} kernel", stacklevel=3)
-        spec, defines = attention_spec(dtype, d_qk, d_v, causal, fallback, seq_k)
-        return runtime.build(spec, arch=fallback, defines=defines)
+        warnings.warn(f"{refused} ({exc.diagnostics[0].message}); using the {fallback} kernel", stacklevel=4)
+        return build(fallback)
 
 
 def attention_spec(dtype: str, d_qk: int, d_v: int, causal: bool, arch: str = "sm_90",
@@ -106,11 +112,14 @@ _SPEC_KERNELS: dict = {}
 
 
 def spec_kernel(spec: str, defines: dict, device):
-    """The kernel of shipped spec `spec` (`specs_dir() / f"{spec}.tl"`) with `defines`, for the target `attention_target` picks
-    for `device`; built once per process (the disk cache keeps it across processes)."""
+    """The kernel of shipped spec `spec` (`specs_dir() / f"{spec}.tl"`) with `defines`, for the target
+    `attention_target` picks for `device` (its fallback where that target refuses, as `build_attention`); built once
+    per process (the disk cache keeps it across processes)."""
     arch = attention_target(device)
     key = (spec, tuple(sorted(defines.items())), arch)
     if key not in _SPEC_KERNELS:
-        _SPEC_KERNELS[key] = runtime.build(specs_dir() / f"{spec}.tl", arch=arch, defines=defines)
+        _SPEC_KERNELS[key] = build_with_fallback(
+            lambda target: runtime.build(specs_dir() / f"{spec}.tl", arch=target, defines=defines), arch,
+            f"tlc: no {arch} kernel for {spec} {defines}")
     return _SPEC_KERNELS[key]
 

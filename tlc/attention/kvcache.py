@@ -18,7 +18,7 @@ import math
 
 from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
-from tlc.attention.serving_args import check_tensors
+from tlc.attention.serving_args import as_storage, call_errors, check_tensors
 from tlc.numbers import a_kind
 
 SPLITS = (1, 2, 4, 8, 16, 32, 64)   # the Splits the decode programs are built with (each a kernel)
@@ -76,14 +76,15 @@ def run_with_kvcache(q, k_cache, v_cache, lengths, block_table, scale: float, ca
     dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
     spec, defines = kernel_plan(B, sq, H, kvh, d, capacity, dtype, causal, k_cache.shape[1] if paged else 0,
                                 num_splits, _sm_count(q.device))
-    kernel = spec_kernel(spec, defines, q.device)
     # the program's (O, LSE): O into `out`; the log-sum-exp is not returned (FlashAttention's default)
-    if paged:
-        pool_k, pool_v = (_pool(t) for t in (k_cache, v_cache))
-        kernel(qk, pool_k, pool_v, out=placed, scale=scale, seqlen_k=capacity, kv_lengths=lengths,
-               block_table=block_table)
-    else:
-        kernel(qk, k_cache.transpose(1, 2), v_cache.transpose(1, 2), out=placed, scale=scale, kv_lengths=lengths)
+    with call_errors("flash_attn_with_kvcache"):
+        kernel = spec_kernel(spec, defines, q.device)
+        if paged:
+            pool_k, pool_v = (_pool(t) for t in (k_cache, v_cache))
+            kernel(qk, pool_k, pool_v, out=placed, scale=scale, seqlen_k=capacity, kv_lengths=lengths,
+                   block_table=block_table)
+        else:
+            kernel(qk, k_cache.transpose(1, 2), v_cache.transpose(1, 2), out=placed, scale=scale, kv_lengths=lengths)
     return out
 
 
@@ -110,7 +111,7 @@ def _sm_count(device) -> int:
 def _pool(cache):
     """(pages, page size, kv heads, d) as the (1, kv heads, pages · page size, d) pool the row map reads: a view."""
     pages, page, kvh, d = cache.shape
-    return cache.view(pages * page, kvh, d).permute(1, 0, 2).unsqueeze(0)
+    return as_storage(cache.view(pages * page, kvh, d))
 
 
 def _lengths(cache_seqlens, batch: int, capacity: int, device):

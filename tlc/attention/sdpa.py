@@ -259,8 +259,12 @@ def _as_attention_error() -> Iterator[None]:
 
 
 def _attention_error(exc: TlcError) -> TlcError:
-    """Errors past the checks (building, launching) still start with `tlc.attention:` and name no
-    shipped spec's line: the first message leads, the others and their notes follow as notes."""
+    return call_error("tlc.attention", exc)
+
+
+def call_error(call: str, exc: TlcError) -> TlcError:
+    """Errors past a call's checks (building, launching) still start with `<call>:` and name no shipped spec's
+    line: the first message leads, the others and their notes follow as notes."""
     lines = [m for d in exc.diagnostics for m in (d.message, *(n.message for n in d.notes))]
-    first = lines[0].removeprefix("tlc.attention: ")
-    return fail(f"tlc.attention: {first}", None, *(Note(m) for m in lines[1:]))
+    first = lines[0].removeprefix(f"{call}: ")
+    return fail(f"{call}: {first}", None, *(Note(m) for m in lines[1:]))

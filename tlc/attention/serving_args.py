@@ -2,6 +2,9 @@
 refusal naming the call and the argument (a ValueError while torch.compile traces, sdpa.refusal)."""
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 from tlc.attention.sdpa import refusal
 from tlc.numbers import a_kind
 
@@ -26,3 +29,22 @@ def check_tensors(call: str, named: tuple[tuple[str, object], ...], rank: int, l
             raise refusal(f"{call}: {name} is {t.dtype}; {names} are all bf16 or all fp16")
         if t.stride(-1) != 1:
             raise refusal(f"{call}: {name}'s last dimension must be contiguous (stride 1)")
+
+
+def as_storage(t):
+    """Rows of a (rows, heads, d) tensor (packed sequences, a flattened page pool) as the (1, heads, rows, d) storage
+    a row map reads: a view."""
+    return t.permute(1, 0, 2).unsqueeze(0)
+
+
+@contextlib.contextmanager
+def call_errors(call: str) -> Iterator[None]:
+    """Building and launching: a TlcError as one line starting `<call>:` (sdpa.call_error)."""
+    from tlc.attention.sdpa import call_error
+    from tlc.diagnostics import TlcError
+
+    try:
+        yield
+    except TlcError as exc:
+        raise call_error(call, exc) from exc
+

@@ -11,7 +11,7 @@ import math
 
 from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
-from tlc.attention.serving_args import check_tensors
+from tlc.attention.serving_args import as_storage, call_errors, check_tensors
 from tlc.numbers import a_kind
 
 
@@ -44,10 +44,10 @@ def run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqle
 
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     spec, defines = varlen_plan(q.shape[2], "bf16" if q.dtype == torch.bfloat16 else "fp16", causal)
-    kernel = spec_kernel(spec, defines, q.device)
-    storage = lambda t: t.permute(1, 0, 2).unsqueeze(0)   # noqa: E731 - (rows, heads, d) as (1, heads, rows, d)
-    kernel(storage(q), storage(k), storage(v), out=storage(out), scale=scale, seqlen_q=max_seqlen_q,
-           seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    with call_errors("flash_attn_varlen_func"):
+        kernel = spec_kernel(spec, defines, q.device)
+        kernel(as_storage(q), as_storage(k), as_storage(v), out=as_storage(out), scale=scale, seqlen_q=max_seqlen_q,
+               seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return out
 
 

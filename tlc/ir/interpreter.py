@@ -232,11 +232,10 @@ class Interpreter:
         rows = int(self.eval(held, env, op))
         seen = max(0, min(rows, int(self.eval(op.shape[0], env, op))))
         try:
-            view = gather_rows(storage, op.rows_at, rows, env)
-            at = rows_read(op.rows_at, seen, env)
+            at = rows_read(op.rows_at, rows, env)
         except (ExprError, ValueError) as exc:
             raise InterpError(str(exc), op) from None
-        return view[:seen], at
+        return gather_rows(storage, at[:seen]), at[:seen]
 
     def op_CopyOp(self, op: CopyOp, args, vals, env):
         src = args[0]

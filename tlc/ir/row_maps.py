@@ -27,11 +27,9 @@ def storage_rows_of(storage: torch.Tensor) -> int:
     return int(storage.shape[2])
 
 
-def gather_rows(storage: torch.Tensor, rows_at: Expr, logical_rows: int, env: Mapping[str, Any]) -> torch.Tensor:
-    """The (logical_rows, cols) tensor a row map makes of one head's storage (rows, cols): row r is storage row
-    `rows_at` at row = r, or zeros where that falls outside the storage. `env` holds the names the map reads
-    (batch_idx, Params, Inputs, tensor Inputs)."""
-    at = rows_read(rows_at, logical_rows, env)
+def gather_rows(storage: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """The (len(at), cols) tensor of one head's storage (rows, cols) rows `at` (rows_read), zeros where a row is
+    outside the storage."""
     inside = (at >= 0) & (at < storage.shape[0])
     out = torch.zeros((len(at), *storage.shape[1:]), dtype=storage.dtype)
     out[inside] = storage[at[inside]]
