@@ -12,6 +12,7 @@
 #   only=EXPR    `pytest -m gpu tests/gpu -k EXPR` (a rerun of some GPU tests)
 #   kv-decode    bench/bench_kv_decode.py --arch sm_90a (decode against a KV cache, tlc's specs and SDPA's backends)
 #   varlen       bench/bench_varlen.py (packed sequences against the same tokens as one dense batch)
+#   decode-sweep bench/decode_sweep.py (decode_fwd.tl over tiles, splits and targets; per-kernel times)
 # usage (device): bash bench/gpu_validate.sh suite hang diff=0:200 sanitize
 # Every log and JSON goes to a folder of its own, packed at the end into $OUT/logs.tgz (the device returns a few
 # files only); the JSON files are copied to $OUT too.
@@ -67,6 +68,7 @@ for what in "$@"; do
     only=*) step only python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -k "${what#only=}" ;;
     kv-decode) step kv-decode python3 bench/bench_kv_decode.py --arch sm_90a ;;
     varlen) step varlen python3 bench/bench_varlen.py ;;
+    decode-sweep) step decode-sweep python3 bench/decode_sweep.py ;;
     *) echo "unknown step '$what'"; status=1 ;;
     esac
 done
