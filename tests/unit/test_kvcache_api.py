@@ -23,6 +23,17 @@ def test_the_split_heuristic_fills_the_last_wave(blocks: int, tiles: int, want: 
     assert num_splits_heuristic(blocks, 132, tiles) == want
 
 
+@pytest.mark.parametrize("batch, heads, kv_heads, cache_rows, splits", [(8, 32, 8, 8192, 4), (64, 32, 8, 4096, 1),
+                                                                         (1, 128, 1, 32768, 64)])
+def test_the_plan_counts_two_partial_ctas_per_sm_at_d128(batch, heads, kv_heads, cache_rows, splits) -> None:
+    """bench_kv_decode's shapes on an H200: 64-key tiles, two partial CTAs per SM, the combine on 16-row blocks."""
+    assert kvcache.resident_ctas(128, 64, 64) == 2 and kvcache.resident_ctas(256, 64, 64) == 1
+    spec, defines = kvcache.kernel_plan(batch, 1, heads, kv_heads, 128, cache_rows, "bf16", False, sms=132)
+    assert spec == "decode_fwd"
+    assert defines == {"HeadDim": 128, "BM": 64, "BN": 64, "CM": 16, "dtype": "bf16", "Causal": False,
+                       "Splits": splits}
+
+
 def cache(b=2, sk=64, kvh=2, d=64, dtype=torch.bfloat16):
     return torch.zeros(b, sk, kvh, d, dtype=dtype), torch.zeros(b, sk, kvh, d, dtype=dtype)
 
@@ -91,7 +102,7 @@ def test_a_paged_call_binds_the_pool_the_table_and_the_heads_as_rows(on_cuda, mo
     out = tlc.flash_attn_with_kvcache(q, pages, pages.clone(), cache_seqlens=lengths, block_table=table)
     assert tuple(out.shape) == (3, 1, 8, 64)
     # 64 rows of cache are one key tile of 128: nothing to split
-    assert asked == [("paged_decode_fwd", dict(defines, Splits=1))]
+    assert asked == [("paged_decode_fwd", dict(defines, BN=64, CM=16, Splits=1))]
     struct = kernel._struct.from_buffer_copy(driver.launches[-1][-1])
     # the 4 query heads of each KV head are the rows: 2 heads of 4 rows, group 1; the cache holds 4 pages of 16
     assert (struct.heads, struct.group, struct.seqlen_q, struct.seqlen_k, struct.K_storage_rows, struct.batch) == \

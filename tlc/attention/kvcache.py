@@ -25,8 +25,9 @@ SPLITS = (1, 2, 4, 8, 16, 32, 64)   # the Splits the decode programs are built w
 
 
 def num_splits_heuristic(blocks: int, sms: int, key_tiles: int, max_splits: int = SPLITS[-1]) -> int:
-    """Splits of each (query tile, head, sequence) program over its key tiles, FlashAttention's rule: none
-    when the blocks already fill 80 % of the SMs; else, of the powers of two up to `max_splits` and the key
+    """Splits of each (query tile, head, sequence) program over its key tiles, FlashAttention's rule (`sms`: the
+    CTAs the GPU holds at once, as FlashAttention passes twice the SM count): none when the blocks already fill
+    80 % of them; else, of the powers of two up to `max_splits` and the key
     tiles, the fewest whose last wave is at least 85 % as full as the fullest choice's."""
     if blocks >= 0.8 * sms or key_tiles <= 1:
         return 1
@@ -94,13 +95,21 @@ def kernel_plan(batch: int, new_tokens: int, heads: int, kv_heads: int, d: int, 
     of that many rows; one new token folds the group's heads into the rows (then causal is moot); `sms`: the
     GPU's multiprocessors, which the split heuristic fills."""
     fold = new_tokens == 1
-    tiles = {"HeadDim": d, "BM": 64, "BN": 128 if d <= 128 else 64, "dtype": dtype, "Causal": bool(causal and not fold)}
+    # 64-key tiles: two partial-kernel CTAs per SM at d = 128 (80 KB of shared memory each), whose loads in flight
+    # together beat one CTA's 128-key tiles (bench/decode_sweep.py, H200); the combine on 16-row blocks (CM)
+    tiles = {"HeadDim": d, "BM": 64, "BN": 64, "CM": 16, "dtype": dtype, "Causal": bool(causal and not fold)}
     rows, programs = (heads // kv_heads, kv_heads) if fold else (new_tokens, heads)
-    splits = num_splits or num_splits_heuristic(-(-rows // tiles["BM"]) * programs * batch, sms,
+    splits = num_splits or num_splits_heuristic(-(-rows // tiles["BM"]) * programs * batch,
+                                                sms * resident_ctas(d, tiles["BM"], tiles["BN"]),
                                                 -(-capacity // tiles["BN"]))
     if page:
         return "paged_decode_fwd", dict(tiles, Splits=splits, PageSize=page)
     return "decode_fwd", dict(tiles, Splits=splits)
+
+
+def resident_ctas(d: int, bm: int, bn: int, smem: int = 227 * 1024) -> int:
+    """Partial-kernel CTAs one SM holds by shared memory: a Q tile and two stages of K and V tiles of bf16/fp16."""
+    return max(1, smem // ((bm + 4 * bn) * d * 2))
 
 
 def _sm_count(device) -> int:

@@ -566,7 +566,7 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
         else:
             self.w.line(f"// schedule: {op.stages} stage(s)" + (", next tile issued before compute" if op.prefetch
                                                                  else ""))
-            self.w.line("#pragma unroll 1")
+            self.w.line(f"#pragma unroll {op.unroll_by or 1}")
         head = f"for (int {op.var} = {_ix(op.start)}; {op.var} {cmp} {_ix(op.stop)}; {inc}{op.var})"
         if op.step not in (1, -1):
             head = f"for (int {op.var} = {_ix(op.start)}; {op.var} {cmp} {_ix(op.stop)}; {op.var} {inc})"

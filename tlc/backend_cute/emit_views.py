@@ -196,10 +196,17 @@ class ViewEmitter(_TABLE.mixin_base()):
             for line in predicate_limits(op.row_limit, op.col_limit, None):
                 self.w.line(line)
             self.w.line(f"const int gather_row0_ = {cpp_expr(op.gather_row0)};")
+            # every row's storage row first (the row map's loads all in flight together), then the copies: a
+            # load between two copies would wait for its value before the next copy issues
+            self.w.line("int at_rows_[decltype(size<1>(dst_))::value];")
             self.w.line("CUTE_UNROLL")
             with self.w.block("for (int gm_ = 0; gm_ < size<1>(dst_); ++gm_)"):
                 self.w.line(f"const int row_ = gather_row0_ + get<0>({pred}(0, gm_, 0));")
-                self.w.line(f"const int at_ = int({at});")
+                self.w.line(f"at_rows_[gm_] = int({at});")
+            self.w.line("CUTE_UNROLL")
+            with self.w.block("for (int gm_ = 0; gm_ < size<1>(dst_); ++gm_)"):
+                self.w.line(f"const int row_ = gather_row0_ + get<0>({pred}(0, gm_, 0));")
+                self.w.line("const int at_ = at_rows_[gm_];")
                 with self.w.block(f"if (get<0>({pred}(0, gm_, 0)) < row_limit_ && at_ >= 0 && "
                                   f"at_ < {cpp_expr(tensor.storage_rows)})"):
                     for side, name in (("src_", "srow_"), ("dst_", "drow_")):

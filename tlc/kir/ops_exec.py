@@ -424,7 +424,9 @@ class RowLoadOp(Op):
 class ForOp(Op):
     """`for var in start, start+step, …` while var < stop (step > 0) or var > stop (step < 0).
     Schedule attributes: `stages` buffers in flight, `prefetch` = next tile issued before compute;
-    `unroll`: a loop over a GEMM's k-blocks, fully unrolled (static bounds, registers indexed by it)."""
+    `unroll`: a loop over a GEMM's k-blocks, fully unrolled (static bounds, registers indexed by it);
+    `unroll_by` k > 0: emitted unrolled k times, so k trips' independent loads can be in flight together
+    (`unroll-register-loops`); 0: one trip at a time."""
 
     var: str
     start: Expr
@@ -434,6 +436,8 @@ class ForOp(Op):
     stages: int = 1
     prefetch: bool = False
     unroll: bool = False
+    unroll_by: int = 0
+    quiet_defaults: ClassVar[tuple[str, ...]] = ("unroll_by",)
     defines = ("var",)
     regions = ("body",)
     declared_effects = PURE

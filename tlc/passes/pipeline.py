@@ -42,6 +42,7 @@ LOWERING_PIPELINE = [
     "l2-sections",        # sm_90a causal, one tile per CTA: after persistent (which takes the grid itself)
     "prefetch-next-tile", # sm_90a, Param PrefetchNext: after l2-sections (prefetches by its decode of the grid)
     "prefetch-tma-descriptors",  # sm_90a, Param PrefetchTma: descriptors fetched while the mbarriers are set up
+    "unroll-register-loops",  # loops of register work over global loads (a split-KV combine): trips' loads in flight together
     "check-resources",    # needs the final buffers and fragments: shared bytes and registers
     "emulate-exp2",       # Param Exp2Poly = k: every k-th score exp2 by polynomial on the FMA pipe (MUFU-bound d = 64)
     "reduction-chains",   # Param ReduceChains: row max / sum in independent partial results (shorter chains)
