@@ -13,6 +13,7 @@
 #   kv-decode    bench/bench_kv_decode.py --arch sm_90a (decode against a KV cache, tlc's specs and SDPA's backends)
 #   varlen       bench/bench_varlen.py (packed sequences against the same tokens as one dense batch)
 #   decode-sweep bench/decode_sweep.py (decode_fwd.tl over tiles, splits and targets; per-kernel times)
+#   serving-overhead  bench/serving_overhead.py (host µs per serving call, cProfile of the hottest frames)
 # usage (device): bash bench/gpu_validate.sh suite hang diff=0:200 sanitize
 # Every log and JSON goes to a folder of its own, packed at the end into $OUT/logs.tgz (the device returns a few
 # files only); the JSON files are copied to $OUT too.
@@ -69,6 +70,7 @@ for what in "$@"; do
     kv-decode) step kv-decode python3 bench/bench_kv_decode.py --arch sm_90a ;;
     varlen) step varlen python3 bench/bench_varlen.py ;;
     decode-sweep) step decode-sweep python3 bench/decode_sweep.py ;;
+    serving-overhead) step serving-overhead python3 bench/serving_overhead.py ;;
     *) echo "unknown step '$what'"; status=1 ;;
     esac
 done
