@@ -106,23 +106,17 @@ def test_the_kernels_in_order_equal_the_interpreter(spec: str, sq: int, sk: int,
     assert (env["LSE"][finite] - want["LSE"][finite]).abs().max().item() < 1e-3
 
 
-def with_combine_rows(text: str, rows: int) -> str:
-    """The program with its combine kernel on blocks of `rows` rows (a Param of its own, CM)."""
-    head, combine = text.split("\nKernel combine\n")
-    combine = combine.replace("(BM, HeadDim)", "(CM, HeadDim)").replace("(BM)", "(CM)")
-    return head.replace("Param Splits = 4\n", f"Param Splits = 4\nParam CM = {rows}\n") + "\nKernel combine\n" + combine
-
-
 @pytest.mark.parametrize("rows, warps", [(16, 1), (32, 2), (64, 4)])
 def test_a_kernel_without_gemms_takes_a_warp_per_16_rows(rows: int, warps: int) -> None:
-    """The combine on 16-row blocks runs one warp (unless Param Warps says), its kernels in order still equal the
-    interpreter: more blocks for a program with few rows per head (decode with heads as rows)."""
-    text = with_combine_rows((SPECS / "decode_fwd.tl").read_text(), rows)
-    states = [lower_to_kernel_ir(text.encode(), "d.tl", "sm_90", defines(4, False), name=module_kernel_name("d.tl", k),
+    """The combine on 16-row blocks (the spec's CM) runs one warp (unless Param Warps says), its kernels in order
+    still equal the interpreter: more blocks for a program with few rows per head (decode with heads as rows)."""
+    text = (SPECS / "decode_fwd.tl").read_text()
+    bound = dict(defines(4, False), CM=str(rows))
+    states = [lower_to_kernel_ir(text.encode(), "d.tl", "sm_90", bound, name=module_kernel_name("d.tl", k),
                                  kernel=k)[0] for k in ("partial", "combine")]
     combine = states[1].kir.kernels()[0]
     assert combine.threads == 32 * warps and str(combine.grid[0]) == f"ceil_div(p.seqlen_q, {rows})"
-    module, _ = compile_module(text, "d.tl", defines=defines(4, False), run_passes=False)
+    module, _ = compile_module(text, "d.tl", defines=bound, run_passes=False)
     tensors, scalars, _ = inputs("decode_fwd", 4, 4, 2, 37, 100, 3)
     want = run_module(module, workspaces(tensors, module.roles(), 4), scalars)
     env = dict(tensors)
