@@ -170,7 +170,7 @@ def test_the_emitted_cute_reads_each_row_from_its_page() -> None:
     source = emit_text(SPEC.read_bytes(), "paged.tl", "sm_90", small(16), "cute", line_directives=False)
     lines = [line.strip() for line in source.splitlines()]
     assert "int K_storage_rows;" in lines and "int* block_table_ptr;" in lines
-    assert ("const int at_ = int(((batch_idx >= 0 && batch_idx < p.batch && (tlc::floor_div(row_, 16) >= 0 && "
+    assert ("at_rows_[gm_] = int(((batch_idx >= 0 && batch_idx < p.batch && (tlc::floor_div(row_, 16) >= 0 && "
             "tlc::floor_div(row_, 16) < tlc::ceil_div(p.seqlen_k, 16))) ? p.block_table_ptr[batch_idx * "
             "tlc::ceil_div(p.seqlen_k, 16) + tlc::floor_div(row_, 16)] : 0) * 16 + row_ % 16);") in lines
     assert "if (get<0>(tKc32x32(0, gm_, 0)) < row_limit_ && at_ >= 0 && at_ < p.K_storage_rows) {" in lines \

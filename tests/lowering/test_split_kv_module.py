@@ -122,6 +122,40 @@ def test_the_program_launches_its_kernels_in_order_and_hands_on_the_workspaces(m
         program(q, k)
 
 
+def test_a_repeated_geometry_launches_the_kept_steps_with_the_new_tensors(monkeypatch) -> None:
+    """The second call of a geometry skips the checks (no kernel's __call__ runs) and launches the same structs but
+    for the data pointers: its own tensors and fresh workspaces; another scale, or another geometry, plans anew."""
+    from bench.launch_stand_ins import no_gpu, qkv, stand_in_kernel
+
+    no_gpu(monkeypatch.setattr)
+    kernels = []
+    for name, state in lowered("sm_90a"):
+        k = stand_in_kernel(state.kir, state.abi)
+        k._loaded[0] = types.SimpleNamespace(resident_ctas=132, function=name)
+        kernels.append((name, k))
+    program = ModuleKernel(kernels, compile_module(SPEC.read_text(), "skv.tl", defines=SMALL)[0].roles())
+    driver = _Driver({n: ctypes.sizeof(k._struct) for n, k in kernels})
+    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    q, k, v = qkv(2, 4, 2, 40, 50, False, d=32)
+    first = program(q, k, v, scale=0.2)
+    checked = [(name, dict(kernels)[name]._struct.from_buffer_copy(raw)) for name, raw in driver.launches]
+    for _, kern in kernels:   # a kept step must not go through the checked call
+        monkeypatch.setattr(kern, "__call__", None)
+    q2, k2, v2 = qkv(2, 4, 2, 40, 50, False, d=32)
+    o, lse = program(q2, k2, v2, scale=0.2)
+    kept = [(name, dict(kernels)[name]._struct.from_buffer_copy(raw)) for name, raw in driver.launches[2:]]
+    assert [n for n, _ in kept] == list(NAMES) and (o.shape, lse.shape) == (first[0].shape, first[1].shape)
+    for (name, a), (_, b) in zip(checked, kept):
+        for field, _ in a._fields_:
+            if field.endswith("_ptr") or not isinstance(getattr(a, field), (int, float)):
+                continue   # data pointers, and what encodes them (TMA descriptors), are the new call's
+            assert getattr(a, field) == getattr(b, field), (name, field)
+    assert kept[0][1].Q_ptr == q2.data_ptr() and kept[1][1].O_ptr == o.data_ptr() != first[0].data_ptr()
+    assert kept[0][1].O_part_ptr == kept[1][1].O_part_ptr != 0   # the workspace handed on
+    program(q2, k2, v2, scale=0.3)   # another Input value: a new geometry, planned (scale 0.3 in the struct)
+    assert dict(kernels)["partial"]._struct.from_buffer_copy(driver.launches[-2][1]).scale == pytest.approx(0.3)
+
+
 def test_transforms_that_renumber_the_grid_decline_a_kernel_with_axes_of_its_own() -> None:
     """persistent and prefetch-next decode a tile's (x, y, z) and read z as the batch: on the partial kernel, whose
     z is batch · Splits, they decline (its split_idx would be lost), and the kernel stays one tile per CTA."""

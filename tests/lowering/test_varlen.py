@@ -135,8 +135,12 @@ def test_sm90a_keeps_cp_async_and_its_protocol_holds() -> None:
 def test_the_emitted_cute_scatters_the_output_rows() -> None:
     source = emit_text(SPEC.read_bytes(), "varlen.tl", "sm_90", small(False), "cute", line_directives=False)
     lines = [line.strip() for line in source.splitlines()]
-    assert ("const int at_ = int(((batch_idx >= 0 && batch_idx < p.batch + 1) ? p.cu_seqlens_q_ptr[batch_idx] : 0) "
-            "+ row_);") in lines
+    # every row's storage row first (the loads in flight together), then the copies
+    at = lines.index("at_rows_[gm_] = int(((batch_idx >= 0 && batch_idx < p.batch + 1) ? p.cu_seqlens_q_ptr[batch_idx] "
+                     ": 0) + row_);")
+    assert lines.index("const int at_ = at_rows_[gm_];", at) < lines.index("auto drow_ = make_tensor(dst_(_, gm_, "
+                                                                          "_).data() + int64_t(at_ - row_) * "
+                                                                          "stride<0>(mO), dst_(_, gm_, _).layout());", at)
     assert "auto drow_ = make_tensor(dst_(_, gm_, _).data() + int64_t(at_ - row_) * stride<0>(mO), " \
            "dst_(_, gm_, _).layout());" in lines
     assert "int O_storage_rows;" in lines

@@ -109,6 +109,19 @@ def test_a_paged_call_binds_the_pool_the_table_and_the_heads_as_rows(on_cuda, mo
         (2, 1, 4, 64, 192, 3)
     assert (struct.kv_lengths_ptr, struct.block_table_ptr) == (lengths.data_ptr(), table.data_ptr())
     assert struct.O_ptr == out.data_ptr()
+    # the same geometry again: no check, no plan, no kernel lookup; the new call's tensors in the struct
+    checked, check = [], kvcache._check
+    monkeypatch.setattr(kvcache, "_check", lambda *a: checked.append(a) or check(*a))
+    q2, lengths2, table2 = q.clone(), torch.tensor([5, 0, 33], dtype=torch.int32), table.flip(0).contiguous()
+    out2 = tlc.flash_attn_with_kvcache(q2, pages, pages.clone(), cache_seqlens=lengths2, block_table=table2)
+    assert len(asked) == 1 and len(driver.launches) == 2 and not checked
+    again = kernel._struct.from_buffer_copy(driver.launches[-1][-1])
+    assert (again.kv_lengths_ptr, again.block_table_ptr, again.O_ptr) == (lengths2.data_ptr(), table2.data_ptr(),
+                                                                          out2.data_ptr())
+    assert (again.heads, again.group, again.seqlen_q, again.seqlen_k, again.K_storage_rows) == (2, 1, 4, 64, 192)
+    # an int length is part of the geometry: another value is checked (and refused here: past the cache)
+    with pytest.raises(TlcError, match="outside the cache"):
+        tlc.flash_attn_with_kvcache(q2, pages, pages.clone(), cache_seqlens=65, block_table=table2)
 
 
 # ------------------------------------------------------------------ torch.compile sees one op

@@ -20,7 +20,9 @@ from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
 from tlc.attention.serving_args import as_storage, call_errors, check_tensors
 from tlc.numbers import a_kind
+from tlc.recent import Recent
 
+_CALLS = Recent(64)   # an eager call's geometry → (its lengths if an int gave them, scale, program): checked once
 SPLITS = (1, 2, 4, 8, 16, 32, 64)   # the Splits the decode programs are built with (each a kernel)
 
 
@@ -47,15 +49,29 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     (batch, pages per sequence) int32; cache_seqlens: an int or an int32 (batch,) tensor (None: the whole cache);
     a length past the cache reads the cache's rows only. Returns (batch, new tokens, heads, d). `num_splits`:
     0 picks by num_splits_heuristic, else one of SPLITS."""
+    import torch
+
     from tlc.attention.sdpa import _eager
 
+    key = _call_key(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, num_splits)
+    kept = None if key is None else _CALLS.recent(key)
+    if kept is not None:   # this geometry passed every check before: its lengths (an int's), scale and kernel
+        lengths, scale, kernel = kept
+        lengths = cache_seqlens if lengths is None else lengths
+        with call_errors("flash_attn_with_kvcache"):
+            return _launch(kernel, q, k_cache, v_cache, lengths, block_table, scale)
     _check(q, k_cache, v_cache, block_table, causal, num_splits)
     paged = block_table is not None
     capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
     lengths = _lengths(cache_seqlens, q.shape[0], capacity, q.device)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[3])
     if _eager(q, k_cache, v_cache, lengths, *([block_table] if paged else [])):
-        return run_with_kvcache(q, k_cache, v_cache, lengths, block_table, scale, causal, num_splits)
+        out, kernel = _run(q, k_cache, v_cache, lengths, block_table, scale, causal, num_splits)
+        given = isinstance(cache_seqlens, torch.Tensor)
+        # an int's lengths tensor is kept for the next call, unless a CUDA graph's pool holds it (captured)
+        if key is not None and (given or not torch.cuda.is_current_stream_capturing()):
+            _CALLS.keep(key, (None if given else lengths, scale, kernel))
+        return out
     from tlc.attention.serving_ops import kvcache_op   # traced (torch.compile, make_fx): one graph node
 
     return kvcache_op(q, k_cache, v_cache, lengths, block_table, scale, causal, num_splits)
@@ -63,30 +79,74 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
 
 def run_with_kvcache(q, k_cache, v_cache, lengths, block_table, scale: float, causal: bool, num_splits: int):
     """The checked call (`lengths` an int32 (batch,) tensor, `scale` a float): builds on first use and launches."""
+    return _run(q, k_cache, v_cache, lengths, block_table, scale, causal, num_splits)[0]
+
+
+def _run(q, k_cache, v_cache, lengths, block_table, scale: float, causal: bool, num_splits: int):
+    """`run_with_kvcache`'s output and the program it ran."""
     import torch
 
     B, sq, H, d = q.shape
     paged = block_table is not None
-    kvh = k_cache.shape[2]
     capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
+    spec, defines = kernel_plan(B, sq, H, k_cache.shape[2], d, capacity, dtype, causal,
+                                k_cache.shape[1] if paged else 0, num_splits, _sm_count(q.device))
+    with call_errors("flash_attn_with_kvcache"):
+        kernel = spec_kernel(spec, defines, q.device)
+        return _launch(kernel, q, k_cache, v_cache, lengths, block_table, scale), kernel
+
+
+def _launch(kernel, q, k_cache, v_cache, lengths, block_table, scale: float):
+    """The program on the call's tensors, viewed as it reads them; the output in FlashAttention's layout."""
+    import torch
+
+    B, sq, H, d = q.shape
+    kvh = k_cache.shape[2]
     fold = sq == 1   # one new token: the group's heads are the rows (causal changes nothing for it)
     qk = q.view(B, kvh, H // kvh, d) if fold and q.is_contiguous() else (
         q.contiguous().view(B, kvh, H // kvh, d) if fold else q.transpose(1, 2))
     out = torch.empty(B, sq, H, d, device=q.device, dtype=q.dtype)
     placed = out.view(B, kvh, H // kvh, d) if fold else out.transpose(1, 2)
-    dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-    spec, defines = kernel_plan(B, sq, H, kvh, d, capacity, dtype, causal, k_cache.shape[1] if paged else 0,
-                                num_splits, _sm_count(q.device))
     # the program's (O, LSE): O into `out`; the log-sum-exp is not returned (FlashAttention's default)
-    with call_errors("flash_attn_with_kvcache"):
-        kernel = spec_kernel(spec, defines, q.device)
-        if paged:
-            pool_k, pool_v = (_pool(t) for t in (k_cache, v_cache))
-            kernel(qk, pool_k, pool_v, out=placed, scale=scale, seqlen_k=capacity, kv_lengths=lengths,
-                   block_table=block_table)
-        else:
-            kernel(qk, k_cache.transpose(1, 2), v_cache.transpose(1, 2), out=placed, scale=scale, kv_lengths=lengths)
+    if block_table is not None:
+        kernel(qk, _pool(k_cache), _pool(v_cache), out=placed, scale=scale,
+               seqlen_k=block_table.shape[1] * k_cache.shape[1], kv_lengths=lengths, block_table=block_table)
+    else:
+        kernel(qk, k_cache.transpose(1, 2), v_cache.transpose(1, 2), out=placed, scale=scale, kv_lengths=lengths)
     return out
+
+
+def _call_key(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, num_splits) -> tuple | None:
+    """An eager call's geometry, which settles every check `_check` and `_lengths` make (an int length's value is
+    in it), or None for anything odd (the checked path then refuses or traces it): plain CUDA tensors, contiguous
+    int32 lengths and table, a plain number for the scale, True/False, an int."""
+    import os
+
+    import torch
+
+    from tlc.attention.sdpa import _eager, _number, _on_cuda
+
+    tables = () if block_table is None else (block_table,)
+    lengths = (cache_seqlens,) if isinstance(cache_seqlens, torch.Tensor) else ()
+    if type(causal) is not bool or type(num_splits) is not int or not _eager(q, k_cache, v_cache, *tables, *lengths):
+        return None
+    if (softmax_scale is not None and not _number(softmax_scale)) or not (cache_seqlens is None or lengths
+                                                                            or type(cache_seqlens) is int):
+        return None
+    try:
+        if not all(_on_cuda(t) for t in (q, k_cache, v_cache, *tables, *lengths)) \
+                or not all(t.dtype == torch.int32 and t.is_contiguous() for t in (*tables, *lengths)):
+            return None
+        scale = None if softmax_scale is None else float(softmax_scale)
+        if scale is not None and scale != scale:   # NaN: never found again
+            return None
+        return (tuple((t.shape, t.stride(), t.dtype, t.device) for t in (q, k_cache, v_cache, *tables, *lengths)),
+                block_table is None, cache_seqlens if not lengths else "tensor", scale,
+                0 if scale is None else math.copysign(1, scale), causal, num_splits,
+                os.environ.get("TLC_ATTENTION_ARCH"))
+    except (RuntimeError, OverflowError, ValueError):
+        return None
 
 
 def kernel_plan(batch: int, new_tokens: int, heads: int, kv_heads: int, d: int, capacity: int, dtype: str,

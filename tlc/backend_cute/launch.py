@@ -201,6 +201,17 @@ def _current_stream(device) -> int:
     return raw(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def _on_device(device):
+    """`torch.cuda.device(device)`, or nothing where it is current already (the switch and back cost a few µs of a
+    launch's host time)."""
+    import contextlib
+
+    import torch
+    if device.index is None or device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
+
+
 def _is_tensor(t) -> bool:
     import torch
     return isinstance(t, torch.Tensor)
@@ -451,10 +462,21 @@ class Kernel:
         key = _geometry(tensors, None, {k: v for k, v in inputs.items() if v is not None})
         return None if key is None else self._plans.get(key)
 
-    def run_plan(self, plan: _Plan, tensors):
+    def run_plan(self, plan: _Plan, tensors, out=None, runtime: Mapping | None = None):
         """A call of `plan`'s geometry on `tensors` (the caller vouches for the geometry; the pointers'
-        alignment is checked here): the outputs, as `__call__` returns them."""
-        return self._run(plan, tensors, None)
+        alignment is checked here; `runtime`: the tensor Inputs by their pointer fields, `tensor_pointer`):
+        the outputs, as `__call__` returns them."""
+        return self._run(plan, tensors, out, runtime)
+
+    def plan_for(self, tensors, out, inputs: Mapping) -> tuple[_Plan, tuple[str, ...]] | None:
+        """The plan an earlier `__call__(*tensors, out=out, **inputs)` left and the names of the tensor Inputs
+        among `inputs` (what `run_plan` takes by pointer field), or None where that call had no geometry."""
+        inputs = {k: v for k, v in inputs.items() if v is not None}
+        tensor_names = tuple(n for n, _, _ in self.abi.tensor_inputs)
+        runtime = [inputs.pop(n) for n in tensor_names if n in inputs]
+        key = _geometry((*tensors, *runtime), out, inputs)
+        plan = None if key is None else self._plans.get(key)
+        return None if plan is None else (plan, tensor_names)
 
     def _plan(self, tensors, out, inputs: Mapping, runtime: Mapping | None = None) -> _Plan:
         """Check a call's tensors and Inputs and work out everything its geometry fixes."""
@@ -527,7 +549,7 @@ class Kernel:
         if plan.template is not None:
             bound = {arg.ptr: t for arg, t in zip(self.inputs + self.outputs, (*tensors, *outs))}
             bound.update(runtime or {})
-            with torch.cuda.device(plan.device):
+            with _on_device(plan.device):
                 params = self._struct.from_buffer_copy(self._template(plan, bound))
                 for ptr, t in bound.items():
                     setattr(params, ptr, t.data_ptr())

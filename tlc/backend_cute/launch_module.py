@@ -3,14 +3,20 @@
 `kernel(q, k, v, scale=…)` takes the program's inputs (the global tensors no kernel stores, in Allocate order)
 and its runtime Inputs by keyword; each kernel gets the tensors and Inputs it names. A tensor one kernel stores and
 a later one loads (a workspace) is allocated by the kernel that stores it and handed to the next, never returned;
-the outputs come back in Allocate order, as a one-kernel program's do.
+the outputs come back in Allocate order, as a one-kernel program's do. A call whose geometry (tensor shapes,
+strides, dtypes, devices, the Inputs' values, the tensor Inputs' geometry) ran before skips the program's checks
+and each kernel's and launches the plans that call left, as `Kernel.__call__` does for one kernel.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from tlc.backend_cute.launch import Kernel, default_scale
+from tlc.backend_cute.launch import Kernel, _geometry, _is_tensor, default_scale
 from tlc.diagnostics import TlcError, fail
+from tlc.ir.tensor_inputs import tensor_pointer
+from tlc.recent import Recent
+
+_STEPS_MEMO = 64   # call geometries whose launch steps a program keeps
 
 
 class ModuleKernel:
@@ -29,8 +35,42 @@ class ModuleKernel:
         # each kernel's Inputs by keyword (scalar and tensor), once: a call hands each kernel its own
         self._own = {name: {*k._input_names, *(t for t, _, _ in k.abi.tensor_inputs)} for name, k in kernels}
         self._keywords = set().union(*self._own.values()) if self._own else set()
+        self._input_names = tuple(a.name for a in self.inputs)
+        self._steps = Recent(_STEPS_MEMO)   # call geometry → each kernel's launch step, checked once
 
     def __call__(self, *tensors, out=None, **inputs):
+        key = self._key(tensors, out, inputs)
+        steps = None if key is None else self._steps.recent(key)
+        if steps is not None:   # this geometry was checked and planned by an earlier call
+            return self._run_steps(steps, tensors, out, inputs)
+        result, steps = self._checked_call(tensors, out, inputs)
+        if key is not None and steps is not None:
+            self._steps.keep(key, steps)
+        return result
+
+    @staticmethod
+    def _key(tensors, out, inputs: dict) -> tuple | None:
+        """The call's geometry with its tensor Inputs' (by name), or None when it has none."""
+        runtime = sorted((k, v) for k, v in inputs.items() if _is_tensor(v))
+        scalars = {k: v for k, v in inputs.items() if v is not None and not _is_tensor(v)}
+        key = _geometry((*tensors, *(v for _, v in runtime)), out, scalars)
+        return None if key is None else (key, tuple(k for k, _ in runtime))
+
+    def _run_steps(self, steps, tensors, out, inputs: dict):
+        env = dict(zip(self._input_names, tensors))
+        for name, k, plan, ins, outs, takes_out, runtime_names in steps:
+            runtime = {tensor_pointer(n): inputs[n] for n in runtime_names if n in inputs}
+            try:
+                made = k.run_plan(plan, [env[a] for a in ins], out if takes_out else None, runtime)
+            except TlcError as exc:   # which kernel said it
+                raise TlcError([dataclasses.replace(d, message=f"kernel '{name}': {d.message}")
+                                for d in exc.diagnostics]) from None
+            env.update(zip(outs, made if isinstance(made, tuple) else (made,)))
+        result = tuple(env[a.name] for a in self.outputs)
+        return result[0] if len(result) == 1 else result
+
+    def _checked_call(self, tensors, out, inputs: dict):
+        """The call with every check, and the launch steps it leaves (None where a kernel kept no plan)."""
         if len(tensors) != len(self.inputs):
             raise fail(f"this program takes {len(self.inputs)} tensor(s) ({', '.join(a.name for a in self.inputs)}), "
                        f"got {len(tensors)}")
@@ -47,6 +87,7 @@ class ModuleKernel:
         if "scale" not in inputs and any(("scale", "float") in k.abi.inputs for _, k in self.kernels):
             inputs["scale"] = default_scale(self.inputs)
         first = self.outputs[0].name if self.outputs else None
+        steps: list | None = []
         for name, k in self.kernels:
             given = {n: v for n, v in inputs.items() if n in self._own[name]}
             place = None
@@ -55,11 +96,17 @@ class ModuleKernel:
                     raise fail(f"out= gives the program's first output, {first}, but kernel '{name}' stores it after "
                                f"{k.outputs[0].name}; call without out=")
                 place = out
+            args = [env[a.name] for a in k.inputs]
             try:
-                made = k(*(env[a.name] for a in k.inputs), out=place, **given)
+                made = k(*args, out=place, **given)
             except TlcError as exc:   # which kernel said it
                 raise TlcError([dataclasses.replace(d, message=f"kernel '{name}': {d.message}")
                                 for d in exc.diagnostics]) from None
             env.update(zip((a.name for a in k.outputs), made if isinstance(made, tuple) else (made,)))
+            found = k.plan_for(args, place, given) if steps is not None else None
+            # derived Inputs (row counts, the default scale) follow from the geometry: the plan holds them
+            steps = None if found is None else steps + [(name, k, found[0], tuple(a.name for a in k.inputs),
+                                                         tuple(a.name for a in k.outputs), place is not None,
+                                                         found[1])]
         result = tuple(env[a.name] for a in self.outputs)
-        return result[0] if len(result) == 1 else result
+        return (result[0] if len(result) == 1 else result), steps
