@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from tlc.attention import sdpa
 from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
 from tlc.attention.serving_args import as_storage, call_errors, check_tensors
@@ -54,12 +55,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     from tlc.attention.sdpa import _eager
 
     key = _call_key(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, num_splits)
-    kept = None if key is None else _CALLS.recent(key)
-    if kept is not None:   # this geometry passed every check before: its lengths (an int's), scale and kernel
-        lengths, scale, kernel = kept
-        lengths = cache_seqlens if lengths is None else lengths
+    kept = None if key is None else _CALLS.get(key)
+    if kept is not None:   # this geometry passed every check before: its lengths (an int's), scale and program
+        lengths, scale, kernel, steps = kept
+        tensors, out, placed, inputs = _bind(q, k_cache, v_cache, cache_seqlens if lengths is None else lengths,
+                                             block_table, scale)
         with call_errors("flash_attn_with_kvcache"):
-            return _launch(kernel, q, k_cache, v_cache, lengths, block_table, scale)
+            if steps is not None:   # and the program's launch steps for it: no key of the program's own
+                kernel.run_steps(steps, tensors, placed, **inputs)
+                return out
+            kernel(*tensors, out=placed, **inputs)
+            steps_for = getattr(kernel, "steps_for", None)   # a program of several kernels keeps its steps
+            steps = None if steps_for is None else steps_for(tensors, placed, **inputs)
+        if steps is not None:
+            _CALLS.keep(key, (lengths, scale, kernel, steps))
+        return out
     _check(q, k_cache, v_cache, block_table, causal, num_splits)
     paged = block_table is not None
     capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
@@ -68,9 +78,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
     if _eager(q, k_cache, v_cache, lengths, *([block_table] if paged else [])):
         out, kernel = _run(q, k_cache, v_cache, lengths, block_table, scale, causal, num_splits)
         given = isinstance(cache_seqlens, torch.Tensor)
-        # an int's lengths tensor is kept for the next call, unless a CUDA graph's pool holds it (captured)
-        if key is not None and (given or not torch.cuda.is_current_stream_capturing()):
-            _CALLS.keep(key, (None if given else lengths, scale, kernel))
+        # kept for the next call of this geometry if every tensor is read as given (a lengths tensor not copied
+        # contiguous) and, for an int's lengths tensor, no CUDA graph's pool holds it (captured)
+        if key is not None and (lengths is cache_seqlens if given else not torch.cuda.is_current_stream_capturing()) \
+                and all(sdpa._on_cuda(t) for t in (q, k_cache, v_cache)):
+            _CALLS.keep(key, (None if given else lengths, scale, kernel, None))
         return out
     from tlc.attention.serving_ops import kvcache_op   # traced (torch.compile, make_fx): one graph node
 
@@ -99,6 +111,14 @@ def _run(q, k_cache, v_cache, lengths, block_table, scale: float, causal: bool, 
 
 def _launch(kernel, q, k_cache, v_cache, lengths, block_table, scale: float):
     """The program on the call's tensors, viewed as it reads them; the output in FlashAttention's layout."""
+    tensors, out, placed, inputs = _bind(q, k_cache, v_cache, lengths, block_table, scale)
+    kernel(*tensors, out=placed, **inputs)
+    return out
+
+
+def _bind(q, k_cache, v_cache, lengths, block_table, scale: float):
+    """The program's tensors (views), the output in FlashAttention's layout and the view the program stores it
+    through, and the Inputs: the program reads (O, LSE); the log-sum-exp is not returned (FlashAttention's default)."""
     import torch
 
     B, sq, H, d = q.shape
@@ -108,44 +128,35 @@ def _launch(kernel, q, k_cache, v_cache, lengths, block_table, scale: float):
         q.contiguous().view(B, kvh, H // kvh, d) if fold else q.transpose(1, 2))
     out = torch.empty(B, sq, H, d, device=q.device, dtype=q.dtype)
     placed = out.view(B, kvh, H // kvh, d) if fold else out.transpose(1, 2)
-    # the program's (O, LSE): O into `out`; the log-sum-exp is not returned (FlashAttention's default)
     if block_table is not None:
-        kernel(qk, _pool(k_cache), _pool(v_cache), out=placed, scale=scale,
-               seqlen_k=block_table.shape[1] * k_cache.shape[1], kv_lengths=lengths, block_table=block_table)
-    else:
-        kernel(qk, k_cache.transpose(1, 2), v_cache.transpose(1, 2), out=placed, scale=scale, kv_lengths=lengths)
-    return out
+        return (qk, _pool(k_cache), _pool(v_cache)), out, placed, dict(
+            scale=scale, seqlen_k=block_table.shape[1] * k_cache.shape[1], kv_lengths=lengths, block_table=block_table)
+    return (qk, k_cache.transpose(1, 2), v_cache.transpose(1, 2)), out, placed, dict(scale=scale, kv_lengths=lengths)
 
 
 def _call_key(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, num_splits) -> tuple | None:
-    """An eager call's geometry, which settles every check `_check` and `_lengths` make (an int length's value is
-    in it), or None for anything odd (the checked path then refuses or traces it): plain CUDA tensors, contiguous
-    int32 lengths and table, a plain number for the scale, True/False, an int."""
+    """An eager call's geometry — shapes, strides, dtypes and devices of every tensor, an int length's value, the
+    scale, causal, num_splits, TLC_ATTENTION_ARCH — which settles every check `_check` and `_lengths` make; None
+    for anything odd (the checked path then refuses, copies or traces it). Only a call that passed those checks
+    keeps its key (`flash_attn_with_kvcache`), so a key found is a call checked before."""
     import os
 
-    import torch
+    from tlc.attention.sdpa import _eager
 
-    from tlc.attention.sdpa import _eager, _number, _on_cuda
-
-    tables = () if block_table is None else (block_table,)
-    lengths = (cache_seqlens,) if isinstance(cache_seqlens, torch.Tensor) else ()
-    if type(causal) is not bool or type(num_splits) is not int or not _eager(q, k_cache, v_cache, *tables, *lengths):
+    if type(causal) is not bool or type(num_splits) is not int:
         return None
-    if (softmax_scale is not None and not _number(softmax_scale)) or not (cache_seqlens is None or lengths
-                                                                            or type(cache_seqlens) is int):
+    if softmax_scale is not None and type(softmax_scale) is not float:
+        return None
+    given = cache_seqlens if type(cache_seqlens) is not int and cache_seqlens is not None else None
+    tensors = (q, k_cache, v_cache) + (() if block_table is None else (block_table,)) + (() if given is None else (given,))
+    if not _eager(*tensors) or softmax_scale != softmax_scale:   # NaN: never found again
         return None
     try:
-        if not all(_on_cuda(t) for t in (q, k_cache, v_cache, *tables, *lengths)) \
-                or not all(t.dtype == torch.int32 and t.is_contiguous() for t in (*tables, *lengths)):
-            return None
-        scale = None if softmax_scale is None else float(softmax_scale)
-        if scale is not None and scale != scale:   # NaN: never found again
-            return None
-        return (tuple((t.shape, t.stride(), t.dtype, t.device) for t in (q, k_cache, v_cache, *tables, *lengths)),
-                block_table is None, cache_seqlens if not lengths else "tensor", scale,
-                0 if scale is None else math.copysign(1, scale), causal, num_splits,
+        return (tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors), block_table is None,
+                "tensor" if given is not None else cache_seqlens, softmax_scale,
+                0 if softmax_scale is None else math.copysign(1, softmax_scale), causal, num_splits,
                 os.environ.get("TLC_ATTENTION_ARCH"))
-    except (RuntimeError, OverflowError, ValueError):
+    except (RuntimeError, OverflowError, ValueError, AttributeError):
         return None
 
 

@@ -297,6 +297,11 @@ class Kernel:
         self.inputs = [t for t in abi.tensors if not t.output]
         self._input_names = frozenset(n for n, _ in abi.inputs)   # a keyword outside them and the tensor Inputs is refused
         self.outputs = [t for t in abi.tensors if t.output]
+        # what every launch reads of them, once: the pointer fields, the tensors moved 16 bytes at a time, the
+        # reduce-stores' targets (zeroed first)
+        self._pointers = tuple(a.ptr for a in self.inputs + self.outputs)
+        self._aligned = tuple(a.dtype != "fp32" for a in self.inputs)
+        self._added = tuple(i for i, a in enumerate(self.outputs) if a.added)
 
     # ------------------------------------------------------------------ validation
     def _check_tensor(self, t, arg: TensorArg):
@@ -536,19 +541,19 @@ class Kernel:
         """Launch a planned call: allocate the outputs, fill in the data pointers (the tensor Inputs' too) and
         descriptors."""
         import torch
-        for arg, t in zip(self.inputs, tensors):
-            if arg.dtype != "fp32":
+        for arg, t, aligned in zip(self.inputs, tensors, self._aligned):
+            if aligned and t.data_ptr() % 16:
                 _check_aligned(t, arg)
         if out is not None and self.outputs[0].dtype != "fp32":
             _check_aligned(out, self.outputs[0])   # a caller's output: stored 16 bytes at a time
         outs = [out if (out is not None and i == 0) else torch.empty(shape, dtype=odt, device=plan.device)
                 for i, (shape, odt) in enumerate(zip(plan.shapes, plan.dtypes))]
-        for arg, t in zip(self.outputs, outs):
-            if arg.added:   # a reduce-store's target: the kernel adds into it, so it starts at zero (`out=` too)
-                t.zero_()
+        for i in self._added:   # a reduce-store's target: the kernel adds into it, so it starts at zero (`out=` too)
+            outs[i].zero_()
         if plan.template is not None:
-            bound = {arg.ptr: t for arg, t in zip(self.inputs + self.outputs, (*tensors, *outs))}
-            bound.update(runtime or {})
+            bound = dict(zip(self._pointers, (*tensors, *outs)))
+            if runtime:
+                bound.update(runtime)
             with _on_device(plan.device):
                 params = self._struct.from_buffer_copy(self._template(plan, bound))
                 for ptr, t in bound.items():

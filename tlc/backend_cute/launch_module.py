@@ -48,6 +48,16 @@ class ModuleKernel:
             self._steps.keep(key, steps)
         return result
 
+    def steps_for(self, tensors, out=None, **inputs):
+        """The launch steps an earlier call with this geometry left (None if none): a caller that keeps its own
+        calls to one geometry hands them back to `run_steps` and skips this program's key as well."""
+        key = self._key(tensors, out, inputs)
+        return None if key is None else self._steps.get(key)
+
+    def run_steps(self, steps, tensors, out=None, **inputs):
+        """A call of `steps`' geometry (the caller vouches for it; pointers' alignment is checked per launch)."""
+        return self._run_steps(steps, tensors, out, inputs)
+
     @staticmethod
     def _key(tensors, out, inputs: dict) -> tuple | None:
         """The call's geometry with its tensor Inputs' (by name), or None when it has none."""
