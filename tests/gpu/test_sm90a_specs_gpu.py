@@ -102,6 +102,9 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
                                                             "Stages": "3", "Causal": "true", "SkipMaskedTrips": "true",
                                                             "PrefetchNext": "true", "ReduceChains": "2"}),
     "sliding_window128": ("sliding_window_fwd", {"Window": "200"}),
+    # each of the 2 consumer warp groups skips the trips left or right of the window its 64 rows see
+    "sliding_window128_skip": ("sliding_window_fwd", {"Window": "200", "SkipMaskedTrips": "true"}),
+    "sliding_window128_w40_skip": ("sliding_window_fwd", {"Window": "40", "SkipMaskedTrips": "true"}),
     "documents128_causal": ("document_mask_fwd", {"Causal": "true"}),
     "kv_lengths128_causal": ("kv_lengths_fwd", {"Causal": "true"}),   # cp.async: TMA would read the unseen rows
     "lse128_causal": ("mha_lse_fwd", {"Causal": "true"}),

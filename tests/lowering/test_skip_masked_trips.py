@@ -21,6 +21,7 @@ from tlc.kir.evaluate import evaluate
 from tlc.kir.expr import free_names
 from tlc.lowering.passes import run_lowering
 from tlc.attention.kernels import attention_spec
+from tlc.kir.transforms.attention.skip_masked_trips import window_of
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 D64 = {"HeadDim": "64", "BM": "192", "BN": "128", "Warps": "12", "Causal": "true"}
@@ -86,7 +87,7 @@ def _run(ops, env: dict, events: list) -> None:
             events.append(("wgmma-sync", type(op).__name__, getattr(op, "pending", None)))
         elif isinstance(op, H.WgmmaOp):
             events.append(("wgmma", op.acc))
-        elif isinstance(op, K.MaskOp) and op.causal:
+        elif isinstance(op, K.MaskOp) and window_of(op) is not None:
             events.append(("mask", evaluate(op.col0, env)))   # the first key of the trip it masks
 
 
@@ -126,6 +127,42 @@ def test_a_group_computes_the_trips_its_rows_see_and_keeps_the_protocol(spec: st
     diag = sk - sq if defines.get("Align") == "bottom_right" else 0
     for first in skipped:
         assert all(c > r + diag for r in range(max(row0, 0), row0 + 64) for c in range(first, first + bn)), first
+
+
+WINDOW = {"Warps": "8"}   # specs/sliding_window_fwd.tl: 128-row tiles (two consumer groups), 64-key tiles, Window 256
+
+
+@settings(max_examples=60, deadline=None)
+@given(sq=st.integers(1, 1500), sk=st.integers(1, 1500), block=st.integers(0, 11), group=st.integers(0, 1),
+       window=st.sampled_from([64, 100, 256]))
+def test_a_sliding_window_group_skips_the_trips_its_rows_see_none_of(sq: int, sk: int, block: int, group: int,
+                                                                     window: int) -> None:
+    """The window's both edges (tlc.passes.key_window): a group skips the trips left of its first row's first key
+    and right of its last row's last key, keeps the protocol, and every trip it skips is masked for all its rows."""
+    defines = dict(WINDOW, Window=str(window))
+    block %= -(-sq // 128)
+    on = _events(_consumer(_lower("sliding_window_fwd", **defines, SkipMaskedTrips="true")), sq, sk, block, group)
+    off = _events(_consumer(_lower("sliding_window_fwd", **defines)), sq, sk, block, group)
+    compute = ("wgmma", "mask")
+    assert [e for e in on if e[0] not in compute] == [e for e in off if e[0] not in compute]
+    masked_off = [e[1] for e in off if e[0] == "mask"]
+    masked_on = [e[1] for e in on if e[0] == "mask"]
+    skipped = [c for c in masked_off if c not in masked_on]
+    assert masked_on == [c for c in masked_off if c not in skipped]   # the trips kept, in order
+    for acc in ("acc_S", "rO"):
+        assert on.count(("wgmma", acc)) == off.count(("wgmma", acc)) - len(skipped)
+    row0 = block * 128 + 64 * group
+    for first in skipped:   # `kv_idx > q_idx || kv_idx < q_idx - Window` for every row and key of the trip
+        assert all(c > r or c < r - window for r in range(row0, row0 + 64) for c in range(first, first + 64)), first
+
+
+def test_a_sliding_window_takes_both_of_its_edges() -> None:
+    state = _lower("sliding_window_fwd", **WINDOW, SkipMaskedTrips="true")
+    lets = {op.name: str(op.value) for top in _consumer(state) for op in K.walk(top) if isinstance(op, K.LetOp)
+            and op.name in ("wg_last_key", "wg_first_key")}
+    assert lets == {"wg_last_key": "block_idx * 128 + (64 * (warp_group + 1) - 1)",
+                    "wg_first_key": "block_idx * 128 + 64 * warp_group - 256"}
+    assert any("skip-masked-trips: each of 2 consumer warp groups" in n for n in state.schedule), state.schedule
 
 
 def test_192_row_tiles_guard_both_gemms_and_the_softmax_of_masked_trips() -> None:
@@ -220,3 +257,24 @@ def test_a_trip_that_changes_more_than_the_softmax_is_not_skipped() -> None:
     state, _ = run_lowering(graph, "sm_90a", name="halved")
     assert any(n.startswith("skip-masked-trips: kept: a trip whose scores are all masked still changes 'O'")
                for n in state.schedule), state.schedule
+
+
+def test_a_window_trip_that_changes_more_than_the_softmax_is_not_skipped() -> None:
+    """The same precondition holds for a predicate mask: a sliding window's halved O keeps every trip."""
+    spec = SPECS / "sliding_window_fwd.tl"
+    text = spec.read_text().replace("\n  Compute GEMM P, V and accumulate O\n",
+                                    "\n  Compute GEMM P, V and accumulate O\n  Compute Multiply O, 0.5 and get new O\n")
+    graph, _ = compile_graph(text.encode(), "halved.tl", defines={**WINDOW, "SkipMaskedTrips": "true"})
+    state, _ = run_lowering(graph, "sm_90a", name="halved")
+    assert any(n.startswith("skip-masked-trips: kept: a trip whose scores are all masked still changes 'O'")
+               for n in state.schedule), state.schedule
+    assert not any(isinstance(op, K.CounterSetOp) for op in K.walk(state.kir))
+
+
+@pytest.mark.parametrize("window", ["40", "256"])
+def test_the_skipping_window_kernel_passes_the_protocol_checker(window: str) -> None:
+    from tlc.kir.sm90_protocol import protocol_problems
+
+    state = _lower("sliding_window_fwd", **WINDOW, Window=window, SkipMaskedTrips="true")
+    assert any(isinstance(op, K.CounterSetOp) for op in K.walk(state.kir))
+    assert protocol_problems(state.kir) == []

@@ -11,17 +11,20 @@ from tlc.lowering.stale_max import stale_max_blocker
 from tlc.passes.masked_trips import masked_trip_changes
 
 
-def causal_masked_trips(graph: Graph) -> str | None:
-    """Why skipping a trip a causal mask hides entirely would change what a loop carries (the first
+WINDOW_KINDS = ("causal", "predicate")   # the masks whose fully masked trips skip-masked-trips may skip
+
+
+def window_masked_trips(graph: Graph) -> str | None:
+    """Why skipping a trip a causal or predicate mask hides entirely would change what a loop carries (the first
     such loop's reason), or None when no loop's fully masked trip changes anything."""
     for _, op in graph.walk():
-        causal = isinstance(op, LoopOp) and op.body is not None and any(
-            isinstance(m, MaskOp) and m.kind == "causal" for m in op.body.ops())
-        why = masked_trip_changes(op, lambda m: m.kind == "causal") if causal else None
+        masked = isinstance(op, LoopOp) and op.body is not None and any(
+            isinstance(m, MaskOp) and m.kind in WINDOW_KINDS for m in op.body.ops())
+        why = masked_trip_changes(op, lambda m: m.kind in WINDOW_KINDS) if masked else None
         if why:
             return why
     return None
 
 
 def tl_facts(graph: Graph, arch: ArchInfo) -> Facts:
-    return Facts(arch=arch, stale_max=stale_max_blocker(graph), masked_trips=causal_masked_trips(graph))
+    return Facts(arch=arch, stale_max=stale_max_blocker(graph), masked_trips=window_masked_trips(graph))

@@ -1,32 +1,37 @@
-"""`skip-masked-trips` (sm_90a, warp-specialised causal kernels with two or more consumer warp groups):
-a warp group skips the GEMMs and the softmax of the trips its own rows mask entirely.
+"""`skip-masked-trips` (sm_90a, warp-specialised kernels with a causal or window mask and two or more consumer
+warp groups): a warp group skips the GEMMs and the softmax of the trips its own rows mask entirely.
 
-The `mask` pass bounds the KV loop by the tile's last row, but consumer warp group w owns rows
-row0 + R·w … row0 + R·w + R − 1 of the tile (R = BM / groups = 64, the wgmma's M): a causal mask hides
-every key past
+The `mask` pass bounds the KV loop by the tile's rows, but consumer warp group w owns rows
+row0 + R·w … row0 + R·w + R − 1 of the tile (R = BM / groups = 64, the wgmma's M). The mask's key window
+(tlc.passes.key_window, the reading the `mask` pass classifies tiles by: a causal mask's `kv_idx <= q_idx +
+diag`, a predicate's bounds such as a sliding window's `q_idx - Window <= kv_idx <= q_idx`) gives the keys the
+group's rows can see, the bounds being non-decreasing in the row:
 
-    wg_last_key = row0 + R·(w + 1) − 1 + diag     (diag: 0 top_left, sk − sq bottom_right)
+    wg_last_key  = last key of the group's last row     (an upper bound: causal, a window's right edge)
+    wg_first_key = first key of the group's first row   (a lower bound: a window's left edge)
 
-so a trip whose first key (its causal mask's col0, whatever the program's K/V tile order) lies past it
-is all −inf for the group — on 192-row tiles (d = 64) the first group's last trip, and at S = 4096 three
-percent of all warp-group trips. Such a trip adds nothing: its scores are masked, so the row max and
-sum are unchanged, alpha is 1 and P is 0. The group keeps every synchronising op of the trip (the
-ring's waits and releases, the ping-pong named barriers, the wgmma fences, commits and waits, empty
-commit groups included), so the producer, the other groups and the next tile see the same protocol;
-it drops only
+so a trip whose keys col0 … col0 + BN − 1 (its mask's col0, whatever the program's K/V tile order) lie past
+wg_last_key or before wg_first_key is all −inf for the group — on 192-row causal tiles (d = 64) the first
+group's last trip, at S = 4096 three percent of all warp-group trips; on a sliding window a group's first or
+last trip of a tile. A term the window leaves out of its bounds only masks more, so such a trip is masked
+whatever it says. Such a trip adds nothing: its scores are masked, so the row max and sum are unchanged,
+alpha is 1 and P is 0. The group keeps every synchronising op of the trip (the ring's waits and releases,
+the ping-pong named barriers, the wgmma fences, commits and waits, empty commit groups included), so the
+producer, the other groups and the next tile see the same protocol; it drops only
 
-    the Q·Kᵀ wgmma of a trip               IfOp(col0 <= wg_last_key, [G1])
-    the trip's softmax                     IfOp(col0 <= wg_last_key, [tail]), IfOp(col0 > wg_last_key, [its waits, releases])
-    the P·V wgmma that reads the trip's P  IfOp(p_live, [G2]); p_live = col0 <= wg_last_key after each softmax
+    the Q·Kᵀ wgmma of a trip               IfOp(sees, [G1]);  sees = col0 <= wg_last_key && col0 + BN - 1 >= wg_first_key
+    the trip's softmax                     IfOp(sees, [tail]), IfOp(!sees, [its waits, releases])
+    the P·V wgmma that reads the trip's P  IfOp(p_live, [G2]); p_live = sees after each softmax
 
 `p_live` travels with P (overlap-gemms issues P·V of trip n − 1 in trip n, and the last after the loop).
-Covered: the rotated trips overlap-gemms emits (its peeled first trip, the loops that hold the causal
-mask guard, the last P·V), in any op list of the consumer (the persistent tile loop's too). The loop
+Covered: the rotated trips overlap-gemms emits (its peeled first trip, the loops that hold the window
+mask's guard, the last P·V), in any op list of the consumer (the persistent tile loop's too). The loop
 before the first masked trip (split-masked-trips) is untouched: a trip no row of the tile masks is
 skipped by no group. Another shape keeps its trips, with the reason in the schedule notes.
 
 A wgmma under a branch costs: ptxas waits for the GEMMs around it (C7517, "wgmma.wait_group is
-injected"), 0.4-2.3 % on the causal rows where little or nothing is skipped (d = 128, 256, MLA). So it
+injected"), 0.4-2.3 % on the causal rows where little or nothing is skipped (d = 128, 256, MLA; windows
+were not timed). So it
 is off unless `Param SkipMaskedTrips = true`; `tlc.attention.tuning` sets it for the sm_90a d = 64 causal kernels
 (192-row tiles), where the skipped trips outweigh that (H200, docs/hopper.md).
 """
@@ -39,10 +44,11 @@ from typing import ClassVar
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Const, Expr, Var, free_names
+from tlc.passes.key_window import QUERY, KeyWindow, key_window
 from tlc.kir.transforms.base import Facts, KernelTransform, Notes
 from tlc.kir.transforms.schedule import Schedule
 
-LAST, LIVE = "wg_last_key", "p_live"
+LAST, FIRST, LIVE = "wg_last_key", "wg_first_key", "p_live"
 _SYNC = (H.WgmmaOp, H.WgmmaCommitOp, H.WgmmaWaitOp, H.WgmmaArriveOp, H.WgmmaFenceOperandOp, H.MbarrierWaitOp,
          H.MbarrierArriveOp, H.NamedBarrierOp)
 _PROTOCOL = (H.WgmmaWaitOp, H.MbarrierWaitOp, H.MbarrierArriveOp, H.NamedBarrierOp)
@@ -52,6 +58,16 @@ class Declined(Exception):
     """The kernel keeps its trips; the message says why."""
 
 
+def _negate(cond: Expr) -> Expr:
+    """`!cond` for a comparison or a conjunction of two."""
+    flip = {"<=": ">", ">=": "<", "<": ">=", ">": "<="}
+    if isinstance(cond, BinOp) and cond.op in flip:
+        return BinOp(flip[cond.op], cond.lhs, cond.rhs)
+    if isinstance(cond, BinOp) and cond.op == "&&":
+        return BinOp("||", _negate(cond.lhs), _negate(cond.rhs))
+    raise ValueError(f"cannot negate `{cond}`")
+
+
 def _is_sync(op: K.Op) -> bool:
     """A wgmma/mbarrier/named-barrier op, or an IfOp holding only such ops (one thread's release)."""
     if isinstance(op, K.IfOp):
@@ -59,35 +75,64 @@ def _is_sync(op: K.Op) -> bool:
     return isinstance(op, _SYNC)
 
 
-def _causal_mask(ops) -> K.MaskOp | None:
-    return next((x for op in ops for x in K.walk(op) if isinstance(x, K.MaskOp) and x.causal), None)
+def window_of(mask: K.MaskOp) -> KeyWindow | None:
+    """The keys each query row `q_idx` sees through `mask` (tlc.passes.key_window, the `mask` pass's reading of a
+    predicate): a causal mask's `kv_idx <= q_idx + diag`, a predicate's bounds; None where it gives none (bounds,
+    a document mask). A predicate term the window leaves out only masks more: a trip outside the window is
+    masked for every row whatever those terms say."""
+    if mask.causal:
+        diag = BinOp("-", mask.sk, mask.sq) if mask.alignment == "bottom_right" else Const(0)
+        return KeyWindow(lower=(), upper=(BinOp("+", Var(QUERY), diag),), exact=True)
+    if mask.predicate is not None:
+        return key_window(mask.predicate)
+    return None
+
+
+def _window_mask(ops) -> K.MaskOp | None:
+    return next((x for op in ops for x in K.walk(op) if isinstance(x, K.MaskOp) and window_of(x) is not None), None)
 
 
 def _mask_guard_at(body: list[K.Op]) -> int | None:
-    """Index of the first op of `body` that holds the causal MaskOp (its `n >= E` guard)."""
-    return next((i for i, op in enumerate(body) if _causal_mask((op,)) is not None), None)
+    """Index of the first op of `body` that holds the window's MaskOp (its `n >= E` guard)."""
+    return next((i for i, op in enumerate(body) if _window_mask((op,)) is not None), None)
 
 
 GROUP_ROWS = 64   # a consumer warp group's rows of the scores: the wgmma's M
 
 
 class _Trips:
-    def __init__(self, mask: K.MaskOp, group: str) -> None:
-        self.mask, self.scores, self.group = mask, mask.target, group
+    def __init__(self, mask: K.MaskOp, group: str, keys: int) -> None:
+        self.mask, self.scores, self.group, self.keys = mask, mask.target, group, keys
+        self.window = window_of(mask)
         self.done = 0
 
-    def last_key(self) -> Expr:
-        """wg_last_key: the last key column this group's last row sees."""
-        m = self.mask
-        diag = BinOp("-", m.sk, m.sq) if m.alignment == "bottom_right" else Const(0)
-        last = BinOp("+", m.row0, BinOp("-", BinOp("*", Const(GROUP_ROWS), BinOp("+", Var(self.group), Const(1))),
-                                         Const(1)))
-        return BinOp("+", last, diag)
+    def last_key(self) -> Expr | None:
+        """wg_last_key: the last key column this group's last row sees (None: the window has no upper bound).
+        The window's bounds do not fall as the row grows, so the group's last row sees the furthest."""
+        last = BinOp("+", self.mask.row0, BinOp("-", BinOp("*", Const(GROUP_ROWS), BinOp("+", Var(self.group),
+                                                                                             Const(1))), Const(1)))
+        return self.window.last_key(last)
+
+    def first_key(self) -> Expr | None:
+        """wg_first_key: the first key column this group's first row sees (None: no lower bound)."""
+        first = BinOp("+", self.mask.row0, BinOp("*", Const(GROUP_ROWS), Var(self.group)))
+        return self.window.first_key(first)
+
+    def sees(self, col0: Expr) -> Expr:
+        """Whether a trip whose keys start at `col0` holds a key some row of the group sees."""
+        conds = []
+        if self.last_key() is not None:
+            conds.append(BinOp("<=", col0, Var(LAST)))
+        if self.first_key() is not None:
+            conds.append(BinOp(">=", BinOp("+", col0, Const(self.keys - 1)), Var(FIRST)))
+        return conds[0] if len(conds) == 1 else BinOp("&&", conds[0], conds[1])
 
     def _other_mask(self, m: K.MaskOp) -> bool:
-        """A causal mask on another tensor, row origin or diagonal than the one wg_last_key is taken from."""
+        """A window mask on another tensor, row origin, diagonal or predicate than the one the group's keys are
+        taken from."""
         ref = self.mask
-        return (m.target, m.row0, m.sq, m.sk, m.alignment) != (ref.target, ref.row0, ref.sq, ref.sk, ref.alignment)
+        return ((m.target, m.row0, m.sq, m.sk, m.alignment, m.causal, m.predicate)
+                != (ref.target, ref.row0, ref.sq, ref.sk, ref.alignment, ref.causal, ref.predicate))
 
     def _gemms(self, body) -> tuple[int | None, int | None]:
         s = [i for i, op in enumerate(body) if isinstance(op, H.WgmmaOp) and op.acc == self.scores]
@@ -103,11 +148,11 @@ class _Trips:
         at = _mask_guard_at(body)
         if i1 is None or at is None or at < i1 or (i2 is not None and i2 > at):
             raise Declined("a masked trip is not G1, [G2 of the trip before], then the softmax (overlap-gemms off?)")
-        masks = [x for op in body for x in K.walk(op) if isinstance(x, K.MaskOp) and x.causal]
+        masks = [x for op in body for x in K.walk(op) if isinstance(x, K.MaskOp) and window_of(x) is not None]
         col0 = masks[0].col0
         if any(self._other_mask(m) or m.col0 != col0 for m in masks):
-            raise Declined("a trip's causal masks differ in their tensor, origin or alignment")
-        sees = BinOp("<=", col0, Var(LAST))
+            raise Declined("a trip's window masks differ in their tensor, origin, alignment or predicate")
+        sees = self.sees(col0)
         k = 1 + max(i for i in range(at) if _is_sync(body[i]))
         head, tail = body[:k], body[k:]
         if free_names(col0) & {n for op in tail for x in K.walk(op) for n in x.defined_names()}:
@@ -122,7 +167,7 @@ class _Trips:
             head[i2] = K.IfOp(cond=Var(LIVE), body=(head[i2],), loc=head[i2].loc)
         out = [*head, K.IfOp(cond=sees, body=tuple(tail), loc=loc)]
         if keep:
-            out.append(K.IfOp(cond=BinOp(">", col0, Var(LAST)), body=tuple(keep), loc=loc))
+            out.append(K.IfOp(cond=_negate(sees), body=tuple(keep), loc=loc))
         out.append(K.CounterSetOp(counter=LIVE, value=sees, loc=loc))
         self.done += 1
         return tuple(out)
@@ -162,8 +207,9 @@ class _Trips:
                 out[i] = dataclasses.replace(loop, body=self.trip(loop.body, loop.loc))
         out[pv] = dataclasses.replace(ops[pv], body=self.last_pv(ops[pv].body))
         loc = peeled.loc
-        return (*out[:first], K.LetOp(name=LAST, type="i32", value=self.last_key(), loc=loc),
-                K.CounterOp(name=LIVE, init=Const(0), loc=loc), *out[first:])
+        keys = [K.LetOp(name=name, type="i32", value=value, loc=loc)
+                for name, value in ((LAST, self.last_key()), (FIRST, self.first_key())) if value is not None]
+        return (*out[:first], *keys, K.CounterOp(name=LIVE, init=Const(0), loc=loc), *out[first:])
 
 
 def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
@@ -171,7 +217,7 @@ def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
     roles = next((op for op in K.walk(kernel) if isinstance(op, H.WarpSpecializeOp)), None)
     if roles is None:
         return kernel, []
-    mask = _causal_mask(roles.consumer)
+    mask = _window_mask(roles.consumer)
     if mask is None:
         return kernel, []
     groups = (kernel.threads - roles.producer_threads) // H.WARP_GROUP
@@ -184,9 +230,9 @@ def skip_masked_trips(kernel: K.KernelOp) -> tuple[K.KernelOp, list[str]]:
             raise Declined("one consumer warp group")
         if not isinstance(tile, K.IdentityTileOp) or tile.shape[0] != GROUP_ROWS * groups:
             raise Declined(f"the scores' rows are not {groups} warp groups of {GROUP_ROWS}")
-        if LAST in names or LIVE in names:
-            raise Declined(f"the kernel already names {LAST} or {LIVE}")
-        trips = _Trips(mask, roles.group)
+        if names & {LAST, FIRST, LIVE}:
+            raise Declined(f"the kernel already names {LAST}, {FIRST} or {LIVE}")
+        trips = _Trips(mask, roles.group, tile.shape[1])
         consumer = trips.seq(roles.consumer)
         if not trips.done:
             raise Declined("no masked trip found")
