@@ -5,6 +5,8 @@ diagnostics. Nothing here raises anything but `TlcError` for bad input.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -70,8 +72,14 @@ def kernel_names(text: str | bytes, filename: str = "<input>") -> list[str]:
     """The names of a program's kernels, in launch order; [] for a one-kernel program (no Kernel line)."""
     from tlc.frontend.kernels import has_kernels, split_kernels
 
+    raw = text.decode("utf-8", errors="replace") if isinstance(text, (bytes, bytearray)) else text
+    if not _KERNEL_LINE.search(raw):   # no line starts with `Kernel`: one kernel, no parse (a warm start's lookup)
+        return []
     program = parse_text(text, filename)
     return [k.name for k in split_kernels(program)] if has_kernels(program) else []
+
+
+_KERNEL_LINE = re.compile(r"^[ \t]*Kernel\b", re.MULTILINE)
 
 
 def compile_module(text: str | bytes, filename: str = "<input>", *, defines: Mapping[str, str] | None = None,

@@ -162,3 +162,17 @@ def test_a_kernel_takes_the_global_tensors_it_copies_and_the_inputs_it_reads() -
         "Allocate Y in global (seqlen_q, HeadDim)", "Allocate Y in global (min(lens[batch_idx], seqlen_q), HeadDim)") + \
         "Kernel k\n" + COPY.format(a="X", b="Y")
     assert "nb" in dict(compile_module(nb, "k.tl")[0].kernels)["k"].inputs
+
+
+def test_kernel_names_of_a_program_without_kernel_lines_parses_nothing(monkeypatch) -> None:
+    """A warm start looks its kernel up without building lark's parser: no line starts with `Kernel`, no parse
+    (a `# Kernel` comment or `Kernel` inside a line is no kernel line); a program with one is parsed."""
+    import tlc.api as api
+    from tlc.attention.kernels import specs_dir
+
+    monkeypatch.setattr(api, "parse_text", lambda *a: pytest.fail("parsed a program without Kernel lines"))
+    text = (specs_dir() / "gqa_fwd.tl").read_text()
+    assert api.kernel_names(text + "\n# Kernel combine: a comment\n", "g.tl") == []
+    assert api.kernel_names(text.encode(), "g.tl") == []
+    monkeypatch.undo()
+    assert api.kernel_names((specs_dir() / "decode_fwd.tl").read_bytes(), "d.tl") == ["partial", "combine"]

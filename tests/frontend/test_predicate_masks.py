@@ -81,7 +81,7 @@ def test_the_ir_text_round_trips_a_predicate_mask_before_and_after_the_passes() 
     assert print_graph(parse_ir(text)) == text
     assert "{kind = predicate, predicate = `kv_idx < q_idx - 3 || kv_idx > q_idx`}" in text
     run_pipeline(graph, DEFAULT_PIPELINE)
-    text = print_graph(graph)   # the mask pass placed it: the trips it applies in (tlc/passes/key_window.py)
+    text = print_graph(graph)   # the mask pass placed it: the trips it applies in (tlc/expr/key_window.py)
     assert print_graph(parse_ir(text)) == text
     assert ("{kind = predicate, from_iteration = [n = `floor_div(max(block_idx * BM, -1) + 1 - BN, BN) + 1`], predicate = "
             "`kv_idx < q_idx - 3 || kv_idx > q_idx`, until_iteration = [n = `cdiv(max(min((block_idx + 1) * BM, "

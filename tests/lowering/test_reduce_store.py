@@ -69,7 +69,7 @@ def _replace_store(program: K.ProgramOp, **changes) -> K.ProgramOp:
 def test_the_abi_has_a_zeroed_fp32_output_with_a_head_per_kv_head() -> None:
     _, _, abi, _ = lowered("sm_90")
     o = next(t for t in abi.tensors if t.name == "O")
-    assert (o.dtype, o.head, o.output, o.added) == ("fp32", "head_idx / group", True, True)
+    assert (o.dtype, o.head, o.output, o.added) == ("fp32", "floor_div(head_idx, group)", True, True)
     assert (o.head_count(8, 4), o.head_count(8, 1), o.head_count(8, 8)) == (2, 8, 1)
     assert abi.to_json()["tensors"][-1]["added"] is True and "added" not in abi.to_json()["tensors"][0]
 

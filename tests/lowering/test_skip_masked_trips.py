@@ -137,7 +137,7 @@ WINDOW = {"Warps": "8"}   # specs/sliding_window_fwd.tl: 128-row tiles (two cons
        window=st.sampled_from([64, 100, 256]))
 def test_a_sliding_window_group_skips_the_trips_its_rows_see_none_of(sq: int, sk: int, block: int, group: int,
                                                                      window: int) -> None:
-    """The window's both edges (tlc.passes.key_window): a group skips the trips left of its first row's first key
+    """The window's both edges (tlc.expr.key_window): a group skips the trips left of its first row's first key
     and right of its last row's last key, keeps the protocol, and every trip it skips is masked for all its rows."""
     defines = dict(WINDOW, Window=str(window))
     block %= -(-sq // 128)

@@ -93,8 +93,9 @@ class _Driver:
         return (0,)
 
 
-def test_the_program_launches_its_kernels_in_order_and_hands_on_the_workspaces(monkeypatch) -> None:
-    from bench.launch_stand_ins import no_gpu, qkv, stand_in_kernel
+def stand_in_program(monkeypatch) -> tuple[ModuleKernel, list, _Driver]:
+    """The sm_90a program's kernels on stand-ins (no GPU), each launch recorded by a `_Driver`."""
+    from bench.launch_stand_ins import no_gpu, stand_in_kernel
 
     no_gpu(monkeypatch.setattr)
     kernels = []
@@ -102,10 +103,16 @@ def test_the_program_launches_its_kernels_in_order_and_hands_on_the_workspaces(m
         k = stand_in_kernel(state.kir, state.abi)
         k._loaded[0] = types.SimpleNamespace(resident_ctas=132, function=name)
         kernels.append((name, k))
-    roles = compile_module(SPEC.read_text(), "skv.tl", defines=SMALL)[0].roles()
-    program = ModuleKernel(kernels, roles)
+    program = ModuleKernel(kernels, compile_module(SPEC.read_text(), "skv.tl", defines=SMALL)[0].roles())
     driver = _Driver({n: ctypes.sizeof(k._struct) for n, k in kernels})
     monkeypatch.setattr(launch, "_driver", lambda: driver)
+    return program, kernels, driver
+
+
+def test_the_program_launches_its_kernels_in_order_and_hands_on_the_workspaces(monkeypatch) -> None:
+    from bench.launch_stand_ins import qkv
+
+    program, kernels, driver = stand_in_program(monkeypatch)
     q, k, v = qkv(2, 4, 2, 40, 50, False, d=32)
     o, lse = program(q, k, v, scale=0.2)
     assert (o.shape, o.dtype, lse.shape, lse.dtype) == ((2, 4, 40, 32), torch.bfloat16, (2, 4, 40), torch.float32)
@@ -125,17 +132,9 @@ def test_the_program_launches_its_kernels_in_order_and_hands_on_the_workspaces(m
 def test_a_repeated_geometry_launches_the_kept_steps_with_the_new_tensors(monkeypatch) -> None:
     """The second call of a geometry skips the checks (no kernel's __call__ runs) and launches the same structs but
     for the data pointers: its own tensors and fresh workspaces; another scale, or another geometry, plans anew."""
-    from bench.launch_stand_ins import no_gpu, qkv, stand_in_kernel
+    from bench.launch_stand_ins import qkv
 
-    no_gpu(monkeypatch.setattr)
-    kernels = []
-    for name, state in lowered("sm_90a"):
-        k = stand_in_kernel(state.kir, state.abi)
-        k._loaded[0] = types.SimpleNamespace(resident_ctas=132, function=name)
-        kernels.append((name, k))
-    program = ModuleKernel(kernels, compile_module(SPEC.read_text(), "skv.tl", defines=SMALL)[0].roles())
-    driver = _Driver({n: ctypes.sizeof(k._struct) for n, k in kernels})
-    monkeypatch.setattr(launch, "_driver", lambda: driver)
+    program, kernels, driver = stand_in_program(monkeypatch)
     q, k, v = qkv(2, 4, 2, 40, 50, False, d=32)
     first = program(q, k, v, scale=0.2)
     checked = [(name, dict(kernels)[name]._struct.from_buffer_copy(raw)) for name, raw in driver.launches]

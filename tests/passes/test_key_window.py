@@ -1,4 +1,4 @@
-"""tlc/passes/key_window.py: which comparisons bound the keys a row sees, and which are left out and why.
+"""tlc/expr/key_window.py: which comparisons bound the keys a row sees, and which are left out and why.
 A hypothesis property checks the bounds against the predicate itself, element by element: every key a row
 sees under the predicate lies inside [first_key, last_key], and with an exact window the two agree."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tlc.expr import Const, eval_expr, parse_expr
-from tlc.passes.key_window import key_window
+from tlc.expr.key_window import key_window
 
 
 def test_each_comparison_gives_its_bound() -> None:

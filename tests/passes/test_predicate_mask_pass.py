@@ -1,5 +1,5 @@
 """The `mask` pass and the masked-trip analysis with a predicate mask: a predicate that bounds the keys each
-row sees (tlc/passes/key_window.py) applies only in partial trips and cuts the empty ones off the loop; one it
+row sees (tlc/expr/key_window.py) applies only in partial trips and cuts the empty ones off the loop; one it
 cannot read applies in every trip and keeps the loop; a causal mask beside it still cuts at the diagonal.
 What these placements mean is checked against the program as written in
 tests/property/test_predicate_mask_meaning.py."""

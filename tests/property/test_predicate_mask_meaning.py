@@ -3,7 +3,7 @@
 tile counted from the end, a loop starting late, GQA) are interpreted as written and after the default
 pipeline, at odd sizes (1, 17, a tile ± 1, several tiles) on NaN-poisoned outputs, and must be equal to
 1e-9 relative, including which output elements are written. The mask pass classifies key tiles by the keys
-a predicate leaves each row (tlc/passes/key_window.py): a predicate with a key window gets the trips it
+a predicate leaves each row (tlc/expr/key_window.py): a predicate with a key window gets the trips it
 applies in and a cut loop, and planted misclassifications (a full tile one trip early, an empty one cut
 one trip late) are caught by the comparison."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tlc.api import lower_source
 from tlc.ir.interpreter import InterpError, run_program
 from tlc.expr import parse_expr
 from tlc.ir.ops import LoopOp, MaskOp
-from tlc.passes.key_window import key_window
+from tlc.expr.key_window import key_window
 from tlc.passes.pipeline import DEFAULT_PIPELINE, run_pipeline
 from tlc.testing.checks import Shapes, make_inputs
 from tlc.testing.structural import output_difference

@@ -292,7 +292,6 @@ class Kernel:
         self._loaded: dict[int, _Loaded] = {}
         self._plans = Recent(_PLAN_MEMO)   # launch plans, by call geometry
         self._slots = [(getattr(self._struct, slot).offset, slot, desc) for slot, desc in self._tma.items()]
-        self._head_exprs: dict = {}       # head offset text → parsed TL expression
         self._heads_ok: set[tuple] = set()  # head geometries whose offsets were checked
         self.inputs = [t for t in abi.tensors if not t.output]
         self._input_names = frozenset(n for n, _ in abi.inputs)   # a keyword outside them and the tensor Inputs is refused
@@ -390,14 +389,11 @@ class Kernel:
                                                                   if isinstance(v, int))))
         if key in self._heads_ok:
             return
-        from tlc.frontend.ast import ExprError, eval_expr
-        from tlc.frontend.parser import parse_expr as parse_expr_text
+        from tlc.expr import ExprError
+        from tlc.lowering.abi import head_offset
         for a in self.inputs:
-            head = a.head_last or a.head
             try:
-                if head not in self._head_exprs:
-                    self._head_exprs[head] = parse_expr_text(head)
-                last = eval_expr(self._head_exprs[head], dict(env, head_idx=heads - 1, group=group))
+                last = head_offset(a.head_last or a.head, dict(env, head_idx=heads - 1, group=group))
             except ExprError as exc:
                 raise fail(f"cannot evaluate {a.name}'s head offset '{a.head}': {exc}") from None
             if heads and not 0 <= last < heads_of[a.name]:

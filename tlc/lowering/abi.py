@@ -8,13 +8,15 @@ torch tensors by this description, so the struct and the host agree by construct
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Mapping
 
 from tlc.diagnostics import Loc, fail
 from tlc.frontend import ast as A
 from tlc.ir.graph import Graph
 from tlc.ir.ops import AllocateOp, CopyOp
 from tlc.ir.tensor_inputs import stored_rows, tensor_pointer
-from tlc.expr import free_names, substitute
+from tlc.expr import ExprError, evaluate, free_names, parse_expr, substitute
 from tlc.ir.heads import last_head, split_form
 from tlc.kir.expr import check_ident
 from tlc.kir.ops import ParamsOp
@@ -24,8 +26,9 @@ DIM_FIELDS = (("batch", "i32"), ("heads", "i32"), ("group", "i32"))
 
 @dataclass(frozen=True)
 class TensorArg:
-    """One global tensor: `rows` is a runtime Input name or a number, `head` the offset
-    expression (over head_idx and group) choosing its head; `cols` 0: a row vector (batch, heads, rows)."""
+    """One global tensor: `rows` is a runtime Input name or a number, `head` the offset choosing its head as the
+    kernel computes it (the kernel IR's expression: `floor_div(head_idx, group)` for TL's `head_idx / group`,
+    Params as numbers, Inputs as `p.<name>`); `cols` 0: a row vector (batch, heads, rows)."""
 
     name: str
     dtype: str
@@ -55,13 +58,24 @@ class TensorArg:
         head the last query head reads (`head_idx`: heads, `head_idx / group`: heads / group, `0`: 1,
         `head_idx * Splits + split_idx`: heads · Splits). An output's heads; an input's come from its tensor and
         are checked against this. `env`: the launch's Inputs, where the offset reads one."""
-        from tlc.frontend.ast import ExprError, eval_expr
-        from tlc.frontend.parser import parse_expr
         try:
-            return int(eval_expr(parse_expr(self.head_last or self.head),
-                                 dict(env or {}, head_idx=max(heads - 1, 0), group=max(group, 1)))) + 1
+            return int(head_offset(self.head_last or self.head, dict(env or {}, head_idx=max(heads - 1, 0),
+                                                                       group=max(group, 1)))) + 1
         except ExprError as exc:
             raise fail(f"cannot evaluate {self.name}'s head offset '{self.head}': {exc}") from None
+
+
+@lru_cache(maxsize=256)
+def _parsed(text: str):
+    return parse_expr(text)
+
+
+def head_offset(text: str, env: Mapping) -> int:
+    """A tensor's head offset (`TensorArg.head`, the kernel's expression) at `env`'s values: the launch's Inputs by
+    name (as `p.<name>` too, as the kernel reads them), head_idx, group and any grid axis or loop variable."""
+    values = dict(env)
+    values.update({f"p.{k}": v for k, v in env.items() if "." not in k})
+    return evaluate(_parsed(text), values)
 
 
 @dataclass(frozen=True)
@@ -180,19 +194,21 @@ def derive_abi(graph: Graph, name: str, int_value) -> LaunchABI:
             last = last_head(graph, op.offset)
             if isinstance(last, str):
                 raise fail(f"tlc build: '{op.name}': {last}", op.loc)
-            head_last = str(_with_params(last, numbers))
-        tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc), cols,
-                                 str(op.offset) if op.offset is not None else "head_idx", op.name in stored,
-                                 op.name in added, head_last, "" if op.rows_at is None else str(op.rows_at)))
+            head_last = kernel_expr(graph, _with_params(last, numbers), op.loc)
+        head = kernel_expr(graph, op.offset, op.loc) if op.offset is not None else "head_idx"
+        tensors.append(TensorArg(op.name, dtype, _rows_text(op.shape[0], graph, op.loc), cols, head,
+                                 op.name in stored, op.name in added, head_last,
+                                 "" if op.rows_at is None else str(op.rows_at)))
+    per_kv_head = kernel_expr(graph, A.BinOp("/", A.Name("head_idx"), A.Name("group")), None)
     for t in tensors:   # where an added output's heads come from: one per query head, per KV head or one
         if not t.added:
             continue
         alloc = next(op for op in graph.ops() if isinstance(op, AllocateOp) and op.name == t.name)
-        if t.head not in ("head_idx", "head_idx / group", "0"):
-            raise fail(f"tlc build: '{t.name}' is added into at head `{t.head}`; a reduce-store's target takes `with "
-                       "offset head_idx` (a head per query head), `head_idx / group` (per KV head) or `0` (one head)",
-                       alloc.loc)
-        if t.head == "head_idx / group" and not any("group" in x.head for x in tensors if not x.output):
+        if t.head not in ("head_idx", per_kv_head, "0"):
+            raise fail(f"tlc build: '{t.name}' is added into at head `{alloc.offset}`; a reduce-store's target takes "
+                       "`with offset head_idx` (a head per query head), `head_idx / group` (per KV head) or `0` (one "
+                       "head)", alloc.loc)
+        if t.head == per_kv_head and not any("group" in x.head for x in tensors if not x.output):
             raise fail(f"tlc build: '{t.name}' is added into at head `head_idx / group`, but no input tensor is read at "
                        "a `group` offset, so the launch cannot tell the group size; read the K/V heads there too, or "
                        "add into `with offset head_idx`", alloc.loc)
@@ -228,6 +244,18 @@ def _one_writer_per_head(graph: Graph, op: AllocateOp) -> None:
                    f"({', '.join(graph.axes)}) at head `{offset}`, so several would write the same rows; in a kernel "
                    "with one grid axis a stored tensor takes `with offset head_idx * N + axis` (N the axis's extent), "
                    "or sums what they write (an fp32 tensor stored `and add`)", op.loc)
+
+
+def kernel_expr(graph: Graph, e: A.Expr, loc: Loc | None) -> str:
+    """A head offset as the kernel computes it (tlc.lowering.exprs: Params as numbers, Inputs as `p.<name>`, TL's
+    integer `/` as floor_div): the text the launcher evaluates, so it checks the heads the kernel reads."""
+    from tlc.frontend.names import BUILTINS
+    from tlc.lowering.exprs import ExprLowering
+
+    lowering = ExprLowering(graph.params, graph.inputs, {n: n for n in graph.inputs})
+    for name in free_names(e) - set(graph.params) - set(graph.inputs) - set(BUILTINS):
+        lowering.bind(name, name)   # a grid axis or loop variable: the launcher gives its last value
+    return str(lowering.lower(e, loc))
 
 
 def _with_params(e: A.Expr, numbers: dict[str, int]) -> A.Expr:

@@ -19,7 +19,7 @@ loop bound come from those. `from_iteration` divisions round down (only loop bou
 diagonal has every score masked, so it adds nothing once the softmax is online; with a
 domain softmax still in the loop the cut is left out (its statistics need a trip per row).
 A predicate mask (`Compute Mask S where …`) whose terms bound the keys each row sees
-(tlc/passes/key_window.py) classifies each key tile of the query tile: empty (every score masked: the
+(tlc/expr/key_window.py) classifies each key tile of the query tile: empty (every score masked: the
 loop's start and stop leave it out, under the same condition as the causal cut), full (no score
 masked: the mask is skipped, `from_iteration` / `until_iteration`) or partial (masked per element).
 
@@ -37,7 +37,7 @@ from tlc.ir.graph import Graph
 from tlc.ir.ops import CopyOp, ElementwiseOp, LoopOp, MaskOp, RowReduceOp, SoftmaxOp
 from tlc.ir.types import Value
 from tlc.passes.base import Pass, PassContext
-from tlc.passes.key_window import KeyWindow, key_window, unread_terms
+from tlc.expr.key_window import KeyWindow, key_window, unread_terms
 from tlc.passes.masked_trips import masked_trip_changes
 from tlc.frontend.names import BUILTINS
 from tlc.names import fresh_value_name
@@ -293,7 +293,7 @@ class _LoopMasks:
     # ------------------------------------------------------------ predicate
     def predicate(self, mask: MaskOp, rows: Origin | None, cols: Origin) -> None:
         """Classify the key tiles of the query tile by the keys the predicate leaves its rows
-        (tlc/passes/key_window.py): the mask applies only in partial trips, and the loop runs only from
+        (tlc/expr/key_window.py): the mask applies only in partial trips, and the loop runs only from
         the first to the last trip that is not empty."""
         assert mask.predicate is not None
         floats = {n for n, k in self.root.inputs.items() if k != "int"} | {

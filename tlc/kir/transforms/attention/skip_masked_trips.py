@@ -3,7 +3,7 @@ warp groups): a warp group skips the GEMMs and the softmax of the trips its own 
 
 The `mask` pass bounds the KV loop by the tile's rows, but consumer warp group w owns rows
 row0 + R·w … row0 + R·w + R − 1 of the tile (R = BM / groups = 64, the wgmma's M). The mask's key window
-(tlc.passes.key_window, the reading the `mask` pass classifies tiles by: a causal mask's `kv_idx <= q_idx +
+(tlc.expr.key_window, the reading the `mask` pass classifies tiles by: a causal mask's `kv_idx <= q_idx +
 diag`, a predicate's bounds such as a sliding window's `q_idx - Window <= kv_idx <= q_idx`) gives the keys the
 group's rows can see, the bounds being non-decreasing in the row:
 
@@ -44,7 +44,7 @@ from typing import ClassVar
 from tlc.kir import ops as K
 from tlc.kir import ops_sm90 as H
 from tlc.kir.expr import BinOp, Const, Expr, Var, free_names
-from tlc.passes.key_window import QUERY, KeyWindow, key_window
+from tlc.expr.key_window import QUERY, KeyWindow, key_window
 from tlc.kir.transforms.base import Facts, KernelTransform, Notes
 from tlc.kir.transforms.schedule import Schedule
 
@@ -76,7 +76,7 @@ def _is_sync(op: K.Op) -> bool:
 
 
 def window_of(mask: K.MaskOp) -> KeyWindow | None:
-    """The keys each query row `q_idx` sees through `mask` (tlc.passes.key_window, the `mask` pass's reading of a
+    """The keys each query row `q_idx` sees through `mask` (tlc.expr.key_window, the `mask` pass's reading of a
     predicate): a causal mask's `kv_idx <= q_idx + diag`, a predicate's bounds; None where it gives none (bounds,
     a document mask). A predicate term the window leaves out only masks more: a trip outside the window is
     masked for every row whatever those terms say."""
