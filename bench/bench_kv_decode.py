@@ -10,6 +10,8 @@ as (B, kv heads, group, d): one K/V read serves the group; a view, no copy):
   split S      specs/split_kv_fwd.tl with Splits = S (partial O/LSE per split in fp32, then the combine kernel)
   paged P      specs/paged_kv_fwd.tl with pages of P rows (the cache a pool of pages scattered by a block table)
   api, api paged 64   tlc.flash_attn_with_kvcache in FlashAttention's layouts (its split heuristic; a paged cache)
+  … graph      the same call (and cuDNN's) captured in a CUDA graph and replayed, as a serving loop runs decode
+               steps: the kernels' time without the host's per-call work
 Each output is checked with docs/correctness.md's rule on a slice (batch 0, the first 4 heads).
 """
 from __future__ import annotations
@@ -65,6 +67,25 @@ def pools_of(k, v, page: int):
     return pools[0], pools[1], table
 
 
+def graphed(fn):
+    """`fn` captured in a CUDA graph (how a serving loop runs decode steps: no host work per step), on the first
+    call after a warm-up one; every call replays the graph and returns the captured output."""
+    import torch
+    kept: dict = {}
+
+    def call():
+        if not kept:
+            fn()
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                kept["out"] = fn()
+            kept["graph"] = graph
+        kept["graph"].replay()
+        return kept["out"]
+    return call
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="sm_90a")
@@ -112,6 +133,8 @@ def main() -> int:
                 with sdpa_kernel([backend]):
                     return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
             record(name, peer)
+            if name == "cuDNN":
+                record("cuDNN graph", graphed(peer))
         out = torch.empty(B, KVH, G, D, device="cuda", dtype=torch.bfloat16)
         record("kv_lengths", lambda: kerns["kv_lengths"](qg, k, v, out=out, scale=scale, kv_lengths=lengths))
         for s in (4, 16, 64):
@@ -128,12 +151,16 @@ def main() -> int:
         # the serving API in FlashAttention's layouts: (B, 1, H, d) queries, (B, S, kv heads, d) or paged caches
         q_fa = q.transpose(1, 2).contiguous()
         k_fa, v_fa = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
-        record("api", lambda: tlc.flash_attn_with_kvcache(q_fa, k_fa, v_fa, cache_seqlens=lengths).transpose(1, 2))
+        api = lambda: tlc.flash_attn_with_kvcache(q_fa, k_fa, v_fa, cache_seqlens=lengths).transpose(1, 2)  # noqa: E731
+        record("api", api)
+        record("api graph", graphed(api))
         kp, vp, table = pools_of(k, v, 64)
         pages = lambda t: t[0].view(KVH, -1, 64, D).permute(1, 2, 0, 3).contiguous()  # noqa: E731 - (pages, 64, kvh, d)
         kp, vp = pages(kp), pages(vp)
-        record("api paged 64", lambda: tlc.flash_attn_with_kvcache(q_fa, kp, vp, cache_seqlens=lengths,
-                                                                   block_table=table).transpose(1, 2))
+        paged_api = lambda: tlc.flash_attn_with_kvcache(q_fa, kp, vp, cache_seqlens=lengths,  # noqa: E731
+                                                        block_table=table).transpose(1, 2)
+        record("api paged 64", paged_api)
+        record("api paged 64 graph", graphed(paged_api))
         del q_fa, k_fa, v_fa, kp, vp
         report["rows"].append(row)
         torch.cuda.empty_cache()
