@@ -5,6 +5,7 @@ as written (float64 on the CPU, the same bf16/fp16 inputs, NaN-poisoned outputs)
     python3 bench/differential_gpu.py --seeds 0:200 --arch sm_90 --arch sm_90a --jobs 16 --out $OUT/differential
     python3 bench/differential_gpu.py --seeds 0:3 --build-only --jobs 2 --out /tmp/differential   # no GPU needed
     python3 bench/differential_gpu.py --paged --seeds 0:150 …   # K and V read from pages (a row map)
+    python3 bench/differential_gpu.py --windowed --seeds 0:150 …   # scores also masked outside a key window
 
 1. Build, in `--jobs` processes: each (seed, target) is built (NVRTC; the kernel lands in the disk cache),
    refused at a line, refused without a line, a crash (an exception other than tlc's one-line error), or
@@ -52,18 +53,23 @@ FAILED = ("refused-no-line", "crash", "nvrtc-error", "WRONG", "HANG", "ERROR")
 COLUMNS = ("built", "refused", "refused-no-line", "crash", "nvrtc-error", "ok", "unchecked", "WRONG", "HANG", "ERROR")
 _PROTOCOL = "@@ "
 PAGED_ENV = "TLC_DIFFERENTIAL_PAGED"   # `--paged`, for every process of the run (pool and worker inherit it)
+WINDOWED_ENV = "TLC_DIFFERENTIAL_WINDOWED"   # `--windowed`, likewise
 
 
 def _paged() -> bool:
     return os.environ.get(PAGED_ENV) == "1"
 
 
+def _windowed() -> bool:
+    return os.environ.get(WINDOWED_ENV) == "1"
+
+
 def _program(seed: int):
     """(TL text, -D bindings, description) of seed's program: structural_program, with K and V from pages under
-    `--paged`."""
+    `--paged`, masked outside a key window under `--windowed`."""
     from tlc.testing.structural import choices_of_seed
 
-    c = choices_of_seed(seed, paged=_paged())
+    c = choices_of_seed(seed, paged=_paged(), windowed=_windowed())
     return c.render(), c.defines_dict(), c.describe()
 
 
@@ -77,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--build-only", action="store_true", help="build and compute the references; no GPU")
     ap.add_argument("--paged", action="store_true", help="the programs with K and V read from pages through a block "
                     "table (tlc.testing.structural's paged choice)")
+    ap.add_argument("--windowed", action="store_true", help="the programs with their scores also masked outside a "
+                    "window of keys around the row (tlc.testing.structural's windowed choice: a predicate mask)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.arch = list(dict.fromkeys(args.arch or ["sm_90", "sm_90a"]))
@@ -139,7 +147,7 @@ def reference_case(seed: int, work: str) -> str:
     from tlc.testing.structural import choices_of_seed, reference_graph
 
     torch.set_num_threads(1)
-    choices = choices_of_seed(seed, paged=_paged())
+    choices = choices_of_seed(seed, paged=_paged(), windowed=_windowed())
     graph = reference_graph(choices.render(), choices.defines_dict(), NAME,
                             meaningful_as_written=choices.as_written_meaningful)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[choices.dtype]
@@ -408,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.paged:
         os.environ[PAGED_ENV] = "1"
+    if args.windowed:
+        os.environ[WINDOWED_ENV] = "1"
     if args.worker:
         worker_main(args.worker)
         return 0

@@ -5,6 +5,7 @@
 #   hang         the 256-row / 32-key / 4-stage / one-KV-head sm_90a kernel that once hung, at 1x1 and odd sizes
 #   diff=A:B     bench/differential_gpu.py on seeds A..B-1 for sm_90 and sm_90a
 #   diff-paged=A:B  the same programs with K and V read from pages through a block table (--paged)
+#   diff-window=A:B the same programs with their scores also masked outside a key window (--windowed)
 #   sanitize     compute-sanitizer memcheck, racecheck and synccheck on bench/sanitize_one.py for both targets
 #   sanitize-specs  memcheck and racecheck on bench/sanitize_specs.py (the newer spec constructs), both targets
 #   bar          bench/precompile.py --set bar and bench/bench_attention.py --bar --arch sm_90a
@@ -48,6 +49,9 @@ for what in "$@"; do
     diff-paged=*) mkdir -p "$OUT/paged"
            step differential-paged python3 bench/differential_gpu.py --paged --seeds "${what#diff-paged=}" \
                --arch sm_90 --arch sm_90a --jobs 16 --timeout 60 --out "$OUT/paged" ;;
+    diff-window=*) mkdir -p "$OUT/windowed"
+           step differential-windowed python3 bench/differential_gpu.py --windowed --seeds "${what#diff-window=}" \
+               --arch sm_90 --arch sm_90a --jobs 16 --timeout 60 --out "$OUT/windowed" ;;
     sanitize)
         for arch in sm_90 sm_90a; do
             for tool in memcheck racecheck synccheck; do

@@ -105,3 +105,20 @@ def test_seeded_paged_programs_kernel_ir_equals_the_program_as_written() -> None
         except AssertionError as exc:
             failures.append(f"seed {seed}: {str(exc).splitlines()[0]} | {choices.describe()}")
     assert not failures, "\n".join(failures)
+
+
+WINDOW_SEEDS = range(0, 150)
+
+
+def test_seeded_windowed_programs_kernel_ir_equals_the_program_as_written() -> None:
+    """The same programs with their scores also masked outside a window of keys around the row
+    (`choices_of_seed(seed, windowed=True)`: a predicate mask with one edge or both, beside any causal mask;
+    the mask pass bounds the loop by the window and masks only its partial tiles)."""
+    failures = []
+    for seed in WINDOW_SEEDS:
+        choices = choices_of_seed(seed, windowed=True)
+        try:
+            check_kernel_ir(choices, seed)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {str(exc).splitlines()[0]} | {choices.describe()}")
+    assert not failures, "\n".join(failures)

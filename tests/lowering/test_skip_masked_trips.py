@@ -278,3 +278,27 @@ def test_the_skipping_window_kernel_passes_the_protocol_checker(window: str) -> 
     state = _lower("sliding_window_fwd", **WINDOW, Window=window, SkipMaskedTrips="true")
     assert any(isinstance(op, K.CounterSetOp) for op in K.walk(state.kir))
     assert protocol_problems(state.kir) == []
+
+
+def test_generated_windowed_programs_skipping_trips_keep_the_sm90a_protocol() -> None:
+    """tlc.testing.structural's windowed programs (a predicate window beside any causal mask, every structural
+    departure) with `Param SkipMaskedTrips = true`, lowered for sm_90a: each builds or is refused at a line, and
+    every kernel that builds passes the protocol checker."""
+    from tlc.builder import lower_to_kernel_ir
+    from tlc.diagnostics import TlcError
+    from tlc.kir.sm90_protocol import protocol_problems
+    from tlc.testing.structural import choices_of_seed
+
+    built = 0
+    for seed in range(60):
+        c = choices_of_seed(seed, windowed=True)
+        text = c.render().replace("Param dtype", "Param SkipMaskedTrips = true\nParam dtype", 1)
+        try:
+            state, _ = lower_to_kernel_ir(text.encode(), "generated.tl", "sm_90a", c.defines_dict() or {},
+                                          name="generated")
+        except TlcError as exc:
+            assert all(d.loc and d.loc.line > 0 for d in exc.diagnostics), f"seed {seed}: {exc.render()}"
+            continue
+        built += 1
+        assert protocol_problems(state.kir) == [], f"seed {seed}: {c.describe()}"
+    assert built >= 20

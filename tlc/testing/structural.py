@@ -99,6 +99,7 @@ class StructuralChoices:
     pv_form: str = "accumulate"        # "accumulate" or "add": `GEMM P, V and get PV` + `Add O, PV`
     defines: bool = False              # tile sizes bound with -D (the file's Params hold other values)
     kv_pages: int = 0                  # K and V read from pages of this many rows through a block table (0: none)
+    window: tuple[int | None, int | None] = (None, None)   # a predicate mask keeping keys q - left … q + right
 
     def render(self) -> str:
         return _Writer(self).text()
@@ -123,7 +124,8 @@ class StructuralChoices:
             widths = {"qk_width": self.d_qk, "v_width": self.d_v}
             differs = value != widths[f.name] if f.name in widths else value != getattr(base, f.name)
             if differs:
-                parts.append(f"{f.name}={value if not isinstance(value, tuple) else '+'.join(value) or '-'}")
+                shown = "+".join(map(str, value)) or "-" if isinstance(value, tuple) else value
+                parts.append(f"{f.name}={shown}")
         return " ".join(parts)
 
 
@@ -284,6 +286,11 @@ def _scores(c: StructuralChoices) -> list[str]:
     if c.causal:
         mask = ["Compute Mask S causal Align and get new S when Causal" if c.mask_param
                 else f"Compute Mask S causal {c.causal} and get new S"]
+    left, right = c.window
+    terms = ([f"kv_idx < q_idx - {left}"] if left is not None else []) + (
+        [f"kv_idx > q_idx + {right}"] if right is not None else [])
+    if terms:   # a window as a predicate (tlc/expr/key_window.py bounds it), beside any causal mask
+        mask.append(f"Compute Mask S where {' || '.join(terms)} and get new S")
     out += mask + ops if c.mask_first else ops + mask
     stats = " with max m, sum l" if c.softmax in ("deferred", "named") else ""
     out.append(f"Compute Softmax S{stats} and get P")
@@ -334,10 +341,12 @@ def _from_hypothesis(draw) -> _Picker:
     return _Picker(one)
 
 
-def draw_choices(pick: _Picker, sizes: str = "target", paged: bool = False) -> StructuralChoices:
+def draw_choices(pick: _Picker, sizes: str = "target", paged: bool = False,
+                 windowed: bool = False) -> StructuralChoices:
     """One program's choices: each departure from FlashAttention's shape taken with a stated chance; `paged`:
     an attention program's K and V read from pages through a block table (a row map, drawn after every other
-    choice, so a seed's other choices are those it has without)."""
+    choice, so a seed's other choices are those it has without); `windowed`: its scores also masked outside a
+    window of keys around the row (a predicate mask, drawn last too)."""
     table = SIZES[sizes]
     family = pick.one(["attention", "b2b", "chain3"], [8, 1, 1])
     d_qk = pick.one(*table["d"])
@@ -391,6 +400,10 @@ def draw_choices(pick: _Picker, sizes: str = "target", paged: bool = False) -> S
         choices = replace(choices, d3=StructuralChoices.d3)
     if paged and family == "attention":   # pages of rows: K and V stored as rows, no tile taken from their end
         choices = replace(choices, kv_pages=pick.one(*table["page"]), k_stored="rows", v_stored="rows")
+    if windowed and family == "attention":   # one edge or both; 0 keeps the diagonal alone
+        left = pick.one([None, 0, 1, 37, 300], [2, 1, 1, 2, 2])
+        right = pick.one([None, 0, 5, 64], [3, 1, 1, 1]) if left is not None else pick.one([0, 5, 64])
+        choices = replace(choices, window=(left, right))
     return choices
 
 
@@ -412,8 +425,8 @@ def structural_programs(sizes: str = "target") -> st.SearchStrategy[tuple[str, d
     return structural_choices(sizes).map(lambda c: (c.render(), c.defines_dict()))
 
 
-def choices_of_seed(seed: int, sizes: str = "target", paged: bool = False) -> StructuralChoices:
-    return draw_choices(_from_random(random.Random(seed)), sizes, paged)
+def choices_of_seed(seed: int, sizes: str = "target", paged: bool = False, windowed: bool = False) -> StructuralChoices:
+    return draw_choices(_from_random(random.Random(seed)), sizes, paged, windowed)
 
 
 def structural_program(seed: int, sizes: str = "target") -> tuple[str, dict[str, str] | None, str]:
