@@ -100,8 +100,21 @@ def lower_to_kernel_ir(data: bytes, path: str, arch: str, defines: Mapping[str, 
         refuse_second_stores(graph)
         state, ctx = run_lowering(graph, arch, name=name, lse=lse)
         refuse_unproved_protocol(state.kir, arch)
+    if kernel is not None:   # one of several kernels: its program states the whole program's launch
+        state.kir = dataclasses.replace(state.kir, body=(launch_op(data, path, defines), *state.kir.body))
     notes = [d for d in ctx.sink.items if d.severity != "error"]
     return state, remarks + notes + schedule_warnings(graph, state.schedule, arch)
+
+
+def launch_op(data: bytes, path: str, defines: Mapping[str, str]):
+    """The launch contract (tlc.kir LaunchOp) of a program of several kernels: its kernels in launch order and each
+    global tensor's role (tlc.ir.module.Module.roles, which refuses a tensor two kernels store)."""
+    from tlc.api import compile_module
+    from tlc.kir.ops import LaunchOp
+
+    module, _ = compile_module(data, path, defines=defines, run_passes=False)   # roles read the copies no pass adds
+    return LaunchOp(program=Path(path).stem,
+                    kernels=tuple(name for name, _ in module.kernels), tensors=tuple(module.roles().items()))
 
 
 BUILD_REFUSAL = "tlc build: "

@@ -148,12 +148,10 @@ def build(path_or_text: str | Path, *, arch: str | None = None, defines: Mapping
     from tlc.api import kernel_names
     names = kernel_names(data, name)
     if names:   # a program of several kernels: each built as its own, run in order by one callable
-        from tlc.api import compile_module
         from tlc.backend_cute.launch_module import ModuleKernel
 
-        roles = compile_module(data, name, defines=defs, run_passes=False)[0].roles()   # roles read the global copies, which no pass adds
-        kernel = ModuleKernel([(k, Kernel(*compile_spec(path_or_text, arch=arch, defines=defs, lse=lse, kernel=k)))
-                               for k in names], roles)
+        kernels = [(k, Kernel(*compile_spec(path_or_text, arch=arch, defines=defs, lse=lse, kernel=k))) for k in names]
+        kernel = ModuleKernel.of_launch(kernels)   # as each kernel's program states the launch (its LaunchOp)
         _DISPATCH[key] = kernel
         return kernel
     compiled, abi = compile_spec(path_or_text, arch=arch, defines=defs, lse=lse)

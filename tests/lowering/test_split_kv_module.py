@@ -262,3 +262,23 @@ def test_an_axis_may_extend_over_an_input() -> None:
     text = AXIS.format(offset="head_idx * n + a", extent="n").replace("Input seqlen_q : int", "Input seqlen_q, n : int")
     state, _ = lower_to_kernel_ir(text.encode(), "k.tl", "sm_90", {}, name="k_k", kernel="k")
     assert str(state.kir.kernels()[0].grid[2]) == "p.batch * p.n"
+
+
+def test_each_kernels_program_states_the_launch_the_launcher_binds_from(monkeypatch) -> None:
+    """The kernel IR of each kernel holds the program's LaunchOp (kernels in order, each tensor's role): printed,
+    parsed back, a comment in the C++; `ModuleKernel.of_launch` takes its roles from it and refuses kernels given
+    in another order."""
+    from tlc.backend_cute.emit import emit_program
+    from tlc.kir import parse_kir, print_kir
+
+    program, kernels, _ = stand_in_program(monkeypatch)
+    launches = [next(op for op in k.compiled.program.body if isinstance(op, K.LaunchOp)) for _, k in kernels]
+    roles = compile_module(SPEC.read_text(), "skv.tl", defines=SMALL)[0].roles()
+    assert launches[0] == launches[1] and launches[0].kernels == NAMES and launches[0].roles() == roles
+    text = print_kir(kernels[0][1].compiled.program)
+    assert print_kir(parse_kir(text)) == text
+    assert "// launch: kernels partial → combine; tensors Q input, K input, V input, O_part workspace" in \
+        emit_program(kernels[1][1].compiled.program)
+    assert ModuleKernel.of_launch(kernels).roles == roles
+    with pytest.raises(TlcError, match="do not state one launch of them in this order"):
+        ModuleKernel.of_launch(kernels[::-1])

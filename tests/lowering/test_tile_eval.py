@@ -321,7 +321,7 @@ def test_unknown_op_is_refused_with_the_known_ones() -> None:
     assert "MmaOp" in str(exc.value)
     # the Hopper ops (tlc/kir/ops_sm90.py) have no tile-level meaning yet: refused like any unknown op
     hopper = {name for name, cls in K.OP_CLASSES.items() if issubclass(cls, SM90_OP_CLASSES)}   # views of them too
-    assert set(known_ops()) == set(K.OP_CLASSES) - {"ProgramOp", "KernelOp", "ParamsOp"} - hopper
+    assert set(known_ops()) == set(K.OP_CLASSES) - {"ProgramOp", "KernelOp", "ParamsOp", "LaunchOp"} - hopper
 
 
 def test_elementwise_functions() -> None:

@@ -22,7 +22,7 @@ from tlc.kir.ops_sm90 import WgmmaTiledMmaOp
 from tlc.kir.scopes import check_scopes
 from tlc.kir.ops import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
                          CounterAddOp, CounterOp, CounterSetOp, Exp2ScaleOp, ForOp, FragmentOp, GlobalTensorOp,
-                         GlobalTileOp, IdentityTileOp, IfOp, KernelOp, LetOp, MapOp, MaskOp, MmaOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
+                         GlobalTileOp, IdentityTileOp, IfOp, KernelOp, LaunchOp, LetOp, MapOp, MaskOp, MmaOp, Op, ParamsOp, PartitionOp, ProgramOp, RetileAccToAOp,
                          RowBroadcastOp, RowReduceOp, RowStoreOp, FragStoreOp, FragLoadOp, RowLoadOp, RowVectorOp, TimestampOp, TraceBufferOp, WarpAnyOp, SharedBufferOp, SharedViewOp,
                          SmemLayoutOp, SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, WaitOp, walk)
 
@@ -451,6 +451,12 @@ class CuteEmitter(Sm90Emitter, ViewEmitter):
                 with self.w.block(f"for (int ni = 0; ni < size<1>({op.target}_rc); ++ni)"):
                     self.w.line(f"const float x = {op.target}_rc(mi, ni);")
                     self.w.line(f"{op.target}_rc(mi, ni) = {_ix(op.fn)};")
+
+    @emit.register
+    def _(self, op: LaunchOp) -> None:
+        # the launcher's contract (names checked identifiers): a comment in the C++, what ModuleKernel binds from
+        self.w.line(f"// launch: kernels {' → '.join(op.kernels)}; tensors "
+                    f"{', '.join(f'{n} {role}' for n, role in op.tensors)}")
 
     @emit.register
     def _(self, op: TraceBufferOp) -> None:

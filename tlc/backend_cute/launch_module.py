@@ -1,4 +1,5 @@
-"""A built program of several kernels (`Kernel NAME` lines) on torch tensors: one call runs its kernels in order.
+"""A built program of several kernels (`Kernel NAME` lines) on torch tensors: one call runs its kernels in order, as
+the `LaunchOp` each kernel's program holds states (`ModuleKernel.of_launch`).
 
 `kernel(q, k, v, scale=…)` takes the program's inputs (the global tensors no kernel stores, in Allocate order)
 and its runtime Inputs by keyword; each kernel gets the tensors and Inputs it names. A tensor one kernel stores and
@@ -37,6 +38,19 @@ class ModuleKernel:
         self._keywords = set().union(*self._own.values()) if self._own else set()
         self._input_names = tuple(a.name for a in self.inputs)
         self._steps = Recent(_STEPS_MEMO)   # call geometry → each kernel's launch step, checked once
+
+    @classmethod
+    def of_launch(cls, kernels: list[tuple[str, Kernel]]) -> "ModuleKernel":
+        """The program whose kernels' programs state its launch (a `LaunchOp`: kernels in order, tensor roles): the
+        kernels given must be those, in that order, and every one must state the same launch."""
+        from tlc.kir.ops import LaunchOp
+
+        launches = [next((op for op in k.compiled.program.body if isinstance(op, LaunchOp)), None) for _, k in kernels]
+        first = launches[0]
+        if first is None or any(op != first for op in launches) or list(first.kernels) != [n for n, _ in kernels]:
+            raise fail(f"the kernels {', '.join(n for n, _ in kernels)} do not state one launch of them in this order "
+                       "(a LaunchOp in each program); rebuild the program")
+        return cls(kernels, first.roles())
 
     def __call__(self, *tensors, out=None, **inputs):
         key = self._key(tensors, out, inputs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tlc.kir.base import (COPY_ATOMS, DTYPES, MMA_ATOMS, PARAM_TYPES, PARTITIONS, SCALAR_TYPES, Op,
                           names_defined, names_used, nested_effects, op_label, rewrite_ops, walk)
-from tlc.kir.ops_decl import (FragmentOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, KernelOp, LetOp, ParamsOp,
+from tlc.kir.ops_decl import (FragmentOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, KernelOp, LaunchOp, LetOp, ParamsOp,
                               PartitionOp, ProgramOp, RowVectorOp, SharedBufferOp, SharedViewOp, SmemLayoutOp,
                               SmemTransposeLayoutOp, TiledCopyOp, TiledMmaOp, TraceBufferOp)
 from tlc.kir.ops_exec import (AllReduceOp, AsyncCopyOp, BarrierOp, BreakOp, ClearOp, CommitOp, ConvertOp, CopyOp,
@@ -23,13 +23,13 @@ OP_CLASSES: dict[str, type[Op]] = {cls.__name__: cls for cls in (
     SharedViewOp, GlobalTensorOp, GlobalTileOp, IdentityTileOp, TiledCopyOp, PartitionOp, FragmentOp,
     RowVectorOp, AsyncCopyOp, CommitOp, WaitOp, BarrierOp, CopyOp, ClearOp, MmaOp, MaskOp, RowReduceOp,
     AllReduceOp, Exp2ScaleOp, RowBroadcastOp, MapOp, ConvertOp, RetileAccToAOp, RowStoreOp, FragStoreOp, FragLoadOp, RowLoadOp, ForOp, IfOp,
-    CounterOp, CounterAddOp, CounterSetOp, BreakOp, WarpAnyOp, TraceBufferOp, TimestampOp,
+    CounterOp, CounterAddOp, CounterSetOp, BreakOp, WarpAnyOp, TraceBufferOp, TimestampOp, LaunchOp,
     *SM90_OP_CLASSES,  # the Hopper path's ops (ops_sm90): TMA, mbarriers, wgmma, warp roles
     *VIEW_OP_CLASSES)}  # fold-partitions' flat views (ops_views)
 
 __all__ = ["AllReduceOp", "AsyncCopyOp", "BarrierOp", "BreakOp", "ClearOp", "CommitOp", "ConvertOp", "CopyOp", "CounterAddOp",
            "CounterOp", "CounterSetOp", "Exp2ScaleOp", "ForOp", "FragLoadOp", "FragStoreOp", "FragmentOp", "MmaOp", "GlobalTensorOp", "GlobalTileOp",
-           "IdentityTileOp", "IfOp", "KernelOp", "LetOp", "MapOp", "MaskOp", "ParamsOp", "PartitionOp",
+           "IdentityTileOp", "IfOp", "KernelOp", "LaunchOp", "LetOp", "MapOp", "MaskOp", "ParamsOp", "PartitionOp",
            "ProgramOp", "RetileAccToAOp", "RowBroadcastOp", "RowLoadOp", "RowReduceOp", "RowStoreOp", "RowVectorOp",
            "SharedBufferOp", "SharedViewOp", "SmemLayoutOp", "SmemTransposeLayoutOp", "TiledCopyOp",
            "TiledMmaOp", "TimestampOp", "TraceBufferOp", "WaitOp", "WarpAnyOp", "COPY_ATOMS", "DTYPES", "MMA_ATOMS", "OP_CLASSES", "PARAM_TYPES",

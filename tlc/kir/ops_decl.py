@@ -40,6 +40,32 @@ class TraceBufferOp(Op):
         self._need(isinstance(self.entries, int) and 0 < self.entries <= 1 << 26, f"entries={self.entries}")
 
 
+LAUNCH_ROLES = ("input", "workspace", "output")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchOp(Op):
+    """The launch contract of a program of several kernels, in each of its kernels' programs: `kernels` in launch
+    order and each global tensor's role, in program order — input (the caller passes it), workspace (a kernel
+    stores it and a later one loads it: the launch allocates it, zeroed where it is added into, and never returns
+    it) or output (returned, in Allocate order). The program's launcher (`ModuleKernel`) binds from it."""
+
+    program: str
+    kernels: tuple[str, ...]
+    tensors: tuple[tuple[str, str], ...]
+    declared_effects = PURE
+
+    def check(self) -> None:
+        for k in self.kernels:
+            check_ident(k, "kernel")
+        for name, role in self.tensors:
+            check_ident(name, "tensor")
+            self._need(role in LAUNCH_ROLES, f"tensor {name} has role {role!r}; expected one of {LAUNCH_ROLES}")
+
+    def roles(self) -> dict[str, str]:
+        return dict(self.tensors)
+
+
 @dataclass(frozen=True, kw_only=True)
 class KernelOp(Op):
     """One `__global__` function taking `const <params> p`; grid is (x, y, z) expressions."""
