@@ -75,6 +75,17 @@ def test_a_call_binds_the_packed_storages_and_the_batch_from_the_offsets(on_cuda
     assert s.cu_seqlens_q_ptr == a["cu_seqlens_q"].data_ptr()
     grid = driver.launches[-1][0]
     assert grid == (1, 4, 2)   # one 128-row query tile of the longest sequence, 4 heads, 2 sequences
+    # the same geometry again: no check, no kernel lookup; the new call's tensors in the struct
+    checked, check = [], varlen._check
+    monkeypatch.setattr(varlen, "_check", lambda *x: checked.append(x) or check(*x))
+    monkeypatch.setattr(varlen, "spec_kernel", lambda s, d, device: pytest.fail("a kept call looked its kernel up"))
+    b = {name: t.clone() if hasattr(t, "clone") else t for name, t in a.items()}
+    out2 = tlc.flash_attn_varlen_func(**b)
+    again = kernel._struct.from_buffer_copy(driver.launches[-1][-1])
+    assert not checked and (again.O_ptr, again.cu_seqlens_q_ptr) == (out2.data_ptr(), b["cu_seqlens_q"].data_ptr())
+    assert (again.seqlen_q, again.seqlen_k, again.Q_storage_rows) == (20, 25, 30)
+    with pytest.raises(TlcError, match="max_seqlen_q must be an int >= 0"):   # another value: checked again
+        tlc.flash_attn_varlen_func(**dict(b, max_seqlen_q=-1))
 
 
 def test_make_fx_records_one_varlen_op() -> None:

@@ -13,6 +13,9 @@ from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
 from tlc.attention.serving_args import as_storage, call_errors, check_tensors
 from tlc.numbers import a_kind
+from tlc.recent import Recent
+
+_CALLS = Recent(64)   # an eager call's geometry → (scale, kernel): its checks passed once
 
 
 def varlen_plan(d: int, dtype: str, causal: bool) -> tuple[str, dict]:
@@ -27,11 +30,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     sequence's queries with the end of its keys (FlashAttention's bottom-right). Returns (total queries, heads, d)."""
     from tlc.attention.sdpa import _eager
 
+    key = _call_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal)
+    kept = None if key is None else _CALLS.get(key)
+    if kept is not None:   # this geometry passed every check before: its scale and kernel
+        scale, kernel = kept
+        with call_errors("flash_attn_varlen_func"):
+            return _launch(kernel, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale)
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[2])
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale, causal)
     if _eager(q, k, v, cu_seqlens_q, cu_seqlens_k):
-        return run_varlen(*args)
+        out, kernel = _run(*args)
+        if key is not None:
+            _CALLS.keep(key, (scale, kernel))
+        return out
     from tlc.attention.serving_ops import varlen_op   # traced (torch.compile, make_fx): one graph node
 
     return varlen_op(*args)
@@ -40,15 +52,50 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, scale: float,
                causal: bool):
     """The checked call: builds on first use and launches."""
+    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal)[0]
+
+
+def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, scale: float, causal: bool):
+    """`run_varlen`'s output and the kernel it ran."""
     import torch
 
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
     spec, defines = varlen_plan(q.shape[2], "bf16" if q.dtype == torch.bfloat16 else "fp16", causal)
     with call_errors("flash_attn_varlen_func"):
         kernel = spec_kernel(spec, defines, q.device)
-        kernel(as_storage(q), as_storage(k), as_storage(v), out=as_storage(out), scale=scale, seqlen_q=max_seqlen_q,
-               seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+        return _launch(kernel, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale), kernel
+
+
+def _launch(kernel, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, scale: float):
+    """The program on the packed tensors viewed as (1, heads, rows, d) storages; the output in q's layout."""
+    import torch
+
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    kernel(as_storage(q), as_storage(k), as_storage(v), out=as_storage(out), scale=scale, seqlen_q=max_seqlen_q,
+           seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     return out
+
+
+def _call_key(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal) -> tuple | None:
+    """An eager call's geometry — every tensor's shape, strides, dtype and device, the maximum lengths, the scale,
+    causal, TLC_ATTENTION_ARCH — which settles every check `_check` makes; None for anything odd (the checked path
+    refuses or traces it). Only a call that passed the checks stores its key."""
+    import os
+
+    from tlc.attention.sdpa import _eager
+
+    if type(causal) is not bool or type(max_q) is not int or type(max_k) is not int:
+        return None
+    if softmax_scale is not None and (type(softmax_scale) is not float or softmax_scale != softmax_scale):
+        return None
+    tensors = (q, k, v, cu_q, cu_k)
+    if not _eager(*tensors):
+        return None
+    try:
+        return (tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors), max_q, max_k, softmax_scale,
+                0 if softmax_scale is None else math.copysign(1, softmax_scale), causal,
+                os.environ.get("TLC_ATTENTION_ARCH"))
+    except (RuntimeError, OverflowError, ValueError, AttributeError):
+        return None
 
 
 def _check(q, k, v, cu_q, cu_k, max_q, max_k, causal) -> None:
