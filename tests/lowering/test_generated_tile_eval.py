@@ -97,9 +97,14 @@ PAGED_SEEDS = range(0, 150)   # about a third build (the rest are refused at a l
 def test_seeded_paged_programs_kernel_ir_equals_the_program_as_written() -> None:
     """The same programs with K and V read from pages through a block table (`structural_program(seed,
     paged=True)`: a row map; random table entries, some past the pool, read zeros in both)."""
+    check_seeds(PAGED_SEEDS, paged=True)
+
+
+def check_seeds(seeds, **choice: bool) -> None:
+    """check_kernel_ir on each seed's program with the opt-in `choice`, every failure reported together."""
     failures = []
-    for seed in PAGED_SEEDS:
-        choices = choices_of_seed(seed, paged=True)
+    for seed in seeds:
+        choices = choices_of_seed(seed, **choice)
         try:
             check_kernel_ir(choices, seed)
         except AssertionError as exc:
@@ -114,11 +119,4 @@ def test_seeded_windowed_programs_kernel_ir_equals_the_program_as_written() -> N
     """The same programs with their scores also masked outside a window of keys around the row
     (`choices_of_seed(seed, windowed=True)`: a predicate mask with one edge or both, beside any causal mask;
     the mask pass bounds the loop by the window and masks only its partial tiles)."""
-    failures = []
-    for seed in WINDOW_SEEDS:
-        choices = choices_of_seed(seed, windowed=True)
-        try:
-            check_kernel_ir(choices, seed)
-        except AssertionError as exc:
-            failures.append(f"seed {seed}: {str(exc).splitlines()[0]} | {choices.describe()}")
-    assert not failures, "\n".join(failures)
+    check_seeds(WINDOW_SEEDS, windowed=True)
