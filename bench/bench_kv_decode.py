@@ -90,6 +90,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="sm_90a")
     arch = ap.parse_args().arch
+    from bench import require_cuda
+    require_cuda("bench_kv_decode.py")
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -13,13 +13,11 @@ import json
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-SPECS = Path(__file__).resolve().parents[1] / "specs"
-SHAPES = [dict(B=8, H=32, KVH=8, S=8192), dict(B=64, H=32, KVH=8, S=4096), dict(B=1, H=128, KVH=1, S=32768)]
-D = 128
+from bench import require_cuda  # noqa: E402
+from bench.bench_kv_decode import D, SHAPES, SPECS  # noqa: E402 - the same shapes, head dim and specs
 # (label, arch, -D bindings without Splits); the API's plan today is "90a 64x128"
 VARIANTS = [("90a 64x128", "sm_90a", {"BM": 64, "BN": 128}), ("90a 64x64", "sm_90a", {"BM": 64, "BN": 64}),
             ("90a 128x64", "sm_90a", {"BM": 128, "BN": 64}),
@@ -65,6 +63,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="splits 1, 4, 16, 64 only")
     splits = (1, 4, 16, 64) if ap.parse_args().quick else SPLITS
+    require_cuda("decode_sweep.py")
     import torch
     import torch.nn.functional as F
     from triton.testing import do_bench

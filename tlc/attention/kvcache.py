@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import math
 
-from tlc.attention import sdpa
 from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
-from tlc.attention.serving_args import as_storage, call_errors, check_tensors
+from tlc.attention.serving_args import as_storage, call_errors, call_geometry, check_tensors
 from tlc.numbers import a_kind
 from tlc.recent import Recent
 
@@ -80,8 +79,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table
         given = isinstance(cache_seqlens, torch.Tensor)
         # kept for the next call of this geometry if every tensor is read as given (a lengths tensor not copied
         # contiguous) and, for an int's lengths tensor, no CUDA graph's pool holds it (captured)
-        if key is not None and (lengths is cache_seqlens if given else not torch.cuda.is_current_stream_capturing()) \
-                and all(sdpa._on_cuda(t) for t in (q, k_cache, v_cache)):
+        if key is not None and (lengths is cache_seqlens if given else not torch.cuda.is_current_stream_capturing()):
             _CALLS.keep(key, (None if given else lengths, scale, kernel, None))
         return out
     from tlc.attention.serving_ops import kvcache_op   # traced (torch.compile, make_fx): one graph node
@@ -135,29 +133,14 @@ def _bind(q, k_cache, v_cache, lengths, block_table, scale: float):
 
 
 def _call_key(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal, num_splits) -> tuple | None:
-    """An eager call's geometry — shapes, strides, dtypes and devices of every tensor, an int length's value, the
-    scale, causal, num_splits, TLC_ATTENTION_ARCH — which settles every check `_check` and `_lengths` make; None
-    for anything odd (the checked path then refuses, copies or traces it). Only a call that passed those checks
-    keeps its key (`flash_attn_with_kvcache`), so a key found is a call checked before."""
-    import os
-
-    from tlc.attention.sdpa import _eager
-
+    """The call's geometry (serving_args.call_geometry) with an int length's value, which with it settles every check
+    `_check` and `_lengths` make; None for anything odd."""
     if type(causal) is not bool or type(num_splits) is not int:
-        return None
-    if softmax_scale is not None and type(softmax_scale) is not float:
         return None
     given = cache_seqlens if type(cache_seqlens) is not int and cache_seqlens is not None else None
     tensors = (q, k_cache, v_cache) + (() if block_table is None else (block_table,)) + (() if given is None else (given,))
-    if not _eager(*tensors) or softmax_scale != softmax_scale:   # NaN: never found again
-        return None
-    try:
-        return (tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors), block_table is None,
-                "tensor" if given is not None else cache_seqlens, softmax_scale,
-                0 if softmax_scale is None else math.copysign(1, softmax_scale), causal, num_splits,
-                os.environ.get("TLC_ATTENTION_ARCH"))
-    except (RuntimeError, OverflowError, ValueError, AttributeError):
-        return None
+    return call_geometry(tensors, softmax_scale, block_table is None, "tensor" if given is not None else cache_seqlens,
+                         causal, num_splits)
 
 
 def kernel_plan(batch: int, new_tokens: int, heads: int, kv_heads: int, d: int, capacity: int, dtype: str,

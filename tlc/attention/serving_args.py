@@ -31,6 +31,27 @@ def check_tensors(call: str, named: tuple[tuple[str, object], ...], rank: int, l
             raise refusal(f"{call}: {name}'s last dimension must be contiguous (stride 1)")
 
 
+def call_geometry(tensors, scale, *settings) -> tuple | None:
+    """An eager serving call's geometry: each tensor's shape, strides, dtype and device, the scale (a float or None),
+    the call's other `settings` and TLC_ATTENTION_ARCH; None for a traced call or anything odd (a scale not a float,
+    NaN), which then takes the checked path. A call keeps its key only after passing every check, so a key found
+    names a geometry checked before."""
+    import math
+    import os
+
+    from tlc.attention.sdpa import _eager
+
+    if scale is not None and (type(scale) is not float or scale != scale):   # NaN: never found again
+        return None
+    if not _eager(*tensors):
+        return None
+    try:
+        return (tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors), scale,
+                0 if scale is None else math.copysign(1, scale), *settings, os.environ.get("TLC_ATTENTION_ARCH"))
+    except (RuntimeError, OverflowError, ValueError, AttributeError):
+        return None
+
+
 def as_storage(t):
     """Rows of a (rows, heads, d) tensor (packed sequences, a flattened page pool) as the (1, heads, rows, d) storage
     a row map reads: a view."""

@@ -11,7 +11,7 @@ import math
 
 from tlc.attention.kernels import spec_kernel
 from tlc.attention.sdpa import refusal
-from tlc.attention.serving_args import as_storage, call_errors, check_tensors
+from tlc.attention.serving_args import as_storage, call_errors, call_geometry, check_tensors
 from tlc.numbers import a_kind
 from tlc.recent import Recent
 
@@ -76,26 +76,11 @@ def _launch(kernel, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_
 
 
 def _call_key(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal) -> tuple | None:
-    """An eager call's geometry — every tensor's shape, strides, dtype and device, the maximum lengths, the scale,
-    causal, TLC_ATTENTION_ARCH — which settles every check `_check` makes; None for anything odd (the checked path
-    refuses or traces it). Only a call that passed the checks stores its key."""
-    import os
-
-    from tlc.attention.sdpa import _eager
-
+    """The call's geometry (serving_args.call_geometry) with the maximum lengths, which settles every check `_check`
+    makes; None for anything odd."""
     if type(causal) is not bool or type(max_q) is not int or type(max_k) is not int:
         return None
-    if softmax_scale is not None and (type(softmax_scale) is not float or softmax_scale != softmax_scale):
-        return None
-    tensors = (q, k, v, cu_q, cu_k)
-    if not _eager(*tensors):
-        return None
-    try:
-        return (tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors), max_q, max_k, softmax_scale,
-                0 if softmax_scale is None else math.copysign(1, softmax_scale), causal,
-                os.environ.get("TLC_ATTENTION_ARCH"))
-    except (RuntimeError, OverflowError, ValueError, AttributeError):
-        return None
+    return call_geometry((q, k, v, cu_q, cu_k), softmax_scale, max_q, max_k, causal)
 
 
 def _check(q, k, v, cu_q, cu_k, max_q, max_k, causal) -> None:

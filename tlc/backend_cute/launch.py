@@ -460,8 +460,8 @@ class Kernel:
     def plan_of(self, tensors, inputs: Mapping) -> _Plan | None:
         """The launch plan an earlier call of this geometry (no `out`) left, or None: what a caller that keeps
         its own calls to one geometry hands back to `run_plan`."""
-        key = _geometry(tensors, None, {k: v for k, v in inputs.items() if v is not None})
-        return None if key is None else self._plans.get(key)
+        found = self.plan_for(tensors, None, inputs)
+        return None if found is None else found[0]
 
     def run_plan(self, plan: _Plan, tensors, out=None, runtime: Mapping | None = None):
         """A call of `plan`'s geometry on `tensors` (the caller vouches for the geometry; the pointers'

@@ -56,7 +56,7 @@ class ModuleKernel:
         key = self._key(tensors, out, inputs)
         steps = None if key is None else self._steps.recent(key)
         if steps is not None:   # this geometry was checked and planned by an earlier call
-            return self._run_steps(steps, tensors, out, inputs)
+            return self.run_steps(steps, tensors, out, **inputs)
         result, steps = self._checked_call(tensors, out, inputs)
         if key is not None and steps is not None:
             self._steps.keep(key, steps)
@@ -68,10 +68,6 @@ class ModuleKernel:
         key = self._key(tensors, out, inputs)
         return None if key is None else self._steps.get(key)
 
-    def run_steps(self, steps, tensors, out=None, **inputs):
-        """A call of `steps`' geometry (the caller vouches for it; pointers' alignment is checked per launch)."""
-        return self._run_steps(steps, tensors, out, inputs)
-
     @staticmethod
     def _key(tensors, out, inputs: dict) -> tuple | None:
         """The call's geometry with its tensor Inputs' (by name), or None when it has none."""
@@ -80,7 +76,8 @@ class ModuleKernel:
         key = _geometry((*tensors, *(v for _, v in runtime)), out, scalars)
         return None if key is None else (key, tuple(k for k, _ in runtime))
 
-    def _run_steps(self, steps, tensors, out, inputs: dict):
+    def run_steps(self, steps, tensors, out=None, **inputs):
+        """A call of `steps`' geometry (the caller vouches for it; pointers' alignment is checked per launch)."""
         env = dict(zip(self._input_names, tensors))
         for name, k, plan, ins, outs, takes_out, runtime_names in steps:
             runtime = {tensor_pointer(n): inputs[n] for n in runtime_names if n in inputs}
